@@ -1,0 +1,89 @@
+"""Open-QA span head of the reader (ORQA / REALM fine-tuning)."""
+from typing import Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.keras import keras
+
+
+def span_candidates(seq_length: int, max_span_width: int) -> Tuple[np.ndarray, np.ndarray]:
+  """All spans of width 1..max_span_width in a sequence, width-major (as ORQA orders them).
+
+  Returns:
+    starts, ends: int32 [S] with ends inclusive, S = sum_w (seq_length - w + 1).
+  """
+  starts, ends = [], []
+  for width in range(1, min(max_span_width, seq_length) + 1):
+    starts.append(np.arange(0, seq_length - width + 1))
+    ends.append(np.arange(width - 1, seq_length))
+  return np.concatenate(starts).astype(np.int32), np.concatenate(ends).astype(np.int32)
+
+
+def masked_logit_value(dtype: tf.DType) -> float:
+  """A finite, very negative logit for excluded candidates; half the dtype's minimum so that
+  adding another logit never overflows to -inf."""
+  return float(dtype.min) / 2
+
+
+@keras.utils.register_keras_serializable(package="realm_tf")
+class SpanScorer(keras.layers.Layer):
+  """Scores every span with both ends inside the block.
+
+  score(s, e) = Dense(1)(LayerNorm(relu(start_proj[s] + end_proj[e]))), where start_proj and
+  end_proj are the two halves of Dense(2 * span_hidden_size) over the sequence output.
+  Spans with an end outside `block_mask` get `masked_logit_value(dtype)`.
+
+  Args:
+    span_hidden_size: width of each projection half (ORQA: 256).
+    max_span_width: longest span in wordpieces (ORQA: 10).
+    layer_norm_epsilon: ORQA uses 1e-3.
+  """
+
+  def __init__(self, span_hidden_size: int = 256, max_span_width: int = 10,
+               layer_norm_epsilon: float = 1e-3, initializer_range: float = 0.02, **kwargs):
+    super().__init__(**kwargs)
+    self.span_hidden_size = span_hidden_size
+    self.max_span_width = max_span_width
+    self.layer_norm_epsilon = layer_norm_epsilon
+    self.initializer_range = initializer_range
+    self.projection = keras.layers.Dense(
+        2 * span_hidden_size,
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+        name="dense")
+    self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
+                                                      name="layer_normalization")
+    self.output_dense = keras.layers.Dense(
+        1, kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+        name="dense_1")
+
+  def call(self, sequence_output, block_mask):
+    """Scores all candidate spans.
+
+    Args:
+      sequence_output: [N, L, H] reader output for N (question, block) inputs.
+      block_mask: [N, L] 1 where a span may start or end (block body wordpieces).
+
+    Returns:
+      logits [N, S], starts [S] int32, ends [S] int32 (ends inclusive).
+    """
+    seq_length = sequence_output.shape[1]
+    if seq_length is None:
+      raise ValueError("SpanScorer needs a static sequence length")
+    starts, ends = span_candidates(seq_length, self.max_span_width)
+    projected = self.projection(sequence_output)  # [N, L, 2*P]
+    start_proj, end_proj = tf.split(projected, 2, axis=-1)  # [N, L, P] each
+    hidden = tf.gather(start_proj, starts, axis=1) + tf.gather(end_proj, ends, axis=1)
+    hidden = self.layer_norm(tf.nn.relu(hidden))  # [N, S, P]
+    logits = tf.squeeze(self.output_dense(hidden), -1)  # [N, S]
+    block_mask = tf.cast(block_mask, tf.bool)
+    span_mask = tf.logical_and(tf.gather(block_mask, starts, axis=1),
+                               tf.gather(block_mask, ends, axis=1))
+    logits = tf.where(span_mask, logits,
+                      tf.cast(masked_logit_value(logits.dtype), logits.dtype))
+    return logits, tf.constant(starts), tf.constant(ends)
+
+  def get_config(self):
+    return dict(super().get_config(), span_hidden_size=self.span_hidden_size,
+                max_span_width=self.max_span_width, layer_norm_epsilon=self.layer_norm_epsilon,
+                initializer_range=self.initializer_range)

@@ -1,0 +1,78 @@
+"""Open-QA fine-tuning loss (ORQA / REALM §3.4).
+
+Legend: B questions, R retrieved blocks scored by the retriever loss (reference: 5000),
+k blocks read by the reader (reference: 5), S spans per block, A gold answer spans.
+
+loss = −log Σ_{z ∈ top-R, z has answer} p(z | x)                       (retriever)
+       −log Σ_{(z, s) correct} softmax_{(z, s) over top-k × spans}(f(x, z) + g(s | z, x))  (reader)
+Each term is zeroed when it has no correct candidate.
+"""
+from typing import Dict, Tuple
+
+import tensorflow as tf
+
+
+def marginal_log_loss(logits: tf.Tensor, is_correct: tf.Tensor) -> tf.Tensor:
+  """−log Σ_correct softmax(logits), 0 where no candidate is correct.
+
+  Args:
+    logits: [..., C] scores.
+    is_correct: [..., C] bool.
+
+  Returns:
+    [...] float32 loss.
+  """
+  logits = tf.cast(logits, tf.float32)
+  is_correct = tf.cast(is_correct, tf.bool)
+  any_correct = tf.reduce_any(is_correct, axis=-1)
+  log_denominator = tf.reduce_logsumexp(logits, axis=-1)
+  # Fill incorrect entries with the row minimum − 1e4 (finite) so rows without any correct
+  # candidate stay finite; those rows are zeroed below.
+  floor = tf.stop_gradient(tf.reduce_min(logits, axis=-1, keepdims=True)) - 1e4
+  log_numerator = tf.reduce_logsumexp(tf.where(is_correct, logits, floor), axis=-1)
+  return tf.where(any_correct, log_denominator - log_numerator, tf.zeros_like(log_denominator))
+
+
+def correct_spans(span_starts: tf.Tensor, span_ends: tf.Tensor, gold_starts: tf.Tensor,
+                  gold_ends: tf.Tensor) -> tf.Tensor:
+  """Which candidate spans equal a gold span.
+
+  Args:
+    span_starts, span_ends: [S] candidate spans (inclusive ends).
+    gold_starts, gold_ends: [B, k, A] gold spans in each block's reader input, padded with -1.
+
+  Returns:
+    [B, k, S] bool.
+  """
+  start_match = tf.equal(gold_starts[..., None], span_starts)  # [B, k, A, S]
+  end_match = tf.equal(gold_ends[..., None], span_ends)
+  return tf.reduce_any(tf.logical_and(start_match, end_match), axis=-2)
+
+
+def open_qa_loss(retriever_logits: tf.Tensor, has_answer: tf.Tensor, span_logits: tf.Tensor,
+                 span_is_correct: tf.Tensor,
+                 span_mask: tf.Tensor = None) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+  """The ORQA/REALM fine-tuning loss, averaged over questions.
+
+  Args:
+    retriever_logits: [B, R] retrieval scores of the top-R blocks, best first.
+    has_answer: [B, R] bool, the block's text contains an answer.
+    span_logits: [B, k, S] span scores of the top-k blocks (k ≤ R), invalid spans masked.
+    span_is_correct: [B, k, S] bool from `correct_spans`.
+    span_mask: optional [B, k, S] bool of valid spans; a "correct" span outside it is ignored.
+
+  Returns:
+    (loss [] float32, {"retriever_loss": [B], "reader_loss": [B], "reader_logits": [B, k*S]}).
+  """
+  retriever_loss = marginal_log_loss(retriever_logits, has_answer)
+  num_read = tf.shape(span_logits)[1]
+  reader_logits = (tf.cast(span_logits, tf.float32) +
+                   tf.cast(retriever_logits[:, :num_read, None], tf.float32))  # [B, k, S]
+  if span_mask is not None:
+    span_is_correct = tf.logical_and(span_is_correct, tf.cast(span_mask, tf.bool))
+  batch = tf.shape(reader_logits)[0]
+  reader_logits = tf.reshape(reader_logits, [batch, -1])
+  reader_loss = marginal_log_loss(reader_logits, tf.reshape(span_is_correct, [batch, -1]))
+  loss = tf.reduce_mean(retriever_loss + reader_loss)
+  return loss, dict(retriever_loss=retriever_loss, reader_loss=reader_loss,
+                    reader_logits=reader_logits)

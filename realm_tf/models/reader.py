@@ -1,0 +1,99 @@
+"""The knowledge-augmented encoder ("reader") p(y | z, x)."""
+from typing import Dict
+
+import tensorflow as tf
+from official.nlp.modeling import layers as nlp_layers
+
+from realm_tf.keras import keras
+from realm_tf.layers import activations
+from realm_tf.layers.span_scorer import SpanScorer
+
+Features = Dict[str, tf.Tensor]
+
+
+def _build_embeddings(encoder: keras.layers.Layer) -> None:
+  """Creates the encoder's variables (a no-op when they exist) so that its word-embedding table
+  can be tied; a deserialized encoder reports `built` before its variables exist."""
+  ones = tf.ones([1, 1], tf.int32)
+  encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=0 * ones))
+
+
+@keras.utils.register_keras_serializable(package="realm_tf")
+class Reader(keras.Model):
+  """BERT over `[CLS] x [SEP] z_body [SEP]` with two heads.
+
+  * MLM head (pre-training): BERT `cls/predictions` (Dense + activation, LayerNorm, output bias)
+    with the decoder tied to the word embeddings; scored only at the masked positions.
+  * Span head (Open-QA): `SpanScorer` over every span inside the block body.
+
+  `call` runs whichever heads its inputs ask for: "masked_lm_positions" [N, M] -> "mlm_logits"
+  [N, M, V]; "block_mask" [N, L] -> "span_logits" [N, S], "span_starts" [S], "span_ends" [S].
+
+  Args:
+    encoder: a Model Garden BERT encoder with `get_embedding_table()`.
+    mlm_activation: "gelu_approximate" (BERT/REALM) or "gelu" (HF BERT).
+    span_hidden_size, max_span_width, span_layer_norm_epsilon: see `SpanScorer`.
+  """
+
+  def __init__(self, encoder: keras.layers.Layer, mlm_activation: str = "gelu_approximate",
+               span_hidden_size: int = 256, max_span_width: int = 10,
+               span_layer_norm_epsilon: float = 1e-3, initializer_range: float = 0.02,
+               **kwargs):
+    super().__init__(**kwargs)
+    self.encoder = encoder
+    self.mlm_activation = mlm_activation
+    self.initializer_range = initializer_range
+    _build_embeddings(encoder)
+    self.masked_lm = nlp_layers.MaskedLM(
+        embedding_table=encoder.get_embedding_table(),
+        activation=activations.get_activation(mlm_activation),
+        initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+        name="cls/predictions")
+    self.span_scorer = SpanScorer(span_hidden_size, max_span_width, span_layer_norm_epsilon,
+                                  initializer_range, name="span_scorer")
+
+  @property
+  def checkpoint_items(self):
+    return dict(encoder=self.encoder, masked_lm=self.masked_lm, span_scorer=self.span_scorer)
+
+  def sequence_output(self, features: Features, training=None) -> tf.Tensor:
+    """[N, L] features -> [N, L, H]."""
+    return self.encoder(features, training=training)["sequence_output"]
+
+  def mlm_logits(self, features: Features, masked_positions: tf.Tensor,
+                 training=None) -> tf.Tensor:
+    """[N, L] features, [N, M] positions -> [N, M, V] MLM logits."""
+    return self.masked_lm(self.sequence_output(features, training),
+                          tf.convert_to_tensor(masked_positions, tf.int32))
+
+  def span_logits(self, features: Features, block_mask: tf.Tensor, training=None):
+    """[N, L] features, [N, L] block mask -> (logits [N, S], starts [S], ends [S])."""
+    return self.span_scorer(self.sequence_output(features, training), block_mask)
+
+  def call(self, inputs, training=None):
+    features = {k: inputs[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    sequence = self.sequence_output(features, training)
+    outputs = {"sequence_output": sequence}
+    if "masked_lm_positions" in inputs:
+      outputs["mlm_logits"] = self.masked_lm(
+          sequence, tf.convert_to_tensor(inputs["masked_lm_positions"], tf.int32))
+    if "block_mask" in inputs:
+      logits, starts, ends = self.span_scorer(sequence, inputs["block_mask"])
+      outputs.update(span_logits=logits, span_starts=starts, span_ends=ends)
+    return outputs
+
+  def get_config(self):
+    return dict(
+        name=self.name,
+        encoder=keras.layers.serialize(self.encoder),
+        mlm_activation=self.mlm_activation,
+        span_hidden_size=self.span_scorer.span_hidden_size,
+        max_span_width=self.span_scorer.max_span_width,
+        span_layer_norm_epsilon=self.span_scorer.layer_norm_epsilon,
+        initializer_range=self.initializer_range)
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    config = dict(config)
+    config["encoder"] = keras.layers.deserialize(config["encoder"], custom_objects)
+    return cls(**config)
