@@ -1,0 +1,21 @@
+"""Maximum inner product search over document embeddings, behind one interface.
+
+`BruteForceIndex` is exact (the oracle and the fallback); `ScannIndex` is ScaNN's approximate
+search. Both search in-graph, save to a directory with a checksummed `manifest.json`, and load
+back with `load_index`.
+"""
+from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.mips.manifest import IndexCorruptedError
+from realm_tf.mips.manifest import IndexManifest
+from realm_tf.mips.mips_index import load_index
+from realm_tf.mips.mips_index import MipsIndex
+from realm_tf.mips.scann_index import ScannIndex
+
+__all__ = [
+    "BruteForceIndex",
+    "IndexCorruptedError",
+    "IndexManifest",
+    "MipsIndex",
+    "ScannIndex",
+    "load_index",
+]
