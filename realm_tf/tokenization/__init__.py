@@ -1,0 +1,25 @@
+"""Tokenization and input featurization: Keras layers over tensorflow-text that run inside
+`tf.data.Dataset.map`, and masked-LM masking as graph ops."""
+from realm_tf.tokenization.bert_packer import BertPacker
+from realm_tf.tokenization.featurizers import BlockFeaturizer
+from realm_tf.tokenization.featurizers import QueryFeaturizer
+from realm_tf.tokenization.featurizers import ReaderFeaturizer
+from realm_tf.tokenization.featurizers import block_body_ids
+from realm_tf.tokenization.masking import random_span_mask
+from realm_tf.tokenization.masking import random_token_mask
+from realm_tf.tokenization.masking import salient_span_mask
+from realm_tf.tokenization.masking import wordpiece_span
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+__all__ = [
+    "BertPacker",
+    "BlockFeaturizer",
+    "QueryFeaturizer",
+    "ReaderFeaturizer",
+    "WordpieceTokenizer",
+    "block_body_ids",
+    "random_span_mask",
+    "random_token_mask",
+    "salient_span_mask",
+    "wordpiece_span",
+]
