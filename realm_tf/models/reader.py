@@ -11,11 +11,9 @@ from realm_tf.layers.span_scorer import SpanScorer
 Features = Dict[str, tf.Tensor]
 
 
-def _build_embeddings(encoder: keras.layers.Layer) -> None:
-  """Creates the encoder's variables (a no-op when they exist) so that its word-embedding table
-  can be tied; a deserialized encoder reports `built` before its variables exist."""
-  ones = tf.ones([1, 1], tf.int32)
-  encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=0 * ones))
+def _dummy_features(length: int = 2) -> Features:
+  ones = tf.ones([1, length], tf.int32)
+  return dict(input_word_ids=ones, input_mask=ones, input_type_ids=0 * ones)
 
 
 @keras.utils.register_keras_serializable(package="realm_tf")
@@ -43,7 +41,9 @@ class Reader(keras.Model):
     self.encoder = encoder
     self.mlm_activation = mlm_activation
     self.initializer_range = initializer_range
-    _build_embeddings(encoder)
+    # Creates the encoder's variables so that its word-embedding table can be tied (a
+    # deserialized encoder reports `built` before its variables exist).
+    encoder(_dummy_features())
     self.masked_lm = nlp_layers.MaskedLM(
         embedding_table=encoder.get_embedding_table(),
         activation=activations.get_activation(mlm_activation),
@@ -55,6 +55,14 @@ class Reader(keras.Model):
   @property
   def checkpoint_items(self):
     return dict(encoder=self.encoder, masked_lm=self.masked_lm, span_scorer=self.span_scorer)
+
+  def build(self, input_shape=None):
+    """Creates every variable with a dummy pass through both heads; the attention layers
+    build lazily, and SavedModel revival restores only variables that exist."""
+    sequence = self.sequence_output(_dummy_features())
+    self.masked_lm(sequence, tf.zeros([1, 1], tf.int32))
+    self.span_scorer(sequence, tf.ones([1, 2], tf.int32))
+    keras.layers.Layer.build(self, input_shape)  # Model.build would trace placeholders.
 
   def sequence_output(self, features: Features, training=None) -> tf.Tensor:
     """[N, L] features -> [N, L, H]."""

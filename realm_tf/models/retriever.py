@@ -18,6 +18,11 @@ def _flatten_candidates(features: Features):
   return flat, batch, num_candidates
 
 
+def _dummy_features(length: int = 2) -> Features:
+  ones = tf.ones([1, length], tf.int32)
+  return dict(input_word_ids=ones, input_mask=ones, input_type_ids=0 * ones)
+
+
 @keras.utils.register_keras_serializable(package="realm_tf")
 class Retriever(keras.Model):
   """Query and document towers: BERT pooled output -> Dense(D) -> LayerNorm.
@@ -58,6 +63,14 @@ class Retriever(keras.Model):
     if not self.share_towers:
       items.update(doc_encoder=self.doc_encoder, doc_projection=self.doc_projection)
     return items
+
+  def build(self, input_shape=None):
+    """Creates every variable with a dummy pass through both towers; the attention layers
+    build lazily, and SavedModel revival restores only variables that exist."""
+    dummy = _dummy_features()
+    self.embed_query(dummy)
+    self.embed_documents(dummy)
+    keras.layers.Layer.build(self, input_shape)  # Model.build would trace placeholders.
 
   def embed_query(self, features: Features, training=None) -> tf.Tensor:
     """[B, L] query features -> [B, D] query embeddings."""

@@ -1,0 +1,109 @@
+"""Losses against hand computation, and their stability on degenerate inputs."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.special import log_softmax, logsumexp
+
+from realm_tf import losses
+from realm_tf.layers.span_scorer import masked_logit_value
+
+
+def _finite_gradients(fn, *tensors):
+  variables = [tf.Variable(t) for t in tensors]
+  with tf.GradientTape() as tape:
+    value = fn(*variables)
+  grads = tape.gradient(value, variables)
+  assert np.isfinite(value.numpy()).all(), value
+  for g in grads:
+    if g is not None:
+      assert np.isfinite(tf.convert_to_tensor(g).numpy()).all()
+  return value
+
+
+def test_marginal_mlm_loss_matches_numpy():
+  rng = np.random.default_rng(0)
+  b, k, m, v = 2, 3, 4, 7
+  relevance = rng.normal(size=(b, k)).astype(np.float32)
+  logits = rng.normal(size=(b, k, m, v)).astype(np.float32)
+  ids = rng.integers(0, v, (b, m)).astype(np.int32)
+  weights = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], np.float32)
+  token = np.take_along_axis(log_softmax(logits, -1),
+                             np.broadcast_to(ids[:, None, :, None], (b, k, m, 1)), -1)[..., 0]
+  marginal = logsumexp(log_softmax(relevance, -1)[:, :, None] + token, axis=1)
+  expected = -(marginal * weights).sum() / weights.sum()
+  loss, token_log_probs = losses.marginal_mlm_loss(relevance, logits, ids, weights)
+  np.testing.assert_allclose(token_log_probs, token, atol=1e-5)
+  np.testing.assert_allclose(loss, expected, atol=1e-5)
+
+
+def test_marginal_mlm_loss_is_zero_without_masks_and_stable_in_bfloat16():
+  rng = np.random.default_rng(1)
+  relevance = rng.normal(size=(2, 3)).astype(np.float32)
+  logits = rng.normal(size=(2, 3, 4, 7)).astype(np.float32)
+  ids = np.zeros((2, 4), np.int32)
+  loss = _finite_gradients(
+      lambda r, l: losses.marginal_mlm_loss(r, l, ids, np.zeros((2, 4), np.float32))[0],
+      relevance, logits)
+  assert loss.numpy() == 0.0
+  bf16 = _finite_gradients(
+      lambda r, l: losses.marginal_mlm_loss(r, l, ids, np.ones((2, 4), np.float32))[0],
+      tf.cast(relevance * 100, tf.bfloat16), tf.cast(logits * 100, tf.bfloat16))
+  assert bf16.dtype == tf.float32
+
+
+def test_retrieval_utility():
+  # Candidate 0 is the null document; the only real document makes the gold token certain.
+  relevance = np.array([[0.0, 0.0]], np.float32)  # p(z|x) = 1/2 each
+  token = np.log(np.array([[[0.25], [1.0]]], np.float32))  # [B=1, K=2, M=1]
+  ru = losses.retrieval_utility(relevance, token, np.ones((1, 1), np.float32)).numpy()
+  np.testing.assert_allclose(ru, [np.log(0.5 * 0.25 + 0.5 * 1.0) - np.log(0.25)], atol=1e-6)
+  assert losses.retrieval_utility(relevance, token, np.zeros((1, 1), np.float32)).numpy() == 0
+
+
+def test_marginal_log_loss():
+  logits = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], np.float32)
+  correct = np.array([[False, True, True], [False, False, False]])
+  loss = losses.marginal_log_loss(logits, correct).numpy()
+  np.testing.assert_allclose(loss[0], logsumexp(logits[0]) - logsumexp(logits[0, 1:]), atol=1e-6)
+  assert loss[1] == 0.0
+
+
+def test_open_qa_loss_without_any_answer_is_zero_with_finite_gradients():
+  masked = masked_logit_value(tf.float32)
+  span_logits = np.full((1, 2, 5), masked, np.float32)  # every span masked (empty blocks)
+  retriever = np.array([[0.5, -0.2, 0.1]], np.float32)
+  nothing = np.zeros((1, 2, 5), bool)
+  loss = _finite_gradients(
+      lambda r, s: losses.open_qa_loss(r, np.zeros((1, 3), bool), s, nothing)[0],
+      retriever, span_logits)
+  assert loss.numpy() == 0.0
+
+
+def test_open_qa_loss_hand_computed_and_bfloat16():
+  retriever = np.array([[2.0, 1.0, 0.0]], np.float32)
+  has_answer = np.array([[False, True, True]])
+  span = np.array([[[0.0, 1.0], [2.0, masked_logit_value(tf.float32)]]], np.float32)
+  correct = np.array([[[False, True], [True, True]]])  # the masked "correct" span is ignored
+  mask = np.array([[[True, True], [True, False]]])
+  loss, parts = losses.open_qa_loss(retriever, has_answer, span, correct, span_mask=mask)
+  reader = (span + retriever[:, :2, None]).reshape(-1)[:3]
+  expected_reader = logsumexp(reader) - logsumexp(reader[[1, 2]])
+  expected_retriever = logsumexp(retriever[0]) - logsumexp(retriever[0, 1:])
+  np.testing.assert_allclose(parts["reader_loss"], [expected_reader], atol=1e-5)
+  np.testing.assert_allclose(parts["retriever_loss"], [expected_retriever], atol=1e-5)
+  np.testing.assert_allclose(loss, expected_reader + expected_retriever, atol=1e-5)
+  bf16_span = tf.where(mask, tf.cast(span, tf.bfloat16),
+                       tf.constant(masked_logit_value(tf.bfloat16), tf.bfloat16))
+  bf16 = _finite_gradients(
+      lambda r, s: losses.open_qa_loss(r, has_answer, s, correct, span_mask=mask)[0],
+      tf.cast(retriever, tf.bfloat16), bf16_span)
+  np.testing.assert_allclose(bf16, loss, rtol=3e-2)
+
+
+def test_correct_spans():
+  starts = np.array([0, 1, 2, 0, 1], np.int32)
+  ends = np.array([0, 1, 2, 1, 2], np.int32)
+  gold_starts = np.array([[[1, -1], [0, 2]]], np.int32)
+  gold_ends = np.array([[[2, -1], [0, 2]]], np.int32)
+  correct = losses.correct_spans(starts, ends, gold_starts, gold_ends).numpy()
+  np.testing.assert_array_equal(correct, [[[0, 0, 0, 0, 1], [1, 0, 1, 0, 0]]])
