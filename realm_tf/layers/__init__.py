@@ -1,0 +1,3 @@
+"""Keras layers of the REALM heads."""
+from realm_tf.layers.embedding_projection import EmbeddingProjection
+from realm_tf.layers.span_scorer import SpanScorer

@@ -1,0 +1,3 @@
+"""REALM models: the retriever and the knowledge-augmented encoder (reader)."""
+from realm_tf.models.reader import Reader
+from realm_tf.models.retriever import Retriever
