@@ -77,3 +77,14 @@ def test_demo_job_on_real_wikipedia_extracts(tmp_path):
   assert len(answer.evidence) == 3 and answer.answer
   assert "2001: A Space Odyssey" in [e.title for e in answer.evidence]
   assert "Summary: 40 blocks" in demo_lib.format_report(report)
+
+
+def test_empty_over_long_and_invalid_utf8_blocks_embed_finitely(system):
+  tokenizer, retriever, _, _ = system
+  bodies = ["", "the cat sat on the mat . " * 5000, b"paris \xff\xfe is".decode("latin-1"),
+            "paris is in france ."]
+  embeddings = embed_blocks(retriever, tokenizer, ["", "cat", "paris", ""], bodies,
+                            batch_size=2, block_length=288)
+  assert embeddings.shape == (4, 8) and np.isfinite(embeddings).all()
+  raw = embed_blocks(retriever, tokenizer, [b"paris \xff"], [b"\xc3\x28 is"], batch_size=1)
+  assert np.isfinite(raw).all()
