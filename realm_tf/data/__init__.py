@@ -1,0 +1,1 @@
+"""On-disk formats shared by the pipelines, the trainers and the index builder."""

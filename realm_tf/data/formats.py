@@ -1,0 +1,98 @@
+"""The record formats every stage agrees on (tf.train.Example in TFRecord shards).
+
+Blocks (`blocks-SSSSS-of-NNNNN.tfrecord`, written by the corpus pipeline):
+  block_id   int64   stable content hash of (title, text), 63 bits, >= 0
+  title      bytes   UTF-8 article title
+  text       bytes   UTF-8 block body (clean prose, whole sentences)
+  title_ids  int64[] title wordpieces, no special tokens
+  body_ids   int64[] body wordpieces, no special tokens; packed as
+                     `[CLS] title [SEP] body [SEP]` the block is <= 288 wordpieces
+The canonical block order (row r of every embedding matrix and index) is ascending block_id.
+
+Pre-training examples (`examples-SSSSS-of-NNNNN.tfrecord`, salient-span pipeline):
+  query_ids    int64[] wordpieces of one sentence, no special tokens (packed `[CLS] x [SEP]`)
+  span_start   int64   first wordpiece of the salient span, 0-based in query_ids
+  span_end     int64   last wordpiece of the span (inclusive), 0-based in query_ids
+  block_id     int64   the block the sentence comes from (excluded from retrieval)
+  span_text    bytes   the span's surface text (for inspection)
+  span_label   bytes   entity label ("PERSON", "DATE", ...)
+
+Block embeddings (`embeddings-SSSSS-of-NNNNN.tfrecord`, embedding pipeline):
+  block_id   int64
+  embedding  float[] D values
+"""
+from typing import Dict
+
+import tensorflow as tf
+
+BLOCK_FEATURES = {
+    "block_id": tf.io.FixedLenFeature([], tf.int64),
+    "title": tf.io.FixedLenFeature([], tf.string),
+    "text": tf.io.FixedLenFeature([], tf.string),
+    "title_ids": tf.io.RaggedFeature(tf.int64),
+    "body_ids": tf.io.RaggedFeature(tf.int64),
+}
+
+EXAMPLE_FEATURES = {
+    "query_ids": tf.io.RaggedFeature(tf.int64),
+    "span_start": tf.io.FixedLenFeature([], tf.int64),
+    "span_end": tf.io.FixedLenFeature([], tf.int64),
+    "block_id": tf.io.FixedLenFeature([], tf.int64),
+    "span_text": tf.io.FixedLenFeature([], tf.string, default_value=b""),
+    "span_label": tf.io.FixedLenFeature([], tf.string, default_value=b""),
+}
+
+EMBEDDING_FEATURES = {
+    "block_id": tf.io.FixedLenFeature([], tf.int64),
+    "embedding": tf.io.RaggedFeature(tf.float32),
+}
+
+BLOCKS_PATTERN = "blocks-*.tfrecord"
+EXAMPLES_PATTERN = "examples-*.tfrecord"
+EMBEDDINGS_PATTERN = "embeddings-*.tfrecord"
+
+
+def _int64s(values) -> tf.train.Feature:
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+
+
+def _bytes(value) -> tf.train.Feature:
+  if isinstance(value, str):
+    value = value.encode("utf-8")
+  return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def block_example(block_id: int, title: str, text: str, title_ids, body_ids) -> bytes:
+  """A serialized block record."""
+  return tf.train.Example(features=tf.train.Features(feature={
+      "block_id": _int64s([block_id]), "title": _bytes(title), "text": _bytes(text),
+      "title_ids": _int64s(title_ids), "body_ids": _int64s(body_ids)})).SerializeToString()
+
+
+def pretraining_example(query_ids, span_start: int, span_end: int, block_id: int,
+                        span_text: str = "", span_label: str = "") -> bytes:
+  """A serialized pre-training example."""
+  return tf.train.Example(features=tf.train.Features(feature={
+      "query_ids": _int64s(query_ids), "span_start": _int64s([span_start]),
+      "span_end": _int64s([span_end]), "block_id": _int64s([block_id]),
+      "span_text": _bytes(span_text), "span_label": _bytes(span_label)})).SerializeToString()
+
+
+def embedding_example(block_id: int, embedding) -> bytes:
+  """A serialized block embedding."""
+  return tf.train.Example(features=tf.train.Features(feature={
+      "block_id": _int64s([block_id]),
+      "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=list(embedding)))
+  })).SerializeToString()
+
+
+def parse_block(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
+  return tf.io.parse_single_example(serialized, BLOCK_FEATURES)
+
+
+def parse_pretraining_example(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
+  return tf.io.parse_single_example(serialized, EXAMPLE_FEATURES)
+
+
+def parse_embedding(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
+  return tf.io.parse_single_example(serialized, EMBEDDING_FEATURES)
