@@ -1,0 +1,1 @@
+"""SavedModel exports of the REALM towers."""

@@ -1,0 +1,26 @@
+"""The doc-embedder export gives the Keras model's embeddings after a reload."""
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import configs
+from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.export.doc_embedder import export_doc_embedder
+from realm_tf.tokenization.bert_packer import BertPacker
+
+
+def test_export_round_trip(tmp_path):
+  retriever = configs.build_retriever(configs.RetrieverConfig(
+      encoder=configs.EncoderConfig.tiny(vocab_size=40), projection_size=8, share_towers=False))
+  retriever.build()
+  path = export_doc_embedder(retriever, str(tmp_path / "doc"), cls_id=2, sep_id=3, pad_id=0,
+                             block_length=12, snapshot_step=42)
+  embedder = DocEmbedder(path)
+  assert (embedder.embedding_dim, embedder.block_length, embedder.snapshot_step) == (8, 12, 42)
+  titles = tf.ragged.constant([[5, 6], [7], []], dtype=tf.int64)
+  bodies = tf.ragged.constant([[8, 9, 10], [11] * 30, [12]], dtype=tf.int64)
+  features = BertPacker(seq_length=12, cls_id=2, sep_id=3, pad_id=0)(
+      (tf.cast(titles, tf.int32), tf.cast(bodies, tf.int32)))
+  expected = retriever.embed_documents(features).numpy()
+  np.testing.assert_allclose(embedder.embed_blocks(titles, bodies), expected, atol=1e-5)
+  np.testing.assert_allclose(embedder.embed_features(features), expected, atol=1e-5)
+  assert not np.allclose(retriever.embed_query(features), expected)  # the doc tower is exported
