@@ -43,7 +43,8 @@ def marginal_token_log_probs(candidate_logits: tf.Tensor,
 
 def marginal_mlm_loss(candidate_logits: tf.Tensor, mlm_logits: tf.Tensor,
                       masked_lm_ids: tf.Tensor,
-                      masked_lm_weights: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+                      masked_lm_weights: tf.Tensor,
+                      normalizer: tf.Tensor = None) -> Tuple[tf.Tensor, tf.Tensor]:
   """Negative marginal log-likelihood averaged over the (weighted) masked tokens.
 
   Args:
@@ -51,6 +52,8 @@ def marginal_mlm_loss(candidate_logits: tf.Tensor, mlm_logits: tf.Tensor,
     mlm_logits: [B, K, M, V] reader MLM logits.
     masked_lm_ids: [B, M] gold ids.
     masked_lm_weights: [B, M] 1.0 on real masked tokens, 0.0 on padding.
+    normalizer: the token count to divide by; default Σ masked_lm_weights. Under
+      tf.distribute pass the global batch's count so replica losses sum to the global mean.
 
   Returns:
     (loss [] float32, token_log_probs [B, K, M]). A batch with no masked token has loss 0.
@@ -58,5 +61,8 @@ def marginal_mlm_loss(candidate_logits: tf.Tensor, mlm_logits: tf.Tensor,
   token_log_probs = masked_token_log_probs(mlm_logits, masked_lm_ids)
   marginal = marginal_token_log_probs(candidate_logits, token_log_probs)
   weights = tf.cast(masked_lm_weights, tf.float32)
-  loss = -tf.math.divide_no_nan(tf.reduce_sum(marginal * weights), tf.reduce_sum(weights))
+  if normalizer is None:
+    normalizer = tf.reduce_sum(weights)
+  loss = -tf.math.divide_no_nan(tf.reduce_sum(marginal * weights),
+                                tf.cast(normalizer, tf.float32))
   return loss, token_log_probs

@@ -1,0 +1,1 @@
+"""Training: ICT warm-start, REALM pre-training with asynchronous index refresh."""

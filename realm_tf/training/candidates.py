@@ -1,0 +1,91 @@
+"""Host-side candidate construction for REALM pre-training (DESIGN.md §3).
+
+Retrieve R blocks from the (possibly stale) index, drop the query's source block (trivial
+retrieval) when `exclude_source`, put the null document first when `null_document`, cut to K.
+Rows the index could not fill are masked out of the softmax. Then pack, for each (query,
+candidate): the doc-tower input `[CLS] title [SEP] body [SEP]` (Lb) and the reader input
+`[CLS] x [SEP] body [SEP]` (Lr); the null document is the empty block `[CLS] [SEP] [SEP]`.
+Legend: B batch, R retrieved, K candidates, Lb block length, Lr reader length.
+"""
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.data.block_store import BlockStore
+from realm_tf.tokenization.bert_packer import BertPacker
+from realm_tf.tokenization.featurizers import ReaderFeaturizer
+
+
+@dataclasses.dataclass
+class Selection:
+  rows: np.ndarray  # int64 [B, K], store rows; `null_row` for the null document and padding
+  mask: np.ndarray  # bool [B, K], False on padding
+  source_retrieved: np.ndarray  # bool [B], the source block was among the R retrieved
+
+
+class CandidateBuilder:
+  """Turns retrieved store rows into packed candidate features.
+
+  Args:
+    store: the block corpus the index was built from (same row order).
+    cls_id, sep_id, pad_id: special ids.
+    num_candidates: K (REALM: 8, null document included).
+    null_document: put the empty block first.
+    exclude_source: drop the query's source block.
+    block_length, reader_length: Lb (288), Lr (384).
+  """
+
+  def __init__(self, store: BlockStore, cls_id: int, sep_id: int, pad_id: int,
+               num_candidates: int = 8, null_document: bool = True, exclude_source: bool = True,
+               block_length: int = 288, reader_length: int = 384):
+    self.num_candidates = num_candidates
+    self.null_document = null_document
+    self.exclude_source = exclude_source
+    self.null_row = len(store)
+    empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), [0])
+    self._titles = tf.concat([store.title_ids, empty], axis=0)
+    self._bodies = tf.concat([store.body_ids, empty], axis=0)
+    self._block_packer = BertPacker(block_length, cls_id, sep_id, pad_id)
+    self._reader_packer = ReaderFeaturizer(cls_id, sep_id, pad_id, seq_length=reader_length)
+    self.num_to_retrieve = num_candidates - int(null_document) + int(exclude_source)
+    if self.num_to_retrieve > len(store):
+      raise ValueError(f"{self.num_to_retrieve} blocks must be retrieved per query but the "
+                       f"corpus has only {len(store)}")
+
+  def select(self, retrieved: np.ndarray, source_rows: np.ndarray) -> Selection:
+    """retrieved int64 [B, R] rows (-1: none), source_rows int64 [B] (-1: not in corpus)."""
+    batch = retrieved.shape[0]
+    rows = np.full([batch, self.num_candidates], self.null_row, np.int64)
+    mask = np.zeros([batch, self.num_candidates], bool)
+    for b in range(batch):
+      kept = [r for r in retrieved[b] if r >= 0 and
+              not (self.exclude_source and r == source_rows[b])]
+      chosen = ([self.null_row] if self.null_document else []) + kept
+      chosen = chosen[:self.num_candidates]
+      rows[b, :len(chosen)] = chosen
+      mask[b, :len(chosen)] = True
+    source_retrieved = np.array([s >= 0 and s in r for s, r in zip(source_rows, retrieved)])
+    return Selection(rows, mask, source_retrieved)
+
+  @tf.function(reduce_retracing=True)
+  def features(self, rows: tf.Tensor, query_ids: tf.RaggedTensor):
+    """Packs candidates.
+
+    Args:
+      rows: int64 [B, K] from `select`.
+      query_ids: RaggedTensor [B, (T)] of the (masked) query wordpieces, no specials.
+
+    Returns:
+      ({name: [B, K, Lb]} doc-tower features, {name: [B, K, Lr]} reader features).
+    """
+    batch, k = tf.shape(rows)[0], tf.shape(rows)[1]
+    flat = tf.reshape(rows, [-1])
+    titles = tf.cast(tf.gather(self._titles, flat), tf.int32)
+    bodies = tf.cast(tf.gather(self._bodies, flat), tf.int32)
+    queries = tf.gather(tf.cast(query_ids, tf.int32), tf.repeat(tf.range(batch), k))
+    unflatten = lambda t: tf.reshape(t, tf.concat([[batch, k], tf.shape(t)[1:]], 0))
+    docs = {n: unflatten(t) for n, t in self._block_packer((titles, bodies)).items()}
+    reader = {n: unflatten(t) for n, t in self._reader_packer((queries, bodies)).items()
+              if n != "block_mask"}
+    return docs, reader

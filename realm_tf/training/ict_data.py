@@ -1,0 +1,83 @@
+"""Inverse Cloze Task examples (ORQA §4, REALM's retriever warm-start).
+
+A pseudo-query is one sentence of a block; with probability `remove_prob` (0.9) it is removed
+from the block, otherwise the block is left whole, so the retriever learns both lexical and
+semantic matching. Sentences come from the block text (split after . ! ? before an upper-case
+letter or digit) and are tokenized separately; their concatenation is the block body.
+Legend: B batch, Lq query length (64), Lb block length (288).
+"""
+import re
+from typing import Dict, List
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.data.block_store import BlockStore
+from realm_tf.tokenization.bert_packer import BertPacker
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+_SENTENCE_BOUNDARY = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+def split_sentences(text: str) -> List[str]:
+  """Sentences of `text` (empty pieces dropped)."""
+  return [s.strip() for s in _SENTENCE_BOUNDARY.split(text) if s.strip()]
+
+
+class IctCorpus:
+  """Blocks with at least two sentences, as wordpiece sentences.
+
+  Args:
+    store: the blocks.
+    tokenizer: the wordpiece tokenizer (its special ids pack the features).
+  """
+
+  def __init__(self, store: BlockStore, tokenizer: WordpieceTokenizer):
+    self.tokenizer = tokenizer
+    sentences = [split_sentences(text) for text in store.texts]
+    flat = [s for block in sentences for s in block]
+    ids = tokenizer(tf.constant(flat)).to_list() if flat else []
+    self.titles, self.sentences, self.rows = [], [], []
+    title_ids = store.title_ids.to_list()
+    offset = 0
+    for row, block in enumerate(sentences):
+      tokens = [np.asarray(t, np.int32) for t in ids[offset:offset + len(block)]]
+      offset += len(block)
+      tokens = [t for t in tokens if t.size]
+      if len(tokens) >= 2:
+        self.rows.append(row)
+        self.titles.append(np.asarray(title_ids[row], np.int32))
+        self.sentences.append(tokens)
+    if not self.rows:
+      raise ValueError("no block has two sentences: ICT needs multi-sentence blocks")
+
+  def __len__(self) -> int:
+    return len(self.rows)
+
+  def _examples(self, seed: int, remove_prob: float, max_query: int):
+    rng = np.random.default_rng(seed)
+    while True:
+      for b in rng.permutation(len(self.rows)):
+        sentences = self.sentences[b]
+        i = int(rng.integers(len(sentences)))
+        keep = [s for j, s in enumerate(sentences) if j != i or rng.random() >= remove_prob]
+        yield sentences[i][:max_query], self.titles[b], np.concatenate(keep)
+
+  def dataset(self, batch_size: int, seed: int = 0, remove_prob: float = 0.9,
+              query_length: int = 64, block_length: int = 288) -> tf.data.Dataset:
+    """An endless dataset of {"query": [B, Lq] features, "block": [B, Lb] features}; the
+    i-th query's positive is the i-th block, every other block in the batch is a negative."""
+    spec = tf.TensorSpec([None], tf.int32)
+    query_packer = BertPacker(query_length, self.tokenizer.cls_id, self.tokenizer.sep_id,
+                              self.tokenizer.pad_id)
+    block_packer = BertPacker(block_length, self.tokenizer.cls_id, self.tokenizer.sep_id,
+                              self.tokenizer.pad_id)
+
+    def pack(query, title, body) -> Dict[str, Dict[str, tf.Tensor]]:
+      return {"query": query_packer(query), "block": block_packer((title, body))}
+
+    return (tf.data.Dataset.from_generator(
+        lambda: self._examples(seed, remove_prob, query_length - 2),
+        output_signature=(spec, spec, spec))
+            .ragged_batch(batch_size, drop_remainder=True)
+            .map(pack).prefetch(2))

@@ -1,0 +1,92 @@
+"""ICT warm-start of the retriever with in-batch negatives gathered across replicas.
+
+Per replica with b examples: scores = q [b, D] · all_gather(z) [B, D]ᵀ, the positive of query i
+is the block at global row replica_id·b + i; loss = Σ softmax cross-entropy / B (the global
+batch), so gradients summed over replicas equal the single-device gradient.
+"""
+import dataclasses
+import os
+from typing import Dict
+
+import tensorflow as tf
+
+from realm_tf.data.block_store import BlockStore
+from realm_tf.export.doc_embedder import export_doc_embedder
+from realm_tf.models.retriever import Retriever
+from realm_tf.models.saving import save_model
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf.training.ict_data import IctCorpus
+from realm_tf.training.optimizer import build_optimizer
+from realm_tf.training.train_loop import TrainLoop
+
+
+@dataclasses.dataclass
+class IctConfig:
+  model_dir: str
+  num_steps: int = 1000
+  batch_size: int = 32
+  learning_rate: float = 1e-4
+  query_length: int = 64
+  block_length: int = 288
+  remove_prob: float = 0.9
+  checkpoint_every: int = 100
+  seed: int = 0
+
+
+def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
+  """The replicated ICT train step: batch -> {"loss", "accuracy"} (per-replica sums)."""
+
+  def step(batch):
+    context = tf.distribute.get_replica_context()
+    with tf.GradientTape() as tape:
+      queries = retriever.embed_query(batch["query"], training=True)  # [b, D]
+      blocks = retriever.embed_documents(batch["block"], training=True)  # [b, D]
+      all_blocks = context.all_gather(blocks, axis=0)  # [B, D]
+      logits = tf.matmul(queries, all_blocks, transpose_b=True)  # [b, B]
+      local = tf.shape(queries)[0]
+      labels = context.replica_id_in_sync_group * local + tf.range(local)
+      losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+      loss = tf.reduce_sum(losses) / global_batch_size
+    variables = retriever.trainable_variables
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+    return {"loss": loss, "accuracy": tf.reduce_sum(correct) / global_batch_size}
+
+  return step
+
+
+def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
+              tokenizer: WordpieceTokenizer, strategy=None, verbose: bool = True):
+  """Trains `retriever` (built in `strategy.scope()`) with ICT; writes checkpoints, the final
+  retriever (`model_dir/retriever`) and a doc-embedder export (`model_dir/doc_embedder`).
+
+  Returns:
+    (last metrics, per-step history).
+  """
+  strategy = strategy or tf.distribute.get_strategy()
+  corpus = IctCorpus(store, tokenizer)
+  if len(corpus) < config.batch_size:
+    raise ValueError(f"ICT needs at least batch_size={config.batch_size} multi-sentence blocks, "
+                     f"the corpus has {len(corpus)}")
+  with strategy.scope():
+    optimizer = build_optimizer(config.learning_rate, config.num_steps)
+  loop = TrainLoop(config.model_dir, dict(retriever=retriever, optimizer=optimizer),
+                   config.num_steps, checkpoint_every=config.checkpoint_every, verbose=verbose)
+  start = loop.restore()
+  dataset = corpus.dataset(config.batch_size, seed=config.seed + start,
+                           remove_prob=config.remove_prob, query_length=config.query_length,
+                           block_length=config.block_length)
+  iterator = iter(strategy.experimental_distribute_dataset(dataset))
+  step = tf.function(ict_step(retriever, optimizer, config.batch_size))
+
+  def run_step(_) -> Dict[str, tf.Tensor]:
+    per_replica = strategy.run(step, args=(next(iterator),))
+    return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+            for k, v in per_replica.items()}
+
+  metrics = loop.run(run_step)
+  save_model(retriever, os.path.join(config.model_dir, "retriever"))
+  export_doc_embedder(retriever, os.path.join(config.model_dir, "doc_embedder"),
+                      tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+                      block_length=config.block_length, snapshot_step=config.num_steps)
+  return metrics, loop.history

@@ -1,0 +1,186 @@
+"""Keeping the MIPS index fresh while the retriever trains (REALM §3.3 / Appendix A).
+
+Every index is published under `<index_root>/step-XXXXXXXX` (the step of the doc-embedder
+weights it was built from) by `realm_tf.mips.index_publisher`, atomically, with `LATEST`
+pointing at the newest; the trainer only ever loads complete, verified indexes.
+
+* `SynchronousRefresher`: every N steps, re-embed all blocks with the current doc tower and
+  rebuild, blocking the trainer (tests, and the stale-index ablation with a large N).
+* `AsynchronousRefresher`: every N steps, export a doc-embedder snapshot; an index-builder
+  process (`python -m pipelines.build_index`, or the same Beam pipeline on a cluster runner)
+  embeds and publishes in the background; between steps the trainer swaps in the newest
+  published index without pausing. A builder that dies leaves no partial index in use.
+Staleness = current step − snapshot step of the index in use.
+"""
+import abc
+import os
+import subprocess
+import sys
+import uuid
+from typing import List, Optional, Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from realm_tf.data.block_store import BlockStore
+from realm_tf.export.doc_embedder import export_doc_embedder
+from realm_tf.mips import index_publisher
+from realm_tf.mips.mips_index import MipsIndex
+from realm_tf.models.retriever import Retriever
+from realm_tf.training.store_embedding import INDEX_KINDS
+from realm_tf.training.store_embedding import build_index
+from realm_tf.training.store_embedding import embed_store
+
+def version_for_step(step: int) -> str:
+  return f"step-{step:08d}"
+
+
+def step_of_version(version: str) -> int:
+  return int(version.split("-")[-1])
+
+
+class IndexRefresher(abc.ABC):
+  """Holds the index in use; subclasses decide when and how a new one is built.
+
+  Args:
+    index_root: where versions are published.
+    every_n_steps: refresh period in trainer steps.
+    store: the corpus (row order of every index).
+    special_ids: (cls_id, sep_id, pad_id).
+    kind: "scann" or "brute_force".
+    block_length: packed block length.
+  """
+
+  def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
+               special_ids: Sequence[int], kind: str = "scann", block_length: int = 288):
+    if kind not in INDEX_KINDS:
+      raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
+    self.index_root, self.every_n_steps, self.store = index_root, max(1, every_n_steps), store
+    self.special_ids, self.kind, self.block_length = tuple(special_ids), kind, block_length
+    self.index: Optional[MipsIndex] = None
+    self.version = ""
+    self.snapshot_step = 0
+    self.swaps = 0
+
+  def _load(self, version: str) -> None:
+    index = index_publisher.load_version(self.index_root, version)
+    if index.num_docs != len(self.store):
+      raise ValueError(f"index {version} in {self.index_root} has {index.num_docs} blocks, "
+                       f"the corpus {len(self.store)}")
+    self.index, self.version, self.snapshot_step = index, version, step_of_version(version)
+    self.swaps += 1
+    logging.info("Using index %s (snapshot step %d)", version, self.snapshot_step)
+
+  def _build_now(self, step: int, retriever: Retriever) -> None:
+    embeddings = embed_store(retriever, self.store, *self.special_ids,
+                             block_length=self.block_length)
+    version = version_for_step(step)
+    index_publisher.publish(build_index(embeddings, self.kind), self.index_root, version,
+                            {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint})
+    self._load(version)
+
+  def start(self, step: int, retriever: Retriever, resume_version: str = "") -> None:
+    """Loads the index a resumed run used (or the newest), building one if none exists."""
+    index_publisher.cleanup_partial(self.index_root)
+    versions = index_publisher.list_versions(self.index_root)
+    if resume_version and resume_version in versions:
+      self._load(resume_version)
+    elif versions:
+      self._load(versions[-1])
+    else:
+      self._build_now(step, retriever)
+
+  @abc.abstractmethod
+  def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
+    """Called after each step; returns True when a new index was swapped in."""
+
+  def close(self) -> None:
+    """Releases background resources."""
+
+
+class SynchronousRefresher(IndexRefresher):
+  """Rebuilds in the trainer's process every N steps, blocking."""
+
+  def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
+    if step % self.every_n_steps:
+      return False
+    self._build_now(step, retriever)
+    return True
+
+
+class AsynchronousRefresher(IndexRefresher):
+  """Snapshots the doc embedder every N steps; a builder process publishes indexes.
+
+  Args:
+    corpus_dir: the block shards the builder reads.
+    snapshot_root: where doc-embedder snapshots are exported.
+    builder_args: extra command-line arguments for the builder (e.g. Beam runner flags to run
+      it on Dataflow or Flink in cluster mode).
+  """
+
+  def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
+               special_ids: Sequence[int], corpus_dir: str, snapshot_root: str,
+               kind: str = "scann", block_length: int = 288,
+               builder_args: Sequence[str] = ()):
+    super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length)
+    self.corpus_dir, self.snapshot_root = corpus_dir, snapshot_root
+    self.builder_args = list(builder_args)
+    self._builder: Optional[subprocess.Popen] = None
+    self._pending: Optional[str] = None
+
+  def _snapshot(self, step: int, retriever: Retriever) -> str:
+    final = os.path.join(self.snapshot_root, version_for_step(step))
+    tmp = f"{final}.tmp-{uuid.uuid4().hex}"
+    export_doc_embedder(retriever, tmp, *self.special_ids, block_length=self.block_length,
+                        snapshot_step=step)
+    if tf.io.gfile.exists(final):
+      tf.io.gfile.rmtree(final)
+    tf.io.gfile.rename(tmp, final)
+    return final
+
+  def builder_command(self, snapshot_dir: str) -> List[str]:
+    return [sys.executable, "-m", "pipelines.build_index", f"--corpus_dir={self.corpus_dir}",
+            f"--embedder_dir={snapshot_dir}", f"--index_root={self.index_root}",
+            f"--kind={self.kind}"] + self.builder_args
+
+  def _launch(self, snapshot_dir: str) -> None:
+    self._builder = subprocess.Popen(self.builder_command(snapshot_dir),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    logging.info("Index builder started on %s (pid %d)", snapshot_dir, self._builder.pid)
+
+  def _poll_builder(self) -> None:
+    if self._builder is None or self._builder.poll() is None:
+      return
+    if self._builder.returncode:
+      logging.warning("Index builder failed (exit %d): %s", self._builder.returncode,
+                      self._builder.stderr.read().decode(errors="replace")[-2000:])
+    self._builder = None
+    if self._pending:
+      pending, self._pending = self._pending, None
+      self._launch(pending)
+
+  def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
+    self._poll_builder()
+    if step % self.every_n_steps == 0:
+      snapshot = self._snapshot(step, retriever)
+      if self._builder is None:
+        self._launch(snapshot)
+      else:
+        self._pending = snapshot  # the builder is busy: it takes the newest snapshot next
+    newest = index_publisher.latest_version(self.index_root)
+    if newest and newest > self.version:
+      self._load(newest)
+      return True
+    return False
+
+  def wait(self, timeout: Optional[float] = None) -> None:
+    """Waits for the running (and pending) builds; for tests and the end of a run."""
+    while self._builder is not None:
+      self._builder.wait(timeout)
+      self._poll_builder()
+
+  def close(self) -> None:
+    if self._builder is not None and self._builder.poll() is None:
+      self._builder.terminate()
+      self._builder.wait(30)
+    self._builder = None

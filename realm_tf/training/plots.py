@@ -1,0 +1,53 @@
+"""The retrieval-utility curve (REALM Figure 4) from a run's `metrics.jsonl`."""
+import json
+from typing import Dict, List, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def read_metrics(path: str) -> List[Dict[str, float]]:
+  """The per-step metrics a `TrainLoop` wrote (resumed runs: the latest value per step)."""
+  by_step = {}
+  with open(path, encoding="utf-8") as f:
+    for line_number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{line_number}: not JSON ({e})") from e
+      by_step[int(record["step"])] = record
+  return [by_step[s] for s in sorted(by_step)]
+
+
+def plot_retrieval_utility(runs: Dict[str, str], output_png: str, smoothing: int = 1,
+                           metric: str = "retrieval_utility") -> str:
+  """Plots `metric` vs step for each {label: metrics.jsonl} run into `output_png`."""
+  figure, axis = plt.subplots(figsize=(6, 4))
+  for label, path in runs.items():
+    records = [r for r in read_metrics(path) if metric in r]
+    if not records:
+      raise ValueError(f"{path} has no {metric!r} values")
+    steps = np.array([r["step"] for r in records])
+    values = _smooth(np.array([r[metric] for r in records]), smoothing)
+    axis.plot(steps, values, label=label)
+  axis.axhline(0.0, color="grey", linewidth=0.5)
+  axis.set_xlabel("pre-training step")
+  axis.set_ylabel("retrieval utility (nats)" if metric == "retrieval_utility" else metric)
+  axis.legend()
+  figure.tight_layout()
+  figure.savefig(output_png, dpi=120)
+  plt.close(figure)
+  return output_png
+
+
+def _smooth(values: Sequence[float], window: int) -> np.ndarray:
+  if window <= 1:
+    return np.asarray(values)
+  kernel = np.ones(window) / window
+  padded = np.concatenate([np.full(window - 1, values[0]), values])
+  return np.convolve(padded, kernel, mode="valid")

@@ -1,0 +1,191 @@
+"""REALM pre-training: backpropagation through retrieval (REALM §2–3, DESIGN.md §3).
+
+Per step:
+  1. replicated: embed the masked queries with the current θ;
+  2. host: search the (possibly stale) index, drop the source block, null document first,
+     cut to K, pack candidate and reader inputs (`CandidateBuilder`);
+  3. replicated: re-embed query and candidates with the current θ (fresh p(z|x) and its
+     gradient), read every (x, z), and minimise the per-token marginal negative log-likelihood
+     over the K candidates; gradients flow into both towers and the reader.
+The index is swapped between steps by an `IndexRefresher`. Logged: loss, MLM accuracy of the
+marginal prediction, retrieval utility vs the null document, how often the source block is
+retrieved, index version and staleness, step time.
+Legend: B batch, K candidates, M masked positions, V vocabulary, D embedding dim.
+"""
+import dataclasses
+import os
+from typing import Dict
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.data.block_store import BlockStore
+from realm_tf.losses.mlm_marginal_likelihood import marginal_mlm_loss
+from realm_tf.losses.mlm_marginal_likelihood import marginal_token_log_probs
+from realm_tf.losses.retrieval_utility import retrieval_utility
+from realm_tf.models.reader import Reader
+from realm_tf.models.retriever import Retriever
+from realm_tf.models.saving import save_model
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf.training import distribute
+from realm_tf.training.candidates import CandidateBuilder
+from realm_tf.training.optimizer import build_optimizer
+from realm_tf.training.pretraining_data import masked_query_dataset
+from realm_tf.training.train_loop import TrainLoop
+
+
+@dataclasses.dataclass
+class PretrainingConfig:
+  model_dir: str
+  examples_dir: str
+  num_steps: int = 1000
+  batch_size: int = 16
+  learning_rate: float = 3e-5
+  num_candidates: int = 8
+  null_document: bool = True
+  exclude_source: bool = True
+  masking: str = "salient_span"
+  query_length: int = 96
+  block_length: int = 288
+  max_predictions: int = 10
+  checkpoint_every: int = 100
+  seed: int = 0
+
+
+def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_document: bool):
+  """The replicated REALM step: batch -> per-replica metric sums (see module docstring)."""
+
+  def step(batch):
+    with tf.GradientTape() as tape:
+      query = retriever.embed_query(batch["query"], training=True)  # [b, D]
+      candidates = retriever.embed_candidates(batch["candidates"], training=True)  # [b, K, D]
+      logits = Retriever.score(query, candidates)  # [b, K]
+      logits = tf.where(batch["candidate_mask"], logits, -1e9)
+      shape = tf.shape(batch["reader"]["input_word_ids"])
+      b, k = shape[0], shape[1]
+      flat = {n: tf.reshape(t, [b * k, -1]) for n, t in batch["reader"].items()}
+      positions = tf.repeat(batch["masked_lm_positions"], k, axis=0)  # [b*K, M]
+      mlm = reader.mlm_logits(flat, positions, training=True)
+      mlm = tf.reshape(mlm, [b, k, tf.shape(positions)[1], -1])  # [b, K, M, V]
+      loss, token_log_probs = marginal_mlm_loss(logits, mlm, batch["masked_lm_ids"],
+                                                batch["masked_lm_weights"],
+                                                normalizer=batch["normalizer"][0])
+    variables = retriever.trainable_variables + reader.trainable_variables
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+    weights = batch["masked_lm_weights"]
+    candidate_log_probs = tf.nn.log_softmax(logits, axis=-1)[:, :, None, None]
+    marginal_vocab = tf.reduce_logsumexp(candidate_log_probs + tf.nn.log_softmax(mlm), axis=1)
+    predicted = tf.argmax(marginal_vocab, axis=-1, output_type=tf.int32)  # [b, M]
+    correct = tf.cast(tf.equal(predicted, batch["masked_lm_ids"]), tf.float32) * weights
+    has_mask = tf.cast(tf.reduce_sum(weights, -1) > 0, tf.float32)
+    metrics = {"loss": loss, "correct": tf.reduce_sum(correct),
+               "masked_tokens": tf.reduce_sum(weights), "examples": tf.reduce_sum(has_mask),
+               "marginal_log_prob": tf.reduce_sum(
+                   marginal_token_log_probs(logits, token_log_probs) * weights)}
+    if null_document:
+      metrics["retrieval_utility"] = tf.reduce_sum(
+          retrieval_utility(logits, token_log_probs, weights) * has_mask)
+    return metrics
+
+  return step
+
+
+class RealmPretrainer:
+  """Runs REALM pre-training under a `tf.distribute` strategy with an index refresher.
+
+  Args:
+    config: the run's settings.
+    retriever, reader: built inside `strategy.scope()`.
+    store: the block corpus; row order must match the refresher's indexes.
+    tokenizer: gives the special ids.
+    refresher: an `IndexRefresher` (synchronous or asynchronous).
+    strategy: a `tf.distribute` strategy (default: the default strategy).
+  """
+
+  def __init__(self, config: PretrainingConfig, retriever: Retriever, reader: Reader,
+               store: BlockStore, tokenizer: WordpieceTokenizer, refresher, strategy=None):
+    self.config = config
+    self.retriever, self.reader, self.store = retriever, reader, store
+    self.refresher = refresher
+    self.strategy = strategy or tf.distribute.get_strategy()
+    self.tokenizer = tokenizer
+    self.candidates = CandidateBuilder(
+        store, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, config.num_candidates,
+        config.null_document, config.exclude_source, config.block_length,
+        config.query_length + config.block_length)
+    with self.strategy.scope():
+      self.optimizer = build_optimizer(config.learning_rate, config.num_steps)
+      self.index_version = tf.Variable("", trainable=False, name="index_version")
+    self.loop = TrainLoop(config.model_dir, dict(retriever=retriever, reader=reader,
+                                                 optimizer=self.optimizer,
+                                                 index_version=self.index_version),
+                          config.num_steps, checkpoint_every=config.checkpoint_every)
+    self._train_step = tf.function(pretraining_step(retriever, reader, self.optimizer,
+                                                    config.null_document))
+    self._embed_query = tf.function(lambda f: retriever.embed_query(f, training=False))
+
+  def _source_rows(self, block_ids: np.ndarray) -> np.ndarray:
+    rows = np.searchsorted(self.store.block_ids, block_ids)
+    rows = np.minimum(rows, len(self.store) - 1)
+    return np.where(self.store.block_ids[rows] == block_ids, rows, -1)
+
+  def _step(self, batch) -> Dict[str, float]:
+    strategy = self.strategy
+    index = self.refresher.index
+    if index.dim != self.retriever.projection_size:
+      raise ValueError(f"index dim {index.dim} != embedder dim {self.retriever.projection_size}")
+    if index.num_docs != len(self.store):
+      raise ValueError(f"index has {index.num_docs} blocks, the corpus {len(self.store)}")
+    query_emb = distribute.local_batch(strategy, strategy.run(
+        self._embed_query, args=(distribute.distribute_batch(strategy, batch["query"]),)))
+    _, retrieved = index.search(query_emb, self.candidates.num_to_retrieve)
+    selection = self.candidates.select(retrieved.numpy(),
+                                       self._source_rows(batch["block_id"].numpy()))
+    query_ids = tf.RaggedTensor.from_tensor(batch["query_ids"], lengths=batch["query_length"])
+    docs, reader = self.candidates.features(tf.constant(selection.rows), query_ids)
+    size = int(batch["block_id"].shape[0])
+    total_weight = tf.reduce_sum(batch["masked_lm_weights"])
+    step_batch = {
+        "query": batch["query"], "candidates": docs, "reader": reader,
+        "candidate_mask": tf.constant(selection.mask),
+        "masked_lm_positions": batch["masked_lm_positions"],
+        "masked_lm_ids": batch["masked_lm_ids"],
+        "masked_lm_weights": batch["masked_lm_weights"],
+        "normalizer": tf.fill([size], total_weight)}
+    sums = strategy.run(self._train_step,
+                        args=(distribute.distribute_batch(strategy, step_batch),))
+    sums = {k: float(strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None))
+            for k, v in sums.items()}
+    examples = max(sums.pop("examples"), 1.0)
+    tokens = max(sums.pop("masked_tokens"), 1.0)
+    metrics = {"loss": sums["loss"], "mlm_accuracy": sums["correct"] / tokens,
+               "unmaskable": 1.0 - examples / size,
+               "source_retrieved": float(selection.source_retrieved.mean()),
+               "index_staleness": float(self.loop.step.numpy() - self.refresher.snapshot_step),
+               "index_snapshot_step": float(self.refresher.snapshot_step)}
+    if "retrieval_utility" in sums:
+      metrics["retrieval_utility"] = sums["retrieval_utility"] / examples
+    return metrics
+
+  def train(self, verbose: bool = True):
+    """Trains to `num_steps` (resuming from the last checkpoint); returns the step history."""
+    self.loop.verbose = verbose
+    start = self.loop.restore()
+    self.refresher.start(start, self.retriever, resume_version=self.index_version.numpy().decode())
+    self.index_version.assign(self.refresher.version)
+    data = iter(masked_query_dataset(
+        self.config.examples_dir, self.tokenizer, self.config.batch_size, self.config.masking,
+        self.config.query_length, self.config.max_predictions, seed=self.config.seed + start))
+
+    def after_step(step: int):
+      if self.refresher.maybe_refresh(step, self.retriever):
+        self.index_version.assign(self.refresher.version)
+
+    try:
+      self.loop.run(lambda _: self._step(next(data)), after_step=after_step)
+    finally:
+      self.refresher.close()
+    save_model(self.retriever, os.path.join(self.config.model_dir, "retriever"))
+    save_model(self.reader, os.path.join(self.config.model_dir, "reader"))
+    return self.loop.history

@@ -1,0 +1,177 @@
+"""REALM pre-training: candidates, masked inputs, the training step with index refresh,
+bad input, and the ICT warm-start."""
+import dataclasses
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tiny_world
+from realm_tf import configs
+from realm_tf.data.block_store import BlockStore
+from realm_tf.training.candidates import CandidateBuilder
+from realm_tf.training.ict_lib import IctConfig
+from realm_tf.training.ict_lib import train_ict
+from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.training.pretraining_data import masked_query_dataset
+from realm_tf.training.pretraining_lib import PretrainingConfig
+from realm_tf.training.pretraining_lib import RealmPretrainer
+
+ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+  directory = str(tmp_path_factory.mktemp("world"))
+  store, tokenizer = tiny_world.write_world(directory)
+  return directory, store, tokenizer
+
+
+def _models(encoder=ENCODER):
+  retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
+                                                              projection_size=16))
+  reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
+  retriever.build()
+  reader.build()
+  return retriever, reader
+
+
+def _config(model_dir, examples_dir, **overrides):
+  return dataclasses.replace(PretrainingConfig(
+      model_dir=model_dir, examples_dir=examples_dir, num_steps=30, batch_size=8,
+      learning_rate=1e-3, num_candidates=4, query_length=16, block_length=24,
+      checkpoint_every=10), **overrides)
+
+
+def test_candidate_selection(world):
+  _, store, tok = world
+  builder = CandidateBuilder(store, tok.cls_id, tok.sep_id, tok.pad_id, num_candidates=4)
+  assert builder.num_to_retrieve == 4  # 4 - null + excluded source
+  retrieved = np.array([[3, 5, 7, 9], [2, 4, 6, -1]])
+  selection = builder.select(retrieved, np.array([5, 8]))
+  null = builder.null_row
+  np.testing.assert_array_equal(selection.rows, [[null, 3, 7, 9], [null, 2, 4, 6]])
+  np.testing.assert_array_equal(selection.mask, [[1, 1, 1, 1], [1, 1, 1, 1]])
+  np.testing.assert_array_equal(selection.source_retrieved, [True, False])
+  no_null = CandidateBuilder(store, tok.cls_id, tok.sep_id, tok.pad_id, num_candidates=4,
+                             null_document=False, exclude_source=False)
+  selection = no_null.select(np.array([[3, 5, -1, -1]]), np.array([5]))
+  np.testing.assert_array_equal(selection.rows, [[3, 5, null, null]])
+  np.testing.assert_array_equal(selection.mask, [[1, 1, 0, 0]])
+
+
+def test_candidate_features_pack_null_document_and_reader_input(world):
+  _, store, tok = world
+  builder = CandidateBuilder(store, tok.cls_id, tok.sep_id, tok.pad_id, num_candidates=2,
+                             block_length=24, reader_length=40)
+  query = tf.ragged.constant([[tok.token_to_id("ada"), tok.mask_id]], dtype=tf.int32)
+  docs, reader = builder.features(tf.constant([[builder.null_row, 0]], tf.int64), query)
+  cls, sep = tok.cls_id, tok.sep_id
+  assert docs["input_word_ids"].shape == (1, 2, 24)
+  np.testing.assert_array_equal(docs["input_word_ids"][0, 0, :4], [cls, sep, sep, 0])
+  title = store.title_ids[0].numpy().tolist()
+  assert docs["input_word_ids"][0, 1, 1:1 + len(title)].numpy().tolist() == title
+  body = store.body_ids[0].numpy().tolist()
+  expected = [cls] + query[0].numpy().tolist() + [sep] + body + [sep]
+  assert reader["input_word_ids"][0, 1, :len(expected)].numpy().tolist() == expected
+  np.testing.assert_array_equal(reader["input_word_ids"][0, 0, :5],
+                                [cls] + query[0].numpy().tolist() + [sep, sep])
+
+
+def test_corpus_smaller_than_k_is_an_error(world):
+  _, store, tok = world
+  with pytest.raises(ValueError, match="17 blocks must be retrieved per query but the corpus "
+                                       "has only 16"):
+    CandidateBuilder(store, tok.cls_id, tok.sep_id, tok.pad_id, num_candidates=17)
+
+
+@pytest.mark.parametrize("strategy", ["salient_span", "random_token", "random_span"])
+def test_masked_queries(world, strategy):
+  directory, _, tok = world
+  batch = next(iter(masked_query_dataset(directory, tok, 4, strategy, query_length=16)))
+  weights = batch["masked_lm_weights"].numpy()
+  assert (weights.sum(-1) > 0).all()
+  ids = batch["query"]["input_word_ids"].numpy()
+  for row in range(4):
+    positions = batch["masked_lm_positions"][row][weights[row] > 0].numpy()
+    assert (ids[row, positions] == tok.mask_id).all()
+    length = int(batch["query_length"][row])
+    np.testing.assert_array_equal(batch["query_ids"][row, :length], ids[row, 1:1 + length])
+  if strategy == "salient_span":
+    assert (weights.sum(-1) == 1).all()  # every tiny-world span is one wordpiece
+    values = {tok.token_to_id(w) for w in tiny_world.CITIES + tiny_world.JOBS}
+    assert set(batch["masked_lm_ids"].numpy()[weights > 0].tolist()) <= values
+
+
+def test_masked_queries_bad_arguments(world, tmp_path):
+  directory, _, tok = world
+  with pytest.raises(ValueError, match="masking_strategy"):
+    masked_query_dataset(directory, tok, 4, "whole_word")
+  with pytest.raises(FileNotFoundError, match="examples-"):
+    masked_query_dataset(str(tmp_path), tok, 4)
+
+
+def test_pretraining_learns_and_swaps_indexes(world, tmp_path):
+  directory, store, tok = world
+  retriever, reader = _models()
+  refresher = SynchronousRefresher(str(tmp_path / "index"), 10, store,
+                                   (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",
+                                   block_length=24)
+  history = RealmPretrainer(_config(str(tmp_path / "run"), directory), retriever, reader,
+                            store, tok, refresher).train(verbose=False)
+  losses = [h["loss"] for h in history]
+  assert len(history) == 30 and all(math.isfinite(x) for x in losses)
+  assert np.mean(losses[-8:]) < np.mean(losses[:8]) - 0.1
+  assert sorted({h["index_snapshot_step"] for h in history}) == [0, 10, 20]
+  assert sorted(os.listdir(tmp_path / "index"))[:3] == ["LATEST", "step-00000000",
+                                                        "step-00000010"]
+  assert max(h["index_staleness"] for h in history) == 9
+  assert all(-50 < h["retrieval_utility"] < 50 for h in history)
+
+
+def test_unmaskable_examples_are_counted_not_nan(world, tmp_path):
+  directory, store, tok = world
+  retriever, reader = _models()
+  refresher = SynchronousRefresher(str(tmp_path / "index"), 100, store,
+                                   (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",
+                                   block_length=24)
+  # Queries cut to 3 wordpieces: most salient spans fall outside and cannot be masked.
+  history = RealmPretrainer(_config(str(tmp_path / "run"), directory, num_steps=3,
+                                    query_length=5), retriever, reader, store, tok,
+                            refresher).train(verbose=False)
+  assert all(math.isfinite(h["loss"]) for h in history)
+  assert max(h["unmaskable"] for h in history) > 0
+
+
+def test_index_of_another_dimension_is_rejected(world, tmp_path):
+  directory, store, tok = world
+  special = (tok.cls_id, tok.sep_id, tok.pad_id)
+  narrow = configs.build_retriever(configs.RetrieverConfig(encoder=ENCODER, projection_size=8))
+  narrow.build()
+  SynchronousRefresher(str(tmp_path / "index"), 10, store, special, "brute_force",
+                       24).start(0, narrow)  # publishes an 8-dim index
+  retriever, reader = _models()
+  refresher = SynchronousRefresher(str(tmp_path / "index"), 10, store, special, "brute_force", 24)
+  with pytest.raises(ValueError, match="index dim 8 != embedder dim 16"):
+    RealmPretrainer(_config(str(tmp_path / "run"), directory, num_steps=1), retriever, reader,
+                    store, tok, refresher).train(verbose=False)
+
+
+def test_ict_learns_with_in_batch_negatives(world, tmp_path):
+  _, store, tok = world
+  # Random tiny towers start with near-identical [CLS] vectors (pre-trained BERT does not);
+  # a wider init breaks that symmetry within a few dozen steps.
+  encoder = dataclasses.replace(ENCODER, initializer_range=0.2)
+  retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
+                                                              projection_size=16))
+  retriever.build()
+  metrics, history = train_ict(
+      IctConfig(model_dir=str(tmp_path), num_steps=60, batch_size=8, learning_rate=3e-3,
+                query_length=12, block_length=24, checkpoint_every=30), retriever, store, tok,
+      verbose=False)
+  losses = [h["loss"] for h in history]
+  assert np.mean(losses[-10:]) < min(np.mean(losses[:10]), math.log(8)) - 0.2
+  assert os.path.exists(tmp_path / "retriever" / "config.json")
+  assert os.path.exists(tmp_path / "doc_embedder" / "saved_model.pb")
