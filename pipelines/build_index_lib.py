@@ -1,0 +1,301 @@
+"""Pipeline 3, the index builder: blocks -> embeddings -> MIPS index, published atomically.
+
+    ReadBlocks -> EmbedBlocks (doc-embedder export, parallel batches)
+               -> WriteEmbeddingShards (range-sharded by block id, each shard sorted)
+    then, in the launching process: collect the shards in order (= canonical block order),
+    check them against the corpus, build ScaNN (or exact) and `index_publisher.publish`.
+
+This is the builder of REALM's asynchronous index refresh: the trainer exports a doc-embedder
+snapshot and runs `python -m pipelines.build_index ...` (or `build_index(...)`) on it; the
+new index appears as `<index_root>/<version>/` and `LATEST` only once complete and verified.
+
+Embedding shards `embeddings-SSSSS-of-NNNNN.tfrecord` (records as
+`realm_tf.data.formats.embedding_example`) hold the block ids of the range
+[s * 2^63 / N, (s + 1) * 2^63 / N) in ascending order (block ids are uniform hashes, so the
+shards are balanced), so reading the shards in name order yields the canonical order with no
+global sort. They are written to `embeddings_dir` (kept), or to a `<version>.tmp-<uuid>-
+embeddings` work directory under `index_root` that is removed after publication (and by
+`index_publisher.cleanup_partial` if the builder is killed).
+
+Checks before publishing: every corpus block has exactly one embedding, the ids read back are
+the corpus's canonical ids (`block_records.corpus_fingerprint`, equal to
+`BlockStore.load(corpus_dir).fingerprint`), all embeddings finite with the export's dimension.
+The manifest's builder parameters carry `corpus_fingerprint`, `snapshot_step` (from the
+export), `embedder_dir` and `num_blocks`.
+
+Counters: `blocks_embedded`, `embedding_batches`, `embedding_shards`.
+Legend: N blocks, D embedding dimension, S shards.
+"""
+import dataclasses
+import math
+import os
+import uuid
+from typing import Dict, List, Optional, Tuple
+
+import apache_beam as beam
+import numpy as np
+import tensorflow as tf
+
+from pipelines import beam_runner
+from pipelines import block_records
+from realm_tf.data import formats
+from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.mips import index_publisher
+from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.mips.mips_index import MipsIndex
+from realm_tf.mips.scann_index import ScannIndex
+
+KINDS = ("scann", "brute_force")
+EMBEDDINGS_PREFIX = "embeddings"
+BLOCKS_PER_SHARD = 100_000
+_ID_SPACE = 1 << 63
+
+
+class IndexBuildError(RuntimeError):
+  """The embeddings do not match the corpus (missing, duplicate or foreign block ids, wrong
+  dimension, non-finite values); nothing was published."""
+
+
+@dataclasses.dataclass
+class IndexBuild:
+  """What `build_index` published.
+
+  Attributes:
+    version: the published version.
+    directory: `<index_root>/<version>`.
+    num_blocks: N.
+    metadata: the metadata stored with the index.
+    counters: the pipeline's counters.
+  """
+  version: str
+  directory: str
+  num_blocks: int
+  metadata: Dict[str, object]
+  counters: Dict[str, int]
+
+
+def shard_of(block_id: int, num_shards: int) -> int:
+  """The embedding shard of `block_id`: its range of the 63-bit id space."""
+  return (int(block_id) * num_shards) >> 63
+
+
+def shard_path(directory: str, shard: int, num_shards: int) -> str:
+  return os.path.join(directory, f"{EMBEDDINGS_PREFIX}-{shard:05d}-of-{num_shards:05d}.tfrecord")
+
+
+class _EmbedFn(beam.DoFn):
+  """A batch of `BlockRecord`s -> (shard, (block_id, float32 [D])) for each block."""
+
+  def __init__(self, embedder_dir: str, num_shards: int):
+    super().__init__()
+    self._embedder_dir = embedder_dir
+    self._num_shards = num_shards
+    self._embedder: Optional[DocEmbedder] = None
+    self._blocks = beam_runner.counter("blocks_embedded")
+    self._batches = beam_runner.counter("embedding_batches")
+
+  def setup(self):
+    self._embedder = DocEmbedder(self._embedder_dir)
+
+  def process(self, blocks: List[block_records.BlockRecord]):
+    ragged = lambda rows: tf.RaggedTensor.from_row_lengths(
+        np.concatenate([r for r in rows] + [np.zeros([0], np.int64)]),
+        np.array([len(r) for r in rows], np.int64))
+    embeddings = self._embedder.embed_blocks(ragged([b.title_ids for b in blocks]),
+                                             ragged([b.body_ids for b in blocks]))  # [B, D]
+    self._batches.inc()
+    self._blocks.inc(len(blocks))
+    for block, embedding in zip(blocks, embeddings):
+      yield shard_of(block.block_id, self._num_shards), (block.block_id,
+                                                          embedding.astype(np.float32))
+
+
+class EmbedBlocks(beam.PTransform):
+  """`BlockRecord`s -> (shard, (block_id, embedding)) with a doc-embedder export.
+
+  Args:
+    embedder_dir: a `realm_tf.export.doc_embedder` SavedModel.
+    num_shards: S, the embedding shards.
+    blocks_per_batch: blocks per embedder call.
+  """
+
+  def __init__(self, embedder_dir: str, num_shards: int, blocks_per_batch: int = 128):
+    super().__init__()
+    self.embedder_dir = embedder_dir
+    self.num_shards = num_shards
+    self.blocks_per_batch = blocks_per_batch
+
+  def expand(self, blocks):
+    return (blocks
+            | "Batch" >> beam.BatchElements(min_batch_size=min(16, self.blocks_per_batch),
+                                            max_batch_size=self.blocks_per_batch)
+            | "Embed" >> beam.ParDo(_EmbedFn(self.embedder_dir, self.num_shards)))
+
+
+class _WriteShardFn(beam.DoFn):
+  """(shard, [(block_id, embedding)]) -> the shard file, ids ascending; yields (shard, n)."""
+
+  def __init__(self, directory: str, num_shards: int):
+    super().__init__()
+    self._directory = directory
+    self._num_shards = num_shards
+    self._shards = beam_runner.counter("embedding_shards")
+
+  def process(self, keyed):
+    shard, rows = keyed
+    rows = sorted((r for r in rows if r is not None), key=lambda r: r[0])
+    final = shard_path(self._directory, shard, self._num_shards)
+    tmp = f"{final}.tmp-{uuid.uuid4().hex}"  # a retried bundle rewrites the same content
+    with tf.io.TFRecordWriter(tmp) as writer:
+      for block_id, embedding in rows:
+        writer.write(formats.embedding_example(block_id, embedding))
+    tf.io.gfile.rename(tmp, final, overwrite=True)
+    self._shards.inc()
+    yield shard, len(rows)
+
+
+class WriteEmbeddingShards(beam.PTransform):
+  """(shard, (block_id, embedding)) -> `embeddings-SSSSS-of-NNNNN.tfrecord`, every shard
+  written (empty ones too), each in ascending block id order. Returns (shard, count)."""
+
+  def __init__(self, directory: str, num_shards: int):
+    super().__init__()
+    self.directory = directory
+    self.num_shards = num_shards
+
+  def expand(self, keyed_embeddings):
+    every_shard = (keyed_embeddings.pipeline
+                   | "AllShards" >> beam.Create([(s, None) for s in range(self.num_shards)]))
+    return ((keyed_embeddings, every_shard)
+            | "Flatten" >> beam.Flatten()
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(_WriteShardFn(self.directory, self.num_shards)))
+
+
+def read_embedding_shards(directory: str, num_shards: int) -> Tuple[np.ndarray, np.ndarray]:
+  """Concatenates the shards in order.
+
+  Returns:
+    (block_ids int64 [N], embeddings float32 [N, D]).
+  """
+  ids, rows = [], []
+  spec = {"block_id": formats.EMBEDDING_FEATURES["block_id"],
+          "embedding": formats.EMBEDDING_FEATURES["embedding"]}
+  files = [shard_path(directory, s, num_shards) for s in range(num_shards)]
+  missing = [f for f in files if not tf.io.gfile.exists(f)]
+  if missing:
+    raise IndexBuildError(f"embedding shards missing: {missing[:5]}")
+  for batch in tf.data.TFRecordDataset(files).batch(4096).map(
+      lambda records: tf.io.parse_example(records, spec)):
+    lengths = batch["embedding"].row_lengths().numpy()
+    if lengths.size and lengths.min() != lengths.max():
+      raise IndexBuildError(f"embeddings of different dimensions: {sorted(set(lengths))}")
+    ids.append(batch["block_id"].numpy())
+    rows.append(batch["embedding"].to_tensor().numpy())
+  if not ids:
+    return np.zeros([0], np.int64), np.zeros([0, 0], np.float32)
+  dims = {r.shape[1] for r in rows}
+  if len(dims) != 1:
+    raise IndexBuildError(f"embeddings of different dimensions: {sorted(dims)}")
+  return np.concatenate(ids).astype(np.int64), np.concatenate(rows).astype(np.float32)
+
+
+def check_embeddings(block_ids: np.ndarray, embeddings: np.ndarray, corpus_ids: np.ndarray,
+                     dim: int) -> None:
+  """Raises IndexBuildError unless the embeddings are exactly the corpus's, in order."""
+  if len(block_ids) != len(corpus_ids):
+    raise IndexBuildError(f"{len(block_ids)} embeddings for {len(corpus_ids)} corpus blocks")
+  if not np.array_equal(block_ids, corpus_ids):
+    wrong = np.nonzero(block_ids != corpus_ids)[0]
+    raise IndexBuildError(
+        f"embedding ids are not the corpus's canonical ids (fingerprint "
+        f"{block_records.fingerprint(block_ids)[:12]} vs "
+        f"{block_records.fingerprint(corpus_ids)[:12]}); first mismatch at row {wrong[0]}")
+  if embeddings.shape != (len(corpus_ids), dim):
+    raise IndexBuildError(f"embeddings have shape {embeddings.shape}, expected "
+                          f"({len(corpus_ids)}, {dim})")
+  if not np.isfinite(embeddings).all():
+    raise IndexBuildError(f"{int((~np.isfinite(embeddings)).sum())} non-finite embedding values")
+
+
+def make_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
+  """A `ScannIndex` ("scann") or `BruteForceIndex` ("brute_force") over [N, D] embeddings."""
+  if kind == "scann":
+    return ScannIndex.build(embeddings)
+  if kind == "brute_force":
+    return BruteForceIndex(embeddings)
+  raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+
+
+def build_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
+                   embeddings_dir: str, num_shards: int, blocks_per_batch: int = 128):
+  """Adds the embedding stage to `pipeline`; returns the (shard, count) PCollection."""
+  return (pipeline
+          | "ReadBlocks" >> block_records.ReadBlocks(corpus_dir)
+          | "EmbedBlocks" >> EmbedBlocks(embedder_dir, num_shards, blocks_per_batch)
+          | "WriteEmbeddingShards" >> WriteEmbeddingShards(embeddings_dir, num_shards))
+
+
+def run_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
+                 embeddings_dir: str, num_shards: int,
+                 blocks_per_batch: int = 128) -> Dict[str, int]:
+  """Builds the embedding stage on `pipeline`, runs it and returns its counters."""
+  build_pipeline(pipeline, corpus_dir, embedder_dir, embeddings_dir, num_shards,
+                 blocks_per_batch)
+  return beam_runner.run(pipeline)
+
+
+def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str = "scann",
+                version: str = "", pipeline_options: str = "", embeddings_dir: str = "",
+                num_shards: int = 0, blocks_per_batch: int = 128) -> IndexBuild:
+  """Embeds every block of `corpus_dir`, builds the index and publishes it.
+
+  Args:
+    corpus_dir: the block shards of pipeline 1.
+    embedder_dir: a doc-embedder export (`realm_tf.export.doc_embedder`).
+    index_root: where versions and `LATEST` live (`realm_tf.mips.index_publisher`).
+    kind: "scann" or "brute_force".
+    version: the version to publish; "" = `version_for_step(export's snapshot_step)` (step 0
+      for an export without a step).
+    pipeline_options: Beam options for the embedding stage (`--pipeline_options`).
+    embeddings_dir: keep the embedding shards there; "" = a temporary work directory.
+    num_shards: S; 0 = one per `BLOCKS_PER_SHARD` blocks.
+    blocks_per_batch: blocks per embedder call.
+
+  Returns:
+    the `IndexBuild`.
+
+  Raises:
+    IndexBuildError: the embeddings do not match the corpus.
+    FileExistsError: the version is published already.
+  """
+  if kind not in KINDS:
+    raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+  embedder = DocEmbedder(embedder_dir)
+  snapshot_step, dim = embedder.snapshot_step, embedder.embedding_dim
+  del embedder
+  version = version or index_publisher.version_for_step(max(0, snapshot_step))
+  if tf.io.gfile.exists(os.path.join(index_root, version)):
+    raise FileExistsError(f"index version {version} exists already in {index_root}")
+  corpus_ids = block_records.corpus_block_ids(corpus_dir)  # [N], canonical order
+  if len(corpus_ids) == 0:
+    raise IndexBuildError(f"the corpus {corpus_dir} has no blocks")
+  num_shards = num_shards or max(1, math.ceil(len(corpus_ids) / BLOCKS_PER_SHARD))
+  work_dir = embeddings_dir or os.path.join(
+      index_root, f"{version}.tmp-{uuid.uuid4().hex}-{EMBEDDINGS_PREFIX}")
+  tf.io.gfile.makedirs(work_dir)
+  try:
+    pipeline = beam.Pipeline(options=beam_runner.pipeline_options(pipeline_options))
+    counters = run_pipeline(pipeline, corpus_dir, embedder_dir, work_dir, num_shards,
+                            blocks_per_batch)
+    block_ids, embeddings = read_embedding_shards(work_dir, num_shards)
+    check_embeddings(block_ids, embeddings, corpus_ids, dim)
+    metadata = {"corpus_fingerprint": block_records.fingerprint(corpus_ids),
+                "snapshot_step": snapshot_step, "embedder_dir": embedder_dir,
+                "num_blocks": int(len(corpus_ids))}
+    directory = index_publisher.publish(make_index(embeddings, kind), index_root, version,
+                                        metadata)
+  finally:
+    if not embeddings_dir and tf.io.gfile.exists(work_dir):
+      tf.io.gfile.rmtree(work_dir)
+  return IndexBuild(version, directory, int(len(corpus_ids)), metadata, counters)

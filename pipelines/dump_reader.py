@@ -1,0 +1,241 @@
+"""Streams the pages of a MediaWiki XML dump (`.xml`, `.xml.bz2`, `.xml.gz`), never whole.
+
+The dump is decompressed and parsed in `chunk_bytes` pieces with expat, so memory is one chunk
+plus the page being read, whatever the dump's size (full English Wikipedia: ~90 GB of XML).
+Multistream `.bz2` dumps (concatenated bz2 streams) are read as one stream.
+
+Robustness, so that one bad byte never costs a dump:
+- invalid UTF-8 is decoded to U+FDD0 (a Unicode noncharacter, legal in XML) instead of
+  failing the XML parser; pages holding it report `invalid_utf8_bytes` > 0;
+- a page whose text exceeds `max_page_bytes` stops accumulating text (memory stays bounded)
+  and is reported with `over_long = True`;
+- a dump that ends early (truncated download, partial bz2 stream, cut XML) yields every page
+  that was complete before the break and then raises `DumpTruncatedError`, which tells where
+  it broke (decompressed byte offset, line, the last complete page).
+
+Offsets are byte offsets into the decompressed XML (where the page's `<page>` tag starts).
+"""
+import bz2
+import codecs
+import dataclasses
+import gzip
+from typing import BinaryIO, Iterator, List, Optional
+import xml.parsers.expat
+
+INVALID_UTF8_CHAR = "\ufdd0"
+_INVALID_UTF8_ERRORS = "realm_tf_invalid_utf8"
+DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_MAX_PAGE_BYTES = 4 << 20
+
+
+def _mark_invalid_utf8(error: UnicodeDecodeError):
+  return INVALID_UTF8_CHAR * (error.end - error.start), error.end
+
+
+codecs.register_error(_INVALID_UTF8_ERRORS, _mark_invalid_utf8)
+
+
+@dataclasses.dataclass
+class Page:
+  """One `<page>` of the dump (the latest revision's text).
+
+  Attributes:
+    title: page title.
+    namespace: the `<ns>` number (0 = main/article namespace).
+    page_id: the `<id>` of the page (-1 if absent).
+    redirect: the redirect target, or None for a real page.
+    text: the revision's wikitext ("" if absent); cut at `max_page_bytes` when over-long.
+    offset: byte offset of `<page>` in the decompressed dump.
+    line: 1-based line of `<page>` in the dump.
+    text_bytes: UTF-8 size of the whole wikitext, also when it was cut.
+    invalid_utf8_bytes: invalid UTF-8 bytes found in the page (each read as U+FDD0).
+    over_long: the text exceeded `max_page_bytes` and was cut.
+    source: the dump file the page comes from ("" if not known).
+  """
+  title: str
+  namespace: int
+  page_id: int
+  redirect: Optional[str]
+  text: str
+  offset: int
+  line: int
+  text_bytes: int = 0
+  invalid_utf8_bytes: int = 0
+  over_long: bool = False
+  source: str = ""
+
+
+class DumpTruncatedError(Exception):
+  """The dump ended before `</mediawiki>`; every complete page before the break was yielded.
+
+  Attributes:
+    offset: decompressed bytes read before the break.
+    line: the XML line the parser had reached.
+    pages_read: complete pages yielded before the break.
+    last_title: title of the last complete page ("" if none).
+    reason: what broke (decompressor or XML parser message).
+  """
+
+  def __init__(self, offset: int, line: int, pages_read: int, last_title: str, reason: str):
+    super().__init__(f"dump truncated at decompressed byte {offset} (line {line}) after "
+                     f"{pages_read} complete pages (last: {last_title!r}): {reason}")
+    self.offset = offset
+    self.line = line
+    self.pages_read = pages_read
+    self.last_title = last_title
+    self.reason = reason
+
+
+def open_decompressed(raw: BinaryIO, name: str) -> BinaryIO:
+  """Wraps a raw byte stream in the decompressor its file name asks for (`.bz2`, `.gz`)."""
+  if name.endswith(".bz2"):
+    return bz2.BZ2File(raw, "rb")
+  if name.endswith(".gz"):
+    return gzip.GzipFile(fileobj=raw, mode="rb")
+  return raw
+
+
+class _PageHandler:
+  """expat callbacks that assemble `Page`s; finished pages wait in `pages`."""
+
+  # Element paths (below <page>) whose text is kept; with several revisions the last wins.
+  _FIELDS = {("title",): "title", ("ns",): "ns", ("id",): "id", ("revision", "text"): "text"}
+
+  def __init__(self, parser, max_page_bytes: int):
+    self._parser = parser
+    self._max_page_bytes = max_page_bytes
+    self.pages: List[Page] = []
+    self._path: List[str] = []
+    self._page_depth = -1
+    self._page: Optional[dict] = None
+    self._field: Optional[str] = None
+    self._chunks: List[str] = []
+    self._text_bytes = 0
+
+  def start(self, name, attrs):
+    name = name.rsplit(" ", 1)[-1]  # drop the namespace URI (namespace_separator=" ")
+    self._path.append(name)
+    if name == "page" and self._page is None:
+      self._page_depth = len(self._path)
+      self._page = {"offset": self._parser.CurrentByteIndex,
+                    "line": self._parser.CurrentLineNumber, "redirect": None, "id": None,
+                    "text": "", "ns": "0", "title": "", "text_bytes": 0, "over_long": False}
+    elif self._page is not None:
+      relative = tuple(self._path[self._page_depth:])
+      if relative == ("redirect",):
+        self._page["redirect"] = attrs.get("title", "")
+      elif relative in self._FIELDS:
+        self._field = self._FIELDS[relative]
+        self._chunks = []
+        self._text_bytes = 0
+        self._page["over_long"] = False if self._field == "text" else self._page["over_long"]
+
+  def chars(self, data):
+    if self._field is None:
+      return
+    if self._field == "text":
+      self._text_bytes += len(data.encode("utf-8"))
+      if self._text_bytes > self._max_page_bytes:
+        self._page["over_long"] = True
+        return
+    self._chunks.append(data)
+
+  def end(self, name):
+    name = name.rsplit(" ", 1)[-1]
+    depth = len(self._path)
+    self._path.pop()
+    if self._page is None:
+      return
+    if self._field is not None:
+      self._page[self._field] = "".join(self._chunks)
+      if self._field == "text":
+        self._page["text_bytes"] = self._text_bytes
+      self._field = None
+      self._chunks = []
+    if name == "page" and depth == self._page_depth:
+      page, self._page = self._page, None
+      self.pages.append(Page(
+          title=page["title"], namespace=_to_int(page["ns"]), page_id=_to_int(page["id"]),
+          redirect=page["redirect"], text=page["text"], offset=page["offset"],
+          line=page["line"], text_bytes=page["text_bytes"],
+          invalid_utf8_bytes=(page["text"].count(INVALID_UTF8_CHAR) +
+                              page["title"].count(INVALID_UTF8_CHAR)),
+          over_long=page["over_long"]))
+
+
+def _to_int(value: Optional[str]) -> int:
+  try:
+    return int(value)
+  except (TypeError, ValueError):
+    return -1
+
+
+def iter_pages(stream: BinaryIO, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+               max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES) -> Iterator[Page]:
+  """Yields the pages of a decompressed MediaWiki XML byte stream, in dump order.
+
+  Args:
+    stream: a binary stream of XML (see `open_decompressed`).
+    chunk_bytes: bytes decompressed and parsed per step.
+    max_page_bytes: wikitext bytes kept per page; longer pages come with `over_long=True`.
+
+  Yields:
+    `Page`s.
+
+  Raises:
+    DumpTruncatedError: the stream ended, or stopped decompressing or parsing, before the end
+      of the dump; raised after the last complete page was yielded.
+  """
+  parser = xml.parsers.expat.ParserCreate(encoding="UTF-8", namespace_separator=" ")
+  parser.buffer_text = True
+  parser.buffer_size = 1 << 16
+  handler = _PageHandler(parser, max_page_bytes)
+  parser.StartElementHandler = handler.start
+  parser.EndElementHandler = handler.end
+  parser.CharacterDataHandler = handler.chars
+  decoder = codecs.getincrementaldecoder("utf-8")(errors=_INVALID_UTF8_ERRORS)
+  # read1: one decompression step at a time, so bytes decoded before a break are not lost.
+  read = getattr(stream, "read1", stream.read)
+  consumed = 0
+  pages_read = 0
+  last_title = ""
+
+  def flush():
+    nonlocal pages_read, last_title
+    for page in handler.pages:
+      pages_read += 1
+      last_title = page.title
+      yield page
+    handler.pages.clear()
+
+  def truncated(reason: str) -> DumpTruncatedError:
+    return DumpTruncatedError(consumed, parser.CurrentLineNumber, pages_read, last_title,
+                              reason)
+
+  while True:
+    try:
+      data = read(chunk_bytes)
+    except (EOFError, OSError, ValueError) as e:  # cut bz2/gzip streams, corrupt blocks
+      yield from flush()
+      raise truncated(f"{type(e).__name__}: {e}") from e
+    final = not data
+    consumed += len(data)
+    try:
+      # Re-encoding makes the bytes valid UTF-8 (bad bytes became U+FDD0) for expat.
+      parser.Parse(decoder.decode(data, final).encode("utf-8"), final)
+    except xml.parsers.expat.ExpatError as e:
+      yield from flush()
+      raise truncated(f"XML error: {xml.parsers.expat.ErrorString(e.code)} at line "
+                      f"{e.lineno}, column {e.offset}") from e
+    yield from flush()
+    if final:
+      return
+
+
+def iter_dump_file(path: str, raw: BinaryIO, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                   max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES) -> Iterator[Page]:
+  """`iter_pages` over the raw (possibly compressed) bytes of dump file `path`; the pages'
+  `source` is `path`."""
+  for page in iter_pages(open_decompressed(raw, path), chunk_bytes, max_page_bytes):
+    page.source = path
+    yield page

@@ -1,0 +1,58 @@
+r"""Pipeline 1: Wikipedia dump (or JSONL) -> REALM blocks. See `wikipedia_to_blocks_lib`.
+
+Local (DirectRunner):
+
+    python -m pipelines.wikipedia_to_blocks \
+      --input=enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2 \
+      --output_dir=/tmp/corpus \
+      --pipeline_options="--direct_num_workers=2 --direct_running_mode=multi_processing"
+
+Full English Wikipedia on Dataflow: see README.md, "Corpus pipelines".
+"""
+from absl import app
+from absl import flags
+from absl import logging
+import apache_beam as beam
+
+from pipelines import beam_runner
+from pipelines import wikipedia_to_blocks_lib
+
+_INPUT = flags.DEFINE_list("input", None, "Input file patterns (comma-separated).",
+                           required=True)
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Corpus directory to write.",
+                                  required=True)
+_INPUT_FORMAT = flags.DEFINE_enum("input_format", "wikipedia", ["wikipedia", "jsonl"],
+                                  "MediaWiki XML dump (.xml/.bz2/.gz) or JSONL {title, text}.")
+_VOCAB_FILE = flags.DEFINE_string("vocab_file", "",
+                                  "WordPiece vocab.txt; empty: MiniLM's uncased BERT vocab.")
+_BLOCK_LENGTH = flags.DEFINE_integer("block_length", 288,
+                                     "Wordpieces of [CLS] title [SEP] body [SEP].")
+_MAX_TITLE_WORDPIECES = flags.DEFINE_integer("max_title_wordpieces", 64,
+                                             "Longer titles go to the dead-letter output.")
+_MAX_PAGE_BYTES = flags.DEFINE_integer("max_page_bytes", 4 << 20,
+                                       "Longer pages go to the dead-letter output.")
+_MAX_UNPARSED_FRACTION = flags.DEFINE_float(
+    "max_unparsed_fraction", 0.25,
+    "Pages with more unresolvable markup than this are malformed (dead letters).")
+_NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Block shards; 0: the runner decides.")
+_PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
+                                        "Beam pipeline options, passed through.")
+
+
+def main(argv):
+  del argv
+  config = wikipedia_to_blocks_lib.BlocksConfig(
+      input_patterns=_INPUT.value, output_dir=_OUTPUT_DIR.value,
+      input_format=_INPUT_FORMAT.value, vocab_file=_VOCAB_FILE.value,
+      block_length=_BLOCK_LENGTH.value, max_title_wordpieces=_MAX_TITLE_WORDPIECES.value,
+      max_page_bytes=_MAX_PAGE_BYTES.value,
+      max_unparsed_fraction=_MAX_UNPARSED_FRACTION.value, num_shards=_NUM_SHARDS.value)
+  pipeline = beam.Pipeline(options=beam_runner.pipeline_options(_PIPELINE_OPTIONS.value))
+  counters = wikipedia_to_blocks_lib.run_pipeline(pipeline, config)
+  for name, value in counters.items():
+    logging.info("%s: %d", name, value)
+    print(f"{name}: {value}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,237 @@
+"""Pipeline 1: Wikipedia (MediaWiki XML dump or JSONL) -> REALM evidence blocks.
+
+    documents (document_sources) -> DocumentsToBlocks -> DeduplicateBlocks -> WriteBlocks
+                                  \\-> dead letters of every stage -> WriteDeadLetters
+
+Output, in `output_dir`:
+- `blocks-SSSSS-of-NNNNN.tfrecord`: `tf.train.Example` block records exactly as
+  `realm_tf.data.formats.block_example` (block_id, title, text, title_ids, body_ids); the
+  shards together are the block-records file retrieval reads (`BlockStore.load(output_dir)`,
+  canonical order = ascending block id);
+- `dead_letter-SSSSS-of-NNNNN.jsonl`: records that failed (see `pipelines.dead_letter`).
+
+Counters (besides the sources'): `articles_packed`, `articles_dead_letter`, `blocks_packed`,
+`blocks_duplicate`, `blocks_id_collision`, `blocks` (written), `block_wordpieces`, and
+`dead_letters` (all stages).
+"""
+import dataclasses
+import os
+from typing import Dict, List, Optional
+
+import apache_beam as beam
+
+from pipelines import beam_runner
+from pipelines import block_packer
+from pipelines import dead_letter
+from pipelines import document_sources
+from realm_tf.data import formats
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+BLOCKS_PREFIX = "blocks"
+TFRECORD_SUFFIX = ".tfrecord"
+
+
+def default_vocab_file() -> str:
+  """The uncased BERT vocabulary shipped with all-MiniLM-L6-v2 (`realm_tf.pretrained`)."""
+  from realm_tf import pretrained  # pylint: disable=g-import-not-at-top
+  return os.path.join(pretrained.minilm_dir(), "vocab.txt")
+
+
+def load_tokenizer(vocab_file: str):
+  """The `WordpieceTokenizer` of `vocab_file` ("" = `default_vocab_file()`, resolved where
+  this runs, i.e. on each worker)."""
+  return WordpieceTokenizer.from_vocab_file(vocab_file or default_vocab_file())
+
+
+@dataclasses.dataclass
+class BlocksConfig:
+  """What pipeline 1 reads and writes.
+
+  Attributes:
+    input_patterns: dump files (`.xml`, `.xml.bz2`, `.xml.gz`) or JSONL files, as patterns.
+    output_dir: where the block and dead-letter shards go.
+    input_format: "wikipedia" (MediaWiki XML) or "jsonl" (`{"title", "text"}` lines).
+    vocab_file: WordPiece vocabulary ("" = MiniLM's uncased BERT vocabulary).
+    block_length: L, wordpieces of `[CLS] title [SEP] body [SEP]` (REALM: 288).
+    max_title_wordpieces: articles with longer titles go to the dead-letter output.
+    max_page_bytes: pages (or JSONL lines) with more bytes go to the dead-letter output.
+    max_unparsed_fraction: see `wikitext_cleaner.clean_wikitext`.
+    num_shards: block shards (0: the runner decides).
+    articles_per_batch: articles tokenized per tokenizer call.
+  """
+  input_patterns: List[str]
+  output_dir: str
+  input_format: str = "wikipedia"
+  vocab_file: str = ""
+  block_length: int = block_packer.BLOCK_LENGTH
+  max_title_wordpieces: int = 64
+  max_page_bytes: int = 4 << 20
+  max_unparsed_fraction: float = 0.25
+  num_shards: int = 0
+  articles_per_batch: int = 16
+
+
+class _PackBlocksFn(beam.DoFn):
+  """A batch of `Document`s -> `Block`s; articles that cannot be packed are dead letters."""
+
+  def __init__(self, vocab_file: str, block_length: int, max_title_wordpieces: int):
+    super().__init__()
+    self._vocab_file = vocab_file
+    self._block_length = block_length
+    self._max_title_wordpieces = max_title_wordpieces
+    self._packer: Optional[block_packer.BlockPacker] = None
+    self._articles = beam_runner.counter("articles_packed")
+    self._blocks = beam_runner.counter("blocks_packed")
+    self._wordpieces = beam_runner.counter("block_wordpieces")
+    self._dead = beam_runner.counter("articles_dead_letter")
+
+  def setup(self):
+    self._packer = block_packer.BlockPacker(
+        load_tokenizer(self._vocab_file), self._block_length, self._max_title_wordpieces)
+
+  def _pack_one(self, document):
+    try:
+      return self._packer.pack([(document.title, document.text)])[0], None
+    except block_packer.BlockPackingError as e:
+      return None, str(e)
+
+  def process(self, documents: List[document_sources.Document]):
+    try:
+      packed = [(blocks, None) for blocks in
+                self._packer.pack([(d.title, d.text) for d in documents])]
+    except block_packer.BlockPackingError:
+      packed = [self._pack_one(d) for d in documents]  # isolate the failing article
+    for document, (blocks, error) in zip(documents, packed):
+      if error is None and not blocks:
+        error = "empty article: its text has no wordpieces"
+      if error is not None:
+        self._dead.inc()
+        yield dead_letter.tagged(document.source, document.offset, document.title,
+                                 "pack_blocks", error)
+        continue
+      self._articles.inc()
+      self._blocks.inc(len(blocks))
+      for block in blocks:
+        self._wordpieces.inc(len(block.title_ids) + len(block.body_ids) + 3)
+        yield block
+
+
+class DocumentsToBlocks(beam.PTransform):
+  """`Document`s -> `block_packer.Block`s (sentence split, tokenized, packed greedily).
+
+  Returns {"blocks": Blocks, "dead_letter": dead letters}.
+
+  Args:
+    vocab_file: WordPiece vocabulary ("" = MiniLM's).
+    block_length: L.
+    max_title_wordpieces: longer titles are dead letters.
+    articles_per_batch: articles per tokenizer call.
+  """
+
+  def __init__(self, vocab_file: str = "", block_length: int = block_packer.BLOCK_LENGTH,
+               max_title_wordpieces: int = 64, articles_per_batch: int = 16):
+    super().__init__()
+    self.vocab_file = vocab_file
+    self.block_length = block_length
+    self.max_title_wordpieces = max_title_wordpieces
+    self.articles_per_batch = articles_per_batch
+
+  def expand(self, documents):
+    packed = (documents
+              | "Batch" >> beam.BatchElements(min_batch_size=1,
+                                              max_batch_size=self.articles_per_batch)
+              | "Pack" >> beam.ParDo(_PackBlocksFn(
+                  self.vocab_file, self.block_length, self.max_title_wordpieces)).with_outputs(
+                      dead_letter.DEAD_LETTER, main="blocks"))
+    return {"blocks": packed.blocks, dead_letter.DEAD_LETTER: packed[dead_letter.DEAD_LETTER]}
+
+
+class _KeepOneFn(beam.DoFn):
+  """(block_id, [Block]) -> one Block; different contents under one id are dead letters."""
+
+  def __init__(self):
+    super().__init__()
+    self._duplicates = beam_runner.counter("blocks_duplicate")
+    self._blocks = beam_runner.counter("blocks")
+    self._dead = beam_runner.counter("blocks_id_collision")
+
+  def process(self, keyed):
+    block_id, blocks = keyed
+    blocks = sorted(blocks, key=lambda b: (b.title, b.text))
+    kept = blocks[0]
+    self._blocks.inc()
+    for other in blocks[1:]:
+      if (other.title, other.text) == (kept.title, kept.text):
+        self._duplicates.inc()
+      else:
+        self._dead.inc()
+        yield dead_letter.tagged("", block_id, other.title, "deduplicate_blocks",
+                                 f"block id {block_id} collides with a block of "
+                                 f"{kept.title!r}; kept that one")
+    yield kept
+
+
+class DeduplicateBlocks(beam.PTransform):
+  """Removes exact duplicate blocks (same title and text, hence the same id).
+
+  Returns {"blocks": unique Blocks, "dead_letter": hash collisions (different content under
+  one 63-bit id, ~1e-5 probable for 13M blocks)}.
+  """
+
+  def expand(self, blocks):
+    unique = (blocks
+              | "KeyById" >> beam.Map(lambda b: (b.block_id, b))
+              | "GroupById" >> beam.GroupByKey()
+              | "KeepOne" >> beam.ParDo(_KeepOneFn()).with_outputs(
+                  dead_letter.DEAD_LETTER, main="blocks"))
+    return {"blocks": unique.blocks, dead_letter.DEAD_LETTER: unique[dead_letter.DEAD_LETTER]}
+
+
+def serialize_block(block: block_packer.Block) -> bytes:
+  """A `Block` as a `formats.block_example` record."""
+  return formats.block_example(block.block_id, block.title, block.text, block.title_ids,
+                               block.body_ids)
+
+
+class WriteBlocks(beam.PTransform):
+  """Writes Blocks as `<output_dir>/blocks-SSSSS-of-NNNNN.tfrecord`.
+
+  Args:
+    output_dir: the corpus directory.
+    num_shards: number of shards (0: the runner decides).
+  """
+
+  def __init__(self, output_dir: str, num_shards: int = 0):
+    super().__init__()
+    self.output_dir = output_dir
+    self.num_shards = num_shards
+
+  def expand(self, blocks):
+    return (blocks
+            | "Serialize" >> beam.Map(serialize_block)
+            | "Reshuffle" >> beam.Reshuffle()
+            | "Write" >> beam.io.WriteToTFRecord(
+                os.path.join(self.output_dir, BLOCKS_PREFIX), file_name_suffix=TFRECORD_SUFFIX,
+                num_shards=self.num_shards, shard_name_template=dead_letter.SHARD_TEMPLATE))
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> None:
+  """Adds pipeline 1's transforms to `pipeline`."""
+  sources = document_sources.read_documents(
+      pipeline, config.input_patterns, config.input_format, config.max_page_bytes,
+      config.max_unparsed_fraction)
+  packed = sources["documents"] | "DocumentsToBlocks" >> DocumentsToBlocks(
+      config.vocab_file, config.block_length, config.max_title_wordpieces,
+      config.articles_per_batch)
+  unique = packed["blocks"] | "DeduplicateBlocks" >> DeduplicateBlocks()
+  _ = unique["blocks"] | "WriteBlocks" >> WriteBlocks(config.output_dir, config.num_shards)
+  _ = ((sources[dead_letter.DEAD_LETTER], packed[dead_letter.DEAD_LETTER],
+        unique[dead_letter.DEAD_LETTER])
+       | "FlattenDeadLetters" >> beam.Flatten()
+       | "WriteDeadLetters" >> dead_letter.WriteDeadLetters(config.output_dir))
+
+
+def run_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> Dict[str, int]:
+  """Builds pipeline 1 on `pipeline`, runs it to completion and returns its counters."""
+  build_pipeline(pipeline, config)
+  return beam_runner.run(pipeline)

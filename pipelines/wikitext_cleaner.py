@@ -1,0 +1,227 @@
+"""Wikitext to clean prose with mwparserfromhell, and the page filters (disambiguation).
+
+`clean_wikitext(text)` returns the article's prose as paragraphs joined by "\n", one line per
+paragraph, whitespace collapsed. What is kept and dropped (the usual choices of Wikipedia text
+extraction for language-model corpora, e.g. WikiExtractor, REALM/ORQA's blocks):
+- kept: paragraph text, the visible text of internal links (`[[target|text]]` -> "text"),
+  the titles of bracketed external links, the content of formatting tags (bold, italics,
+  `<span>`, ...), HTML entities (decoded), the text of a few inline templates that carry
+  prose ({{lang|fr|text}}, {{nowrap|text}}, {{convert|5|km}} -> "5 km", ...);
+- dropped: templates (infoboxes, citations, navigation boxes), `<ref>` and other invisible or
+  non-prose tags (tables, galleries, math, code), file/image/category/interlanguage links,
+  comments, magic words, headings, list and indented lines, and the sections that hold no
+  prose ("See also", "References", "External links", "Further reading", "Notes", ...).
+
+Real dumps hold local breakage (an unclosed `''` inside a `<ref>`, a table with a stray quote)
+that the parser leaves as text: such lines are dropped, as WikiExtractor does. When they are
+more than `max_unparsed_fraction` of the page, or the parser fails, the page is malformed:
+`MalformedWikitextError` carries the reason and the character offset, and the pipeline sends
+the page to its dead-letter output instead of indexing markup.
+"""
+import re
+from typing import List, Tuple
+
+import mwparserfromhell
+from mwparserfromhell import nodes
+
+# Sections (level 2 headings, case-insensitive) whose content is references or links.
+DROPPED_SECTIONS = frozenset({
+    "see also", "references", "external links", "further reading", "notes", "bibliography",
+    "sources", "citations", "footnotes", "notes and references", "references and notes",
+    "works cited", "external links and references", "gallery", "selected bibliography",
+    "primary sources", "secondary sources", "general references", "explanatory notes",
+})
+# Tags whose content is not prose.
+_DROPPED_TAGS = frozenset({
+    "ref", "references", "table", "gallery", "math", "chem", "ce", "score", "timeline",
+    "imagemap", "syntaxhighlight", "source", "pre", "code", "templatedata", "graph",
+    "categorytree", "inputbox", "mapframe", "maplink", "nowiki", "hiero", "poem", "noinclude",
+    "includeonly", "onlyinclude", "section", "indicator", "div", "center", "caption", "tr",
+    "td", "th"})
+_LIST_MARKUP = frozenset({"*", "#", ";", ":"})
+_LINE_BREAK_TAGS = frozenset({"br", "hr", "p"})
+# Link namespaces that are not article text.
+_DROPPED_LINK_PREFIXES = frozenset({
+    "file", "image", "media", "category", "wikipedia", "wp", "template", "help", "portal",
+    "special", "user", "talk", "wikt", "wiktionary", "commons", "s", "q", "n", "b", "v", "mw",
+    "meta", "species", "wikisource", "wikiquote", "wikinews", "wikibooks", "wikiversity",
+    "wikispecies", "wikidata", "d", "draft", "module", "mediawiki", "book", "timedtext"})
+_INTERLANGUAGE = re.compile(r"^[a-z]{2,3}(-[a-z]{2,8})*$|^simple$")
+# Inline templates whose text is prose: name -> which positional parameters to keep.
+_TEXT_TEMPLATES = {
+    "lang": (-1,), "nowrap": (0,), "nobr": (0,), "nobreak": (0,), "small": (0,),
+    "smaller": (0,), "ill": (0,), "interlanguage link": (0,), "convert": (0, 1), "cvt": (0, 1),
+    "sic": (-1,), "em": (0,), "strong": (0,), "transl": (-1,), "linktext": (0,),
+    "math": (0,), "mvar": (0,), "ship": (0, 1), "visible anchor": (0,), "vanchor": (0,),
+    "frac": (0, 1), "abbr": (0,), "keypress": (0,), "code": (0,), "not a typo": (0,),
+}
+_DISAMBIGUATION_TEMPLATE = re.compile(
+    r"^(disambig(uation)?( .*)?|dab|disamb|disam|.*[ -]disambiguation( .*)?|"
+    r"(hn|geo|number|school|math|letter-number ?comb)(dis|dab|disambig)|set index article|sia)$")
+_MAGIC_WORD = re.compile(r"__[A-Z]+__")
+_LEFTOVER_MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}")
+_EMPTY_BRACKETS = re.compile(r"\s*\((?:[\s,;:.\u2013\u2014-]|or|and)*\)")
+_SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?%])")
+_SPACES = re.compile(r"[^\S\n]+")
+_REPEATED_PUNCT = re.compile(r"([,;])(?:\s*[,;])+")
+
+
+class MalformedWikitextError(ValueError):
+  """Wikitext the parser could not turn into prose.
+
+  Attributes:
+    offset: character offset in the cleaned text (or the wikitext) where the problem is.
+  """
+
+  def __init__(self, reason: str, offset: int = -1):
+    super().__init__(reason if offset < 0 else f"{reason} at character {offset}")
+    self.offset = offset
+
+
+def _normalized_name(name) -> str:
+  return re.sub(r"[\s_]+", " ", str(name).strip().lower())
+
+
+def is_disambiguation(title: str, wikitext: str) -> bool:
+  """Whether the page is a disambiguation (or set-index / name-list) page.
+
+  True when the title ends with "(disambiguation)" or the page uses a disambiguation template
+  ({{disambiguation}}, {{disambig}}, {{dab}}, {{hndis}}, {{geodis}}, {{... disambiguation}},
+  {{set index article}}, ...).
+  """
+  if title.rstrip().lower().endswith("(disambiguation)"):
+    return True
+  if "{{" not in wikitext:
+    return False
+  for match in re.finditer(r"\{\{\s*([^{}|\n]+?)\s*[|}]", wikitext):
+    if _DISAMBIGUATION_TEMPLATE.match(_normalized_name(match.group(1))):
+      return True
+  return False
+
+
+def _template_text(template: nodes.Template) -> str:
+  name = _normalized_name(template.name)
+  keep = _TEXT_TEMPLATES.get(name)
+  if keep is None and name.startswith("lang-"):
+    keep = (-1,)
+  if keep is None:
+    return ""
+  positional = [p for p in template.params if not p.showkey]
+  if not positional:
+    return ""
+  picked = []
+  for i in keep:
+    if -len(positional) <= i < len(positional):
+      picked.append(_render(positional[i].value))
+  return " ".join(part for part in picked if part.strip())
+
+
+def _link_text(link: nodes.Wikilink) -> str:
+  title = str(link.title).strip()
+  if title.startswith(":"):  # [[:Category:X]] is a visible link
+    title = title[1:]
+  elif ":" in title:
+    prefix = title.split(":", 1)[0].strip().lower()
+    if prefix in _DROPPED_LINK_PREFIXES or _INTERLANGUAGE.match(prefix):
+      return ""
+  if link.text is not None:
+    return _render(link.text)
+  return title.split("#", 1)[0] if not title.startswith("#") else title[1:]
+
+
+def _render(code) -> str:
+  """Renders parsed wikitext as plain text, lines kept."""
+  out = []
+  for node in code.nodes:
+    if isinstance(node, nodes.Text):
+      out.append(str(node.value))
+    elif isinstance(node, nodes.Wikilink):
+      out.append(_link_text(node))
+    elif isinstance(node, nodes.Tag):
+      tag = _normalized_name(node.tag)
+      if node.wiki_markup in _LIST_MARKUP:
+        out.append("\n\x00")  # marks a list or indented line, dropped later
+      elif tag in _LINE_BREAK_TAGS:
+        out.append("\n" if tag != "br" else " ")
+      elif tag not in _DROPPED_TAGS and node.contents is not None and not node.self_closing:
+        out.append(_render(node.contents))
+    elif isinstance(node, nodes.Template):
+      out.append(_template_text(node))
+    elif isinstance(node, nodes.ExternalLink):
+      if node.brackets and node.title is not None:
+        out.append(_render(node.title))
+    elif isinstance(node, nodes.HTMLEntity):
+      out.append(node.normalize())
+    elif isinstance(node, nodes.Heading):
+      out.append("\n")
+    # Comments, arguments ({{{x}}}) and anything else are not prose.
+  return "".join(out)
+
+
+def _drop_sections(code) -> None:
+  """Removes the reference/link sections (heading and body) from parsed wikitext."""
+  for section in code.get_sections(levels=[2]):
+    headings = section.filter_headings(recursive=False)
+    if headings and _normalized_name(headings[0].title.strip_code()) in DROPPED_SECTIONS:
+      try:
+        code.remove(section)
+      except ValueError:
+        pass
+
+
+def _paragraphs(text: str) -> Tuple[List[str], int, int]:
+  """Splits rendered text into clean paragraphs.
+
+  Returns:
+    (paragraphs, unparsed, first): lines holding markup the parser left unresolved (or
+    template/table rows, "|..." / "!...") are dropped; `unparsed` counts their characters and
+    `first` is the offset of the first such line in the rendered text (-1 if none).
+  """
+  paragraphs, unparsed, first, offset = [], 0, -1, 0
+  for line in text.split("\n"):
+    start, offset = offset, offset + len(line) + 1
+    if line.startswith("\x00"):
+      continue
+    stripped = line.strip()
+    if _LEFTOVER_MARKUP.search(line) or stripped[:1] in ("|", "!"):
+      unparsed += len(stripped)
+      first = start if first < 0 else first
+      continue
+    line = _EMPTY_BRACKETS.sub("", line)
+    line = _REPEATED_PUNCT.sub(r"\1", line)
+    line = _SPACE_BEFORE_PUNCT.sub(r"\1", line)
+    line = _SPACES.sub(" ", line).strip()
+    if line and any(c.isalnum() for c in line):
+      paragraphs.append(line)
+  return paragraphs, unparsed, first
+
+
+def clean_wikitext(wikitext: str, max_unparsed_fraction: float = 0.25) -> str:
+  """Returns the prose of an article's wikitext: paragraphs joined by "\\n".
+
+  Args:
+    wikitext: the page's wikitext.
+    max_unparsed_fraction: lines with markup the parser left unresolved are dropped; when
+      they hold more than this fraction of the rendered text the page is malformed.
+
+  Returns:
+    clean text, "" when the page has no prose.
+
+  Raises:
+    MalformedWikitextError: the parser failed, or more than `max_unparsed_fraction` of the
+      text is markup it could not resolve (unbalanced `{{`, `[[`, `{|`).
+  """
+  try:
+    code = mwparserfromhell.parse(_MAGIC_WORD.sub("", wikitext))
+    _drop_sections(code)
+    text = _render(code)
+  except Exception as e:  # pylint: disable=broad-except  (any input, a third-party parser)
+    raise MalformedWikitextError(f"wikitext parser failed: {type(e).__name__}: {e}") from e
+  text = text.replace("\r", "")
+  paragraphs, unparsed, first = _paragraphs(text)
+  kept = sum(len(p) for p in paragraphs)
+  if unparsed and unparsed > max_unparsed_fraction * (kept + unparsed):
+    raise MalformedWikitextError(
+        f"{unparsed} of {kept + unparsed} characters are markup the parser could not resolve "
+        f"(unbalanced {{{{, [[ or {{|), starting {text[first:first + 60]!r}", first)
+  return "\n".join(paragraphs)

@@ -1,0 +1,51 @@
+"""Asynchronous index refresh: the builder runs in its own process, the trainer never waits,
+and a builder killed mid-build leaves the previous index in use and recovers next time."""
+import os
+import time
+
+import pytest
+
+import tiny_world
+from realm_tf import configs
+from realm_tf.mips import index_publisher
+from realm_tf.training.index_refresh import AsynchronousRefresher
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_path,
+                                                                           monkeypatch):
+  monkeypatch.setenv("PYTHONPATH", ROOT)
+  store, tok = tiny_world.write_world(str(tmp_path / "corpus"))
+  retriever = configs.build_retriever(configs.RetrieverConfig(
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)), projection_size=8))
+  retriever.build()
+  refresher = AsynchronousRefresher(
+      str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
+      corpus_dir=str(tmp_path / "corpus"), snapshot_root=str(tmp_path / "snapshots"),
+      kind="brute_force", block_length=24)
+  refresher.start(0, retriever)
+  assert refresher.version == "step-00000000"
+
+  started = time.perf_counter()
+  assert not refresher.maybe_refresh(5, retriever)  # snapshot + builder launched
+  assert time.perf_counter() - started < 5, "the trainer waited for the builder"
+  refresher.wait(timeout=180)
+  assert refresher.maybe_refresh(6, retriever)
+  assert (refresher.version, refresher.snapshot_step) == ("step-00000005", 5)
+
+  assert not refresher.maybe_refresh(10, retriever)
+  refresher._builder.kill()  # pylint: disable=protected-access
+  refresher.wait(timeout=60)
+  assert not refresher.maybe_refresh(11, retriever)
+  assert refresher.version == "step-00000005"  # the previous index stays in use
+  assert index_publisher.latest_version(str(tmp_path / "index")) == "step-00000005"
+
+  refresher.maybe_refresh(15, retriever)  # a new builder recovers
+  refresher.wait(timeout=180)
+  assert refresher.maybe_refresh(16, retriever)
+  assert refresher.version == "step-00000015"
+  refresher.close()
+  assert not [n for n in os.listdir(tmp_path / "index") if ".tmp-" in n and
+              n.startswith("step-00000015")]

@@ -1,0 +1,145 @@
+"""Tests for pipeline 3, the index builder: embeddings in block order -> published index.
+
+Legend: N blocks, D embedding dimension.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import apache_beam as beam
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipelines import block_packer
+from pipelines import block_records
+from pipelines import build_index_lib
+from realm_tf import configs
+from realm_tf.data import formats
+from realm_tf.data.block_store import BlockStore
+from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.export.doc_embedder import export_doc_embedder
+from realm_tf.mips import index_publisher
+from realm_tf.tokenization import WordpieceTokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ["alpha", "beta", "gamma", "delta", "river", "city", "king", "war", "sea", "stone"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."] + WORDS
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  """~60 blocks of a small vocabulary, and a tiny doc-embedder export (D = 8, step 1200)."""
+  base = tmp_path_factory.mktemp("index")
+  rng = np.random.default_rng(0)
+  documents = [(f"{WORDS[i % 10]} {WORDS[(i * 3) % 10]}",
+                " ".join(" ".join(rng.choice(WORDS, 6)).capitalize() + "." for _ in range(8)))
+               for i in range(30)]
+  packer = block_packer.BlockPacker(WordpieceTokenizer(VOCAB), block_length=32,
+                                    max_title_wordpieces=4)
+  corpus_dir = str(base / "corpus")
+  os.makedirs(corpus_dir)
+  blocks = [b for bs in packer.pack(documents) for b in bs]
+  for shard in range(2):
+    path = os.path.join(corpus_dir, f"blocks-{shard:05d}-of-00002.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+      for b in blocks[shard::2]:
+        writer.write(formats.block_example(b.block_id, b.title, b.text, b.title_ids,
+                                           b.body_ids))
+  retriever = configs.build_retriever(configs.RetrieverConfig(
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(VOCAB)), projection_size=8))
+  retriever.build()
+  embedder_dir = export_doc_embedder(retriever, str(base / "embedder"), 2, 3, 0,
+                                     block_length=32, snapshot_step=1200)
+  return corpus_dir, embedder_dir
+
+
+def test_shards_split_the_id_space_in_order():
+  assert [build_index_lib.shard_of(i, 4) for i in (0, 2**61 - 1, 2**61, 2**63 - 1)] == [
+      0, 0, 1, 3]
+
+
+def test_embed_and_write_shards(corpus, tmp_path):
+  corpus_dir, embedder_dir = corpus
+  store = BlockStore.load(corpus_dir)
+  out = str(tmp_path)
+  with test_pipeline.TestPipeline() as p:
+    counts = build_index_lib.build_pipeline(p, corpus_dir, embedder_dir, out, num_shards=4,
+                                            blocks_per_batch=16)
+    assert_that(counts | beam.combiners.Count.Globally(), equal_to([4]), label="shards")
+    assert_that(counts | beam.Map(lambda c: c[1]) | beam.CombineGlobally(sum),
+                equal_to([len(store)]), label="rows")
+  ids, embeddings = build_index_lib.read_embedding_shards(out, 4)
+  np.testing.assert_array_equal(ids, store.block_ids)  # shards in order = canonical order
+  expected = DocEmbedder(embedder_dir).embed_blocks(store.title_ids, store.body_ids)  # [N, D]
+  np.testing.assert_allclose(embeddings, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_build_index_publishes_versions(corpus, tmp_path):
+  corpus_dir, embedder_dir = corpus
+  store = BlockStore.load(corpus_dir)
+  root = str(tmp_path / "index")
+  first = build_index_lib.build_index(corpus_dir, embedder_dir, root, kind="brute_force",
+                                      num_shards=3, blocks_per_batch=16)
+  assert first.version == "step-00001200" and first.num_blocks == len(store)
+  assert first.counters["blocks_embedded"] == len(store)
+  assert first.counters["embedding_shards"] == 3
+  assert sorted(os.listdir(root)) == ["LATEST", "step-00001200"]  # work dir removed
+  version, exact, metadata = index_publisher.load_latest(root)
+  assert metadata == {"corpus_fingerprint": store.fingerprint, "snapshot_step": 1200,
+                      "embedder_dir": embedder_dir, "num_blocks": len(store)}
+  assert block_records.corpus_fingerprint(corpus_dir) == store.fingerprint
+  second = build_index_lib.build_index(corpus_dir, embedder_dir, root, kind="scann",
+                                       version="step-00002400",
+                                       embeddings_dir=str(tmp_path / "kept"))
+  assert index_publisher.latest_version(root) == second.version == "step-00002400"
+  assert os.listdir(str(tmp_path / "kept")) == ["embeddings-00000-of-00001.tfrecord"]
+  _, approximate, _ = index_publisher.load_latest(root)
+  queries = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
+  np.testing.assert_array_equal(approximate.search(queries, 5)[1], exact.search(queries, 5)[1])
+  with pytest.raises(FileExistsError):
+    build_index_lib.build_index(corpus_dir, embedder_dir, root, version="step-00002400")
+
+
+def test_check_embeddings_rejects_a_mismatch():
+  ids = np.array([1, 5, 9], np.int64)
+  good = np.zeros((3, 4), np.float32)
+  build_index_lib.check_embeddings(ids, good, ids, 4)
+  with pytest.raises(build_index_lib.IndexBuildError, match="2 embeddings for 3"):
+    build_index_lib.check_embeddings(ids[:2], good[:2], ids, 4)
+  with pytest.raises(build_index_lib.IndexBuildError, match="first mismatch at row 1"):
+    build_index_lib.check_embeddings(np.array([1, 6, 9]), good, ids, 4)
+  with pytest.raises(build_index_lib.IndexBuildError, match="shape"):
+    build_index_lib.check_embeddings(ids, np.zeros((3, 5), np.float32), ids, 4)
+  with pytest.raises(build_index_lib.IndexBuildError, match="non-finite"):
+    build_index_lib.check_embeddings(ids, np.full((3, 4), np.nan, np.float32), ids, 4)
+
+
+def test_builder_killed_mid_build_publishes_nothing(corpus, tmp_path):
+  corpus_dir, embedder_dir = corpus
+  root = str(tmp_path / "index")
+  build_index_lib.build_index(corpus_dir, embedder_dir, root, kind="brute_force")
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+  builder = subprocess.Popen(
+      [sys.executable, "-m", "pipelines.build_index", f"--corpus_dir={corpus_dir}",
+       f"--embedder_dir={embedder_dir}", f"--index_root={root}", "--version=step-00009999"],
+      env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 120
+  partial = []
+  while time.time() < deadline and not partial and builder.poll() is None:
+    partial = [n for n in os.listdir(root) if ".tmp-" in n]
+    time.sleep(0.05)
+  os.kill(builder.pid, signal.SIGKILL)
+  builder.wait()
+  assert partial and partial[0].startswith("step-00009999.tmp-"), "the builder never started"
+  assert index_publisher.latest_version(root) == "step-00001200"
+  assert index_publisher.list_versions(root) == ["step-00001200"]
+  assert index_publisher.load_latest(root)[1].num_docs == len(BlockStore.load(corpus_dir))
+  left_behind = sorted(n for n in os.listdir(root) if ".tmp-" in n)
+  assert index_publisher.cleanup_partial(root) == left_behind
+  assert sorted(os.listdir(root)) == ["LATEST", "step-00001200"]

@@ -1,0 +1,123 @@
+"""Tests for pipelines.dump_reader: streaming pages out of MediaWiki XML, robust to bad input."""
+import bz2
+import importlib.util
+import io
+import os
+from xml.sax import saxutils
+
+import pytest
+
+from pipelines import dump_reader
+
+GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+
+
+def real_dump_path() -> str:
+  """gensim 4.4.0's 107-article English Wikipedia dump (`pip install --no-deps gensim==4.4.0`)."""
+  spec = importlib.util.find_spec("gensim")
+  if spec is None:
+    pytest.skip("the gensim==4.4.0 data package is not installed")
+  path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", GENSIM_DUMP)
+  if not os.path.exists(path):
+    pytest.skip(f"{GENSIM_DUMP} is not in the installed gensim")
+  return path
+
+
+def page_xml(title, text, ns=0, page_id=1, redirect=None):
+  """One dump `<page>`; the wikitext is XML-escaped as in real dumps."""
+  text = saxutils.escape(text)
+  redirect = f'<redirect title="{redirect}" />' if redirect else ""
+  return (f"  <page>\n    <title>{title}</title>\n    <ns>{ns}</ns>\n    <id>{page_id}</id>\n"
+          f"    {redirect}\n    <revision>\n      <id>{page_id + 1000}</id>\n"
+          f"      <contributor><id>7</id></contributor>\n"
+          f'      <text xml:space="preserve">{text}</text>\n    </revision>\n  </page>\n')
+
+
+def dump_xml(*pages):
+  return ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">\n'
+          "  <siteinfo><sitename>Wikipedia</sitename></siteinfo>\n" + "".join(pages) +
+          "</mediawiki>\n").encode("utf-8")
+
+
+def read_all(data: bytes, **kwargs):
+  return list(dump_reader.iter_pages(io.BytesIO(data), **kwargs))
+
+
+def test_pages_fields_and_offsets():
+  data = dump_xml(page_xml("Paris", "'''Paris''' is the capital & <b>largest</b> city.",
+                           page_id=5),
+                  page_xml("Talk:Paris", "chat", ns=1, page_id=6),
+                  page_xml("Lutetia", "#REDIRECT [[Paris]]", page_id=7, redirect="Paris"))
+  pages = read_all(data, chunk_bytes=37)  # tiny chunks: elements span feeds
+  assert [(p.title, p.namespace, p.page_id, p.redirect) for p in pages] == [
+      ("Paris", 0, 5, None), ("Talk:Paris", 1, 6, None), ("Lutetia", 0, 7, "Paris")]
+  assert pages[0].text == "'''Paris''' is the capital & <b>largest</b> city."
+  assert b"&amp; &lt;b&gt;largest" in data  # escaped in the XML, as in real dumps
+  for page in pages:
+    assert data[page.offset:].startswith(b"<page>")
+    assert data.decode().splitlines()[page.line - 1].strip() == "<page>"
+  assert pages[0].text_bytes == len(pages[0].text.encode())
+  assert not any(p.over_long or p.invalid_utf8_bytes for p in pages)
+
+
+def test_truncated_xml_yields_every_complete_page_then_reports_where():
+  data = dump_xml(*(page_xml(f"Page {i}", f"Text number {i}.", page_id=i) for i in range(5)))
+  cut = data.index(b"Text number 3") + 5  # inside page 3
+  pages = []
+  with pytest.raises(dump_reader.DumpTruncatedError) as error:
+    for page in dump_reader.iter_pages(io.BytesIO(data[:cut]), chunk_bytes=64):
+      pages.append(page)
+  assert [p.title for p in pages] == ["Page 0", "Page 1", "Page 2"]
+  assert error.value.pages_read == 3 and error.value.last_title == "Page 2"
+  assert error.value.offset == cut
+  assert "XML error" in error.value.reason and "Page 2" in str(error.value)
+
+
+def test_truncated_real_bz2_dump_yields_every_decompressible_page():
+  path = real_dump_path()
+  with open(path, "rb") as f:
+    data = f.read()
+  full = [p.title for p in dump_reader.iter_dump_file(path, io.BytesIO(data))]
+  assert len(full) == 206
+  cut = data[:len(data) // 2]
+  recoverable = bz2.BZ2Decompressor().decompress(cut)  # what any reader could get back
+  pages = []
+  with pytest.raises(dump_reader.DumpTruncatedError) as error:
+    for page in dump_reader.iter_dump_file(path, io.BytesIO(cut)):
+      pages.append(page.title)
+  assert pages == full[:recoverable.count(b"</page>")]
+  assert len(pages) > 90
+  assert error.value.offset == len(recoverable) and "EOFError" in error.value.reason
+  assert error.value.last_title == pages[-1]
+
+
+def test_multistream_bz2_is_read_whole():
+  first = dump_xml(page_xml("A", "one"))
+  head, tail = first[:len(first) // 2], first[len(first) // 2:]
+  stream = io.BytesIO(bz2.compress(head) + bz2.compress(tail))
+  pages = list(dump_reader.iter_dump_file("x.xml.bz2", stream))
+  assert [p.title for p in pages] == ["A"]
+
+
+def test_invalid_utf8_is_marked_and_later_pages_survive():
+  data = dump_xml(page_xml("Bad", "caf\u00e9 PLACEHOLDER end", page_id=1),
+                  page_xml("Good", "fine text", page_id=2))
+  data = data.replace(b"PLACEHOLDER", b"\xff\xfe")
+  pages = read_all(data)
+  assert [p.title for p in pages] == ["Bad", "Good"]
+  assert pages[0].invalid_utf8_bytes == 2
+  assert dump_reader.INVALID_UTF8_CHAR * 2 in pages[0].text
+  assert pages[1].invalid_utf8_bytes == 0 and pages[1].text == "fine text"
+
+
+def test_over_long_page_is_flagged_and_not_kept_whole():
+  data = dump_xml(page_xml("Huge", "x" * 5000, page_id=1), page_xml("Small", "y", page_id=2))
+  pages = read_all(data, chunk_bytes=512, max_page_bytes=1000)
+  assert pages[0].over_long and pages[0].text_bytes == 5000 and len(pages[0].text) <= 1000
+  assert not pages[1].over_long and pages[1].text == "y"
+
+
+def test_several_revisions_keep_the_last_text():
+  page = page_xml("P", "old").replace(
+      "    </revision>\n", "    </revision>\n    <revision><text>new</text></revision>\n")
+  assert read_all(dump_xml(page))[0].text == "new"

@@ -1,0 +1,86 @@
+"""Tests for pipelines.wikitext_cleaner and pipelines.sentence_splitter."""
+import re
+
+import pytest
+
+from pipelines import sentence_splitter
+from pipelines import wikitext_cleaner
+
+ARTICLE = (
+    '{{Infobox city|name=Paris|population=2,102,650}}\n'
+    "'''Paris''' ({{IPAc-en|ˈ|p|æ|r|ɪ|s}}) is the [[capital city|capital]] of [[France]]."
+    '<ref>{{cite web|url=x}}</ref> It has {{convert|105|km2}} of area.\n'
+    '[[File:Paris.jpg|thumb|The [[Eiffel Tower]] at night]]\n'
+    '<!-- hidden comment -->\n'
+    '== History ==\n'
+    "The city was founded as ''Lutetia'' &ndash; a Gallic town.__NOTOC__\n"
+    '* a list item that is dropped\n'
+    '{| class="wikitable"\n'
+    '| cell || cell\n'
+    '|}\n'
+    '[[Category:Capitals in Europe]]\n'
+    '[[fr:Paris]]\n'
+    '== See also ==\n'
+    '* [[London]]\n'
+    '== References ==\n'
+    '{{reflist}}\n'
+)
+
+
+def test_clean_wikitext_keeps_prose_only():
+  assert wikitext_cleaner.clean_wikitext(ARTICLE) == (
+      "Paris is the capital of France. It has 105 km2 of area.\n"
+      "The city was founded as Lutetia \u2013 a Gallic town.")
+
+
+def test_disambiguation_pages():
+  assert wikitext_cleaner.is_disambiguation("Mercury (disambiguation)", "text")
+  assert wikitext_cleaner.is_disambiguation("Ada", "'''Ada''' may be:\n{{disambiguation}}")
+  assert wikitext_cleaner.is_disambiguation("Aa", "Rivers.\n{{geodis}}")
+  assert wikitext_cleaner.is_disambiguation("X", "{{Disambig|geo}}")
+  assert not wikitext_cleaner.is_disambiguation("Paris", ARTICLE)
+  assert not wikitext_cleaner.is_disambiguation(
+      "Y", "{{About|the city|other uses|Paris (disambiguation)}}")
+
+
+def test_local_breakage_is_dropped_but_a_broken_page_is_malformed():
+  tolerable = "Good prose sentence that is long enough to matter here.\n" * 8 + (
+      "[[File:x.svg|thumb|broken '''caption''<br />text\n")
+  assert "Good prose" in wikitext_cleaner.clean_wikitext(tolerable)
+  assert "[[" not in wikitext_cleaner.clean_wikitext(tolerable)
+  broken = "Short intro.\n[[File:x.svg|thumb|" + "unclosed caption with many words [[link " * 20
+  with pytest.raises(wikitext_cleaner.MalformedWikitextError, match="could not resolve"):
+    wikitext_cleaner.clean_wikitext(broken)
+
+
+def test_page_without_prose_is_empty():
+  assert wikitext_cleaner.clean_wikitext("{{Infobox}}\n* [[a]]\n* [[b]]\n[[Category:X]]") == ""
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Dr. Smith met J. R. R. Tolkien in 1937. They talked.",
+     ["Dr. Smith met J. R. R. Tolkien in 1937.", "They talked."]),
+    ("It is in the U.S. and e.g. in Canada. Next!", ["It is in the U.S. and e.g. in Canada.",
+                                                      "Next!"]),
+    ('He asked "Why?" and left. "Stop." She did.', ['He asked "Why?" and left.', '"Stop."',
+                                                    "She did."]),
+    ("See No. 5 here. Version 2.5 shipped. 1990 was good.",
+     ["See No. 5 here.", "Version 2.5 shipped.", "1990 was good."]),
+    ("First paragraph without a period\n  Second one. Third", [
+        "First paragraph without a period", "Second one.", "Third"]),
+])
+def test_split_sentences(text, expected):
+  assert [text[a:b] for a, b in sentence_splitter.split_sentences(text)] == expected
+
+
+def test_split_sentences_covers_text_and_resplits_identically():
+  text = wikitext_cleaner.clean_wikitext(ARTICLE) + "\nA. B. Charles went home. It rained."
+  spans = sentence_splitter.split_sentences(text)
+  assert re.sub(r"\s", "", "".join(text[a:b] for a, b in spans)) == re.sub(r"\s", "", text)
+  assert all(b2 >= b1 for (_, b1), (b2, _) in zip(spans, spans[1:]))
+  for i in range(len(spans)):
+    for j in range(i, len(spans)):
+      start, end = spans[i][0], spans[j][1]
+      again = [(a + start, b + start)
+               for a, b in sentence_splitter.split_sentences(text[start:end])]
+      assert again == spans[i:j + 1]
