@@ -71,7 +71,9 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
                                                 batch["masked_lm_weights"],
                                                 normalizer=batch["normalizer"][0])
     variables = retriever.trainable_variables + reader.trainable_variables
-    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    # The span head and the reader's pooler take no part in masked-LM pre-training.
+    optimizer.apply_gradients([(g, v) for g, v in zip(tape.gradient(loss, variables), variables)
+                               if g is not None])
 
     weights = batch["masked_lm_weights"]
     candidate_log_probs = tf.nn.log_softmax(logits, axis=-1)[:, :, None, None]
