@@ -162,14 +162,16 @@ def test_index_of_another_dimension_is_rejected(world, tmp_path):
 def test_ict_learns_with_in_batch_negatives(world, tmp_path):
   _, store, tok = world
   # Random tiny towers start with near-identical [CLS] vectors (pre-trained BERT does not);
-  # a wider init breaks that symmetry within a few dozen steps.
+  # a wider init breaks that symmetry within a few dozen steps. Seeded: across seeds 0-5 the
+  # last-10 mean after 100 steps ranged 0.66-1.73 (threshold 1.88), after 60 steps up to 1.85.
+  tf.keras.utils.set_random_seed(0)
   encoder = dataclasses.replace(ENCODER, initializer_range=0.2)
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
                                                               projection_size=16))
   retriever.build()
   metrics, history = train_ict(
-      IctConfig(model_dir=str(tmp_path), num_steps=60, batch_size=8, learning_rate=3e-3,
-                query_length=12, block_length=24, checkpoint_every=30), retriever, store, tok,
+      IctConfig(model_dir=str(tmp_path), num_steps=100, batch_size=8, learning_rate=3e-3,
+                query_length=12, block_length=24, checkpoint_every=50), retriever, store, tok,
       verbose=False)
   losses = [h["loss"] for h in history]
   assert np.mean(losses[-10:]) < min(np.mean(losses[:10]), math.log(8)) - 0.2
