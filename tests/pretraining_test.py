@@ -29,7 +29,8 @@ def world(tmp_path_factory):
   return directory, store, tokenizer
 
 
-def _models(encoder=ENCODER):
+def _models(encoder=ENCODER, seed=0):
+  tf.keras.utils.set_random_seed(seed)
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
                                                               projection_size=16))
   reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
@@ -123,6 +124,7 @@ def test_pretraining_learns_and_swaps_indexes(world, tmp_path):
                             store, tok, refresher).train(verbose=False)
   losses = [h["loss"] for h in history]
   assert len(history) == 30 and all(math.isfinite(x) for x in losses)
+  # Seeds 0-3 fall by 0.29-0.38.
   assert np.mean(losses[-8:]) < np.mean(losses[:8]) - 0.1
   assert sorted({h["index_snapshot_step"] for h in history}) == [0, 10, 20]
   assert sorted(os.listdir(tmp_path / "index"))[:3] == ["LATEST", "step-00000000",
