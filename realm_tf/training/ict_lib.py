@@ -16,7 +16,8 @@ from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training.ict_data import IctCorpus
-from realm_tf.training.optimizer import build_optimizer
+from realm_tf.training.optimizer import OptimizerConfig
+from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.train_loop import TrainLoop
 
 
@@ -69,7 +70,8 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
     raise ValueError(f"ICT needs at least batch_size={config.batch_size} multi-sentence blocks, "
                      f"the corpus has {len(corpus)}")
   with strategy.scope():
-    optimizer = build_optimizer(config.learning_rate, config.num_steps)
+    optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
+                                                num_train_steps=config.num_steps))
   loop = TrainLoop(config.model_dir, dict(retriever=retriever, optimizer=optimizer),
                    config.num_steps, checkpoint_every=config.checkpoint_every, verbose=verbose)
   start = loop.restore()

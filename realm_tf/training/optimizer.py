@@ -1,23 +1,63 @@
-"""AdamW with REALM's schedule, from Model Garden (`official.nlp.optimization`).
+"""The AdamW optimizer of DESIGN.md §3 (ICT, pre-training, fine-tuning), from Model Garden.
 
-AdamWeightDecay (decay 0.01, ε 1e-6, LayerNorm and biases excluded), global-norm clipping at
-1.0 after the cross-replica all-reduce, linear warmup for min(10000, max(100, steps/10))
-steps, then linear decay to 0 (DESIGN.md §3).
+AdamW (`official.modeling.optimization.legacy_adamw.AdamWeightDecay`: decay 0.01, β 0.9/0.999,
+ε 1e-6, LayerNorm and bias excluded from decay, gradients clipped to global norm 1.0) with
+BERT's schedule (`official.nlp.optimization.WarmUp`): a linear warm-up from 0 to the peak
+learning rate over min(10000, max(100, steps / 10)) steps, then the linear decay to 0 at the
+last step that started at step 0.
 """
+import dataclasses
+from typing import Optional
+
+from official.modeling.optimization import legacy_adamw
 from official.nlp import optimization
 
-LEARNING_RATES = {"ict": 1e-4, "pretraining": 3e-5, "finetuning": 1e-5}
+from realm_tf.keras import keras
+
+# Variable-name patterns kept out of weight decay: Model Garden ("*layer_norm*"), Keras
+# ("layer_normalization"), TF1 names ("LayerNorm") and every bias.
+NO_DECAY = ("LayerNorm", "layer_norm", "layer_normalization", "bias")
 
 
-def warmup_steps(num_train_steps: int) -> int:
-  """min(10000, max(100, steps / 10)), never more than the run itself."""
+def default_warmup_steps(num_train_steps: int) -> int:
+  """min(10000, max(100, steps / 10)), never more than the steps themselves."""
   return min(num_train_steps, min(10000, max(100, num_train_steps // 10)))
 
 
-def build_optimizer(learning_rate: float, num_train_steps: int):
-  """The AdamW optimizer with warmup and linear decay over `num_train_steps`."""
-  if num_train_steps < 1:
-    raise ValueError(f"num_train_steps must be >= 1, got {num_train_steps}")
-  return optimization.create_optimizer(init_lr=learning_rate, num_train_steps=num_train_steps,
-                                       num_warmup_steps=warmup_steps(num_train_steps),
-                                       optimizer_type="adamw")
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """AdamW with linear warm-up and decay.
+
+  Attributes:
+    learning_rate: the peak learning rate (paper: ICT 1e-4, pre-training 3e-5, fine-tuning
+      1e-5).
+    num_train_steps: the decay reaches 0 here.
+    warmup_steps: None: `default_warmup_steps`.
+    weight_decay: decoupled weight decay rate.
+    epsilon: Adam ε.
+    clip_norm: global gradient-norm clip.
+  """
+  learning_rate: float = 1e-5
+  num_train_steps: int = 10000
+  warmup_steps: Optional[int] = None
+  weight_decay: float = 0.01
+  epsilon: float = 1e-6
+  clip_norm: float = 1.0
+
+
+def create_optimizer(config: OptimizerConfig) -> legacy_adamw.AdamWeightDecay:
+  """Builds the optimizer; apply it with `apply_gradients` (which clips each replica's
+  gradients before the cross-replica all-reduce, as the TF1 BERT optimizer did)."""
+  if config.num_train_steps < 1:
+    raise ValueError(f"num_train_steps must be >= 1, got {config.num_train_steps}")
+  warmup = (default_warmup_steps(config.num_train_steps) if config.warmup_steps is None
+            else config.warmup_steps)
+  decay = keras.optimizers.schedules.PolynomialDecay(
+      initial_learning_rate=config.learning_rate, decay_steps=config.num_train_steps,
+      end_learning_rate=0.0, power=1.0)
+  schedule = (optimization.WarmUp(config.learning_rate, decay, warmup) if warmup > 0
+              else decay)
+  return legacy_adamw.AdamWeightDecay(
+      learning_rate=schedule, beta_1=0.9, beta_2=0.999, epsilon=config.epsilon,
+      weight_decay_rate=config.weight_decay, exclude_from_weight_decay=list(NO_DECAY),
+      gradient_clip_norm=config.clip_norm)

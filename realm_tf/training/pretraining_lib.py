@@ -29,7 +29,8 @@ from realm_tf.models.saving import save_model
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import distribute
 from realm_tf.training.candidates import CandidateBuilder
-from realm_tf.training.optimizer import build_optimizer
+from realm_tf.training.optimizer import OptimizerConfig
+from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training.train_loop import TrainLoop
 
@@ -117,7 +118,8 @@ class RealmPretrainer:
         config.null_document, config.exclude_source, config.block_length,
         config.query_length + config.block_length)
     with self.strategy.scope():
-      self.optimizer = build_optimizer(config.learning_rate, config.num_steps)
+      self.optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
+                                                        num_train_steps=config.num_steps))
       self.index_version = tf.Variable("", trainable=False, name="index_version")
     self.loop = TrainLoop(config.model_dir, dict(retriever=retriever, reader=reader,
                                                  optimizer=self.optimizer,
