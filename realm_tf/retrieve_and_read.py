@@ -1,19 +1,33 @@
 """Retrieve-and-read over an embedded corpus: the REALM inference path, end to end.
 
-Legend: N blocks, Q questions, k retrieved blocks, L length, S spans, D embedding dim.
+Legend: N blocks, B questions, k retrieved blocks, L length, S spans, D embedding dim,
+T wordpieces.
 
 1. `embed_blocks`: (title, body) -> `[CLS] title [SEP] body [SEP]` -> doc tower -> [N, D].
 2. A `MipsIndex` over the block embeddings (ScaNN or exact).
-3. `RetrieveAndRead.answer`: question -> query tower -> top-k blocks with p(z|x) ->
+3. `RetrieveAndRead.answer`: question -> query tower -> top-k blocks and their retrieval
+   logits f(x, z) (the index's inner products with the block embeddings it holds) ->
    reader over `[CLS] x [SEP] z_body [SEP]` -> the best (block, span) under
-   f(x, z) + span score, one softmax over all pairs (DESIGN.md §3).
+   f(x, z) + span score, one softmax over all k x S pairs (DESIGN.md §3).
+
+The graph pieces (`QAFeaturizer`, `RetrieveAndRead.read`) are TF ops end to end, so the same
+code runs eagerly, inside `tf.function`, in fine-tuning (`realm_tf.qa.finetune_lib` reads the
+same reader inputs) and inside the exported `realm_qa` SavedModel.
+
+Answer text: the predicted span is cut from the block's raw text with the wordpiece byte
+offsets (so "O'Connor" stays "O'Connor", not "o ' connor"); the reader's body wordpieces are
+a prefix of the tokenized text, which `span_text` checks, falling back to detokenized
+wordpieces where they differ. Questions longer than the query length are truncated (the query
+tower and the reader see the same wordpieces); empty questions are an error.
 """
 import dataclasses
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
@@ -22,6 +36,8 @@ from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.featurizers import ReaderFeaturizer
 from realm_tf.tokenization.featurizers import block_body_ids
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 def embed_blocks(retriever: Retriever, tokenizer: WordpieceTokenizer, titles: Sequence[str],
@@ -54,12 +70,112 @@ def embed_blocks(retriever: Retriever, tokenizer: WordpieceTokenizer, titles: Se
   return np.concatenate(chunks, axis=0)
 
 
+class QAFeaturizer(tf.Module):
+  """Question, block and reader featurization, and spans back to text, as TF ops.
+
+  Args:
+    tokenizer: the `WordpieceTokenizer`.
+    query_length: Lq of `[CLS] x [SEP]` (longer questions are truncated).
+    block_length: length of `[CLS] title [SEP] body [SEP]` blocks (288); the reader reads the
+      body of this packing, i.e. exactly the wordpieces the doc tower embedded.
+    reader_length: Lr of `[CLS] x [SEP] z_body [SEP]`; must leave room for a body wordpiece
+      after the longest question.
+  """
+
+  def __init__(self, tokenizer: WordpieceTokenizer, query_length: int = 96,
+               block_length: int = 288, reader_length: int = 320, name: str = "qa_featurizer"):
+    super().__init__(name=name)
+    if reader_length < query_length + 2:
+      raise ValueError(f"reader_length {reader_length} must be >= query_length "
+                       f"{query_length} + 2 so that every question leaves room for the block")
+    self.tokenizer = tokenizer
+    self.query_length, self.block_length, self.reader_length = (
+        int(query_length), int(block_length), int(reader_length))
+    self.query_featurizer = QueryFeaturizer(tokenizer, seq_length=query_length)
+    self.block_featurizer = BlockFeaturizer(tokenizer, seq_length=block_length)
+    self.reader_featurizer = ReaderFeaturizer.from_tokenizer(tokenizer, seq_length=reader_length)
+
+  @staticmethod
+  def query_ids(features: Dict[str, tf.Tensor]) -> tf.RaggedTensor:
+    """[B, Lq] `[CLS] x [SEP]` features -> [B, (T)] the wordpieces of x."""
+    lengths = tf.maximum(tf.reduce_sum(features["input_mask"], axis=1) - 2, 0)
+    return tf.RaggedTensor.from_tensor(features["input_word_ids"][:, 1:], lengths=lengths)
+
+  def questions(self, questions: tf.Tensor):
+    """string [B] -> (query features {name: int32 [B, Lq]}, query wordpieces [B, (T)])."""
+    features = self.query_featurizer(questions)
+    return features, self.query_ids(features)
+
+  def reader_inputs(self, query_ids: tf.RaggedTensor, titles: tf.Tensor,
+                    texts: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """Reader inputs of each question with each of its blocks.
+
+    Args:
+      query_ids: int [B, (T)] question wordpieces (no specials).
+      titles, texts: string [B, k] the blocks to read.
+
+    Returns:
+      {"input_word_ids", "input_mask", "input_type_ids", "block_mask"}: int32 [B*k, Lr],
+      question-major (row b*k + j is question b with its j-th block).
+    """
+    num_blocks = tf.shape(titles)[1]
+    blocks = self.block_featurizer((tf.reshape(titles, [-1]), tf.reshape(texts, [-1])))
+    body = block_body_ids(blocks["input_word_ids"], blocks["input_type_ids"],
+                          blocks["input_mask"])
+    rows = tf.repeat(tf.range(query_ids.nrows(out_type=tf.int32)), num_blocks)
+    queries = tf.gather(tf.cast(query_ids, tf.int32), rows)
+    return self.reader_featurizer((queries, tf.cast(body, tf.int32)))
+
+  def span_text(self, texts: tf.Tensor, input_word_ids: tf.Tensor, block_mask: tf.Tensor,
+                starts: tf.Tensor, ends: tf.Tensor) -> tf.Tensor:
+    """The text of one span per reader input.
+
+    Args:
+      texts: string [B] block texts.
+      input_word_ids, block_mask: int [B, Lr] their reader inputs.
+      starts, ends: int [B] span positions in the reader inputs (inclusive ends).
+
+    Returns:
+      string [B]: the span cut from the raw text by wordpiece byte offsets where the reader's
+      body wordpieces agree with the text's tokenization, else the detokenized wordpieces.
+    """
+    starts = tf.cast(starts, tf.int32)
+    ends = tf.cast(ends, tf.int32)
+    input_word_ids = tf.cast(input_word_ids, tf.int32)
+    body_start = tf.cast(tf.argmax(tf.cast(block_mask, tf.int32), axis=1), tf.int32)  # [B]
+    span_ids = tf.gather(input_word_ids, tf.ragged.range(starts, ends + 1), batch_dims=1)
+    ids, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(texts)  # [B, (T)]
+    first, last = starts - body_start, ends - body_start
+    num_tokens = tf.cast(ids.row_lengths(), tf.int32)
+    in_range = (first >= 0) & (first <= last) & (last < num_tokens)
+    safe_first = tf.clip_by_value(first, 0, tf.maximum(num_tokens - 1, 0))
+    safe_last = tf.clip_by_value(last, 0, tf.maximum(num_tokens - 1, 0))
+    text_ids = tf.gather(ids, tf.ragged.range(safe_first, safe_last + 1), batch_dims=1)
+    text_dense = tf.cast(text_ids, tf.int32).to_tensor(-1)
+    span_dense = span_ids.to_tensor(-1)
+    width = tf.maximum(tf.shape(text_dense)[1], tf.shape(span_dense)[1])
+    widen = lambda t: tf.pad(t, [[0, 0], [0, width - tf.shape(t)[1]]], constant_values=-1)
+    same_ids = tf.reduce_all(tf.equal(widen(text_dense), widen(span_dense)), axis=1)
+    agree = in_range & same_ids & tf.equal(text_ids.row_lengths(), span_ids.row_lengths())
+
+    def pad(offsets):  # at least one column, so empty texts can be indexed.
+      dense = tf.cast(offsets.to_tensor(0), tf.int32)
+      return tf.concat([dense, tf.zeros_like(dense[:, :1])], axis=1)
+
+    begin = tf.gather(pad(byte_starts), safe_first, batch_dims=1)
+    end = tf.gather(pad(byte_ends), safe_last, batch_dims=1)
+    cut = tf.strings.substr(texts, begin, tf.maximum(end - begin, 0), unit="BYTE")
+    detokenized = self.tokenizer.detokenize(span_ids)
+    return tf.where(agree, cut, detokenized)
+
+
 @dataclasses.dataclass
 class Evidence:
   block_id: int
   title: str
   text: str
   probability: float  # p(z | x) among the k retrieved blocks
+  row: int = -1  # the block's row in the corpus / index
 
 
 @dataclasses.dataclass
@@ -68,54 +184,172 @@ class Answer:
   answer: str
   probability: float  # of the best (block, span) among all k blocks' spans
   evidence: List[Evidence]
+  block: int = -1  # which evidence block the answer was read from (-1: none)
 
 
 class RetrieveAndRead:
-  """Answers questions from a block corpus with a retriever, an index and a reader."""
+  """Answers questions from a block corpus with a retriever, an index and a reader.
+
+  Args:
+    retriever: its query tower embeds questions.
+    reader: its span head reads the retrieved blocks.
+    tokenizer: the models' `WordpieceTokenizer`.
+    index: a `MipsIndex` over the doc-tower embeddings of the N blocks, row r = block r.
+    titles, bodies: the N blocks' titles and texts.
+    k: blocks read per question.
+    query_length, block_length, reader_length: see `QAFeaturizer`.
+    block_ids: the N blocks' ids for the evidence (default: row numbers).
+    batch_size: questions per batch in `answer` and `retrieve`.
+  """
 
   def __init__(self, retriever: Retriever, reader: Reader, tokenizer: WordpieceTokenizer,
                index: MipsIndex, titles: Sequence[str], bodies: Sequence[str], k: int = 5,
-               query_length: int = 96, block_length: int = 288, reader_length: int = 320):
+               query_length: int = 96, block_length: int = 288, reader_length: int = 320,
+               block_ids: Optional[Sequence[int]] = None, batch_size: int = 16):
     if index.num_docs != len(titles) or len(titles) != len(bodies):
       raise ValueError(f"index has {index.num_docs} blocks but the corpus has {len(titles)} "
                        f"titles and {len(bodies)} bodies")
+    if block_ids is not None and len(block_ids) != len(titles):
+      raise ValueError(f"{len(block_ids)} block ids for {len(titles)} blocks")
+    if k < 1:
+      raise ValueError(f"k must be >= 1, got {k}")
     self.retriever, self.reader, self.tokenizer, self.index = retriever, reader, tokenizer, index
-    self.titles, self.bodies, self.k = list(titles), list(bodies), k
-    self._query = QueryFeaturizer(tokenizer, seq_length=query_length)
-    self._block = BlockFeaturizer(tokenizer, seq_length=block_length)
-    self._reader_input = ReaderFeaturizer.from_tokenizer(tokenizer, seq_length=reader_length)
+    self.titles, self.bodies = list(titles), list(bodies)
+    self.block_ids = (np.arange(len(titles), dtype=np.int64) if block_ids is None
+                      else np.asarray(block_ids, np.int64))
+    self.k = min(int(k), index.num_docs)
+    self.batch_size = int(batch_size)
+    self.featurizer = QAFeaturizer(tokenizer, query_length, block_length, reader_length)
+    self._query = self.featurizer.query_featurizer  # the query featurizer, as before
+    self._embed_fn = tf.function(self.embed_questions, reduce_retracing=True)
+    self._read_fn = tf.function(self.read, reduce_retracing=True)
+
+  # Graph pieces ------------------------------------------------------------------------------
+
+  def embed_questions(self, questions: tf.Tensor):
+    """string [B] -> (query features [B, Lq], query wordpieces [B, (T)], embeddings [B, D])."""
+    features, query_ids = self.featurizer.questions(questions)
+    return features, query_ids, self.retriever.embed_query(features, training=False)
+
+  def read(self, query_ids: tf.RaggedTensor, titles: tf.Tensor, texts: tf.Tensor,
+           retrieval_scores: tf.Tensor, valid: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """Reads k blocks per question and picks the best (block, span).
+
+    Args:
+      query_ids: int [B, (T)] question wordpieces.
+      titles, texts: string [B, k] the retrieved blocks, best first.
+      retrieval_scores: float [B, k] f(x, z) of those blocks.
+      valid: bool [B, k], False for missing results (index id -1).
+
+    Returns:
+      {"answer": string [B], "probability": float32 [B] of the best (block, span) under one
+       softmax over all k x S pairs (0 when no block has a span), "block": int32 [B] the
+       answer's block in 0..k-1 (-1: none), "span_start"/"span_end": int32 [B] positions in
+       that block's reader input, "block_probabilities": float32 [B, k] p(z | x) over the k
+       blocks}.
+    """
+    batch = tf.shape(titles)[0]
+    num_blocks = tf.shape(titles)[1]
+    features = self.featurizer.reader_inputs(query_ids, titles, texts)  # [B*k, Lr]
+    span_logits, starts, ends = self.reader.span_logits(
+        {n: features[n] for n in _FEATURES}, features["block_mask"], training=False)
+    num_spans = span_logits.shape[1]
+    masked = masked_logit_value(tf.float32)
+    span_logits = tf.reshape(tf.cast(span_logits, tf.float32), [batch, num_blocks, num_spans])
+    valid = tf.logical_and(tf.cast(valid, tf.bool), tf.math.is_finite(retrieval_scores))
+    retrieval_logits = tf.where(valid, tf.cast(retrieval_scores, tf.float32), masked)
+    span_ok = tf.logical_and(span_logits > masked / 2, valid[:, :, None])  # [B, k, S]
+    joint = tf.reshape(tf.where(span_ok, span_logits + retrieval_logits[:, :, None], masked),
+                       [batch, -1])  # [B, k*S]
+    best = tf.argmax(joint, axis=1, output_type=tf.int32)
+    found = tf.reduce_any(tf.reshape(span_ok, [batch, -1]), axis=1)
+    probability = tf.exp(tf.reduce_max(tf.nn.log_softmax(joint), axis=1))
+    block, span = best // num_spans, best % num_spans
+    span_start, span_end = tf.gather(starts, span), tf.gather(ends, span)
+    row = tf.range(batch) * num_blocks + block
+    text = self.featurizer.span_text(
+        tf.gather(tf.reshape(texts, [-1]), row), tf.gather(features["input_word_ids"], row),
+        tf.gather(features["block_mask"], row), span_start, span_end)
+    return {
+        "answer": tf.where(found, text, ""),
+        "probability": tf.where(found, probability, 0.0),
+        "block": tf.where(found, block, -1),
+        "span_start": tf.where(found, span_start, -1),
+        "span_end": tf.where(found, span_end, -1),
+        "block_probabilities": tf.nn.softmax(retrieval_logits, axis=1),
+    }
+
+  # Python API ---------------------------------------------------------------------------------
+
+  @staticmethod
+  def check_questions(questions: Sequence[str]) -> List[str]:
+    """Returns the questions as a list; an empty or blank one is a ValueError."""
+    questions = list(questions)
+    for i, question in enumerate(questions):
+      if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"question {i} is empty: {question!r}")
+    return questions
+
+  def _batches(self, questions: List[str]):
+    for begin in range(0, len(questions), self.batch_size):
+      yield questions[begin:begin + self.batch_size]
+
+  def _search(self, questions: List[str], k: int):
+    features, query_ids, query_emb = self._embed_fn(tf.constant(questions))
+    too_long = np.flatnonzero(
+        self.tokenizer(tf.constant(questions)).row_lengths().numpy() >
+        self.featurizer.query_length - 2)
+    for i in too_long:
+      logging.warning("question truncated to %d wordpieces: %r",
+                      self.featurizer.query_length - 2, questions[i])
+    scores, rows = self.index.search(query_emb, k)
+    return features, query_ids, scores.numpy(), rows.numpy()
+
+  def retrieve(self, questions: Sequence[str], k: Optional[int] = None
+               ) -> Tuple[np.ndarray, np.ndarray]:
+    """The top-k blocks of each question.
+
+    Returns:
+      scores float32 [B, k] and rows int64 [B, k] (corpus rows, -1 for missing results).
+    """
+    questions = self.check_questions(questions)
+    k = min(int(k or self.k), self.index.num_docs)
+    scores, rows = [], []
+    for batch in self._batches(questions):
+      _, _, s, r = self._search(batch, k)
+      scores.append(s)
+      rows.append(r)
+    if not questions:
+      return np.zeros([0, k], np.float32), np.zeros([0, k], np.int64)
+    return np.concatenate(scores), np.concatenate(rows)
+
+  def gather_blocks(self, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Titles and texts (object [B, k]) of corpus rows; row -1 gives empty strings."""
+    titles = np.array([[self.titles[r] if r >= 0 else "" for r in row] for row in rows],
+                      dtype=object).reshape(rows.shape)
+    texts = np.array([[self.bodies[r] if r >= 0 else "" for r in row] for row in rows],
+                     dtype=object).reshape(rows.shape)
+    return titles, texts
 
   def answer(self, questions: Sequence[str]) -> List[Answer]:
-    """Answers each question with its best span and the retrieved evidence blocks."""
-    questions = list(questions)
-    query_features = self._query(tf.constant(questions))
-    query_emb = self.retriever.embed_query(query_features)  # [Q, D]
-    _, ids = self.index.search(query_emb, self.k)  # [Q, k]
-    ids = ids.numpy()
+    """Answers each question with its best span and the retrieved evidence blocks.
+
+    Raises:
+      ValueError: a question is empty.
+    """
+    questions = self.check_questions(questions)
     results = []
-    for q, question in enumerate(questions):
-      titles = [self.titles[i] for i in ids[q]]
-      bodies = [self.bodies[i] for i in ids[q]]
-      blocks = self._block((tf.constant(titles), tf.constant(bodies)))
-      doc_emb = self.retriever.embed_documents(blocks)  # [k, D], fresh scores
-      logits = tf.linalg.matvec(doc_emb, query_emb[q])  # [k]
-      body_ids = block_body_ids(blocks["input_word_ids"], blocks["input_type_ids"],
-                                blocks["input_mask"])
-      query_ids = self.tokenizer(tf.constant([question] * self.k))
-      reader_input = self._reader_input((query_ids, body_ids))
-      span_logits, starts, ends = self.reader.span_logits(
-          {n: reader_input[n] for n in ("input_word_ids", "input_mask", "input_type_ids")},
-          reader_input["block_mask"])
-      joint = tf.reshape(span_logits + logits[:, None], [-1])  # [k * S]
-      best = int(tf.argmax(joint))
-      block, span = divmod(best, int(span_logits.shape[1]))
-      start, end = int(starts[span]), int(ends[span])
-      span_ids = reader_input["input_word_ids"][block, start:end + 1]
-      text = self.tokenizer.detokenize(span_ids).numpy().decode("utf-8")
-      retrieval_probs = tf.nn.softmax(logits).numpy()
-      results.append(Answer(
-          question=question, answer=text,
-          probability=float(tf.nn.softmax(joint)[best]),
-          evidence=[Evidence(int(i), t, b, float(p))
-                    for i, t, b, p in zip(ids[q], titles, bodies, retrieval_probs)]))
+    for batch in self._batches(questions):
+      _, query_ids, scores, rows = self._search(batch, self.k)
+      titles, texts = self.gather_blocks(rows)
+      out = {name: value.numpy() for name, value in self._read_fn(
+          query_ids, tf.constant(titles.astype(str)), tf.constant(texts.astype(str)),
+          tf.constant(scores), tf.constant(rows >= 0)).items()}
+      for q, question in enumerate(batch):
+        evidence = [Evidence(int(self.block_ids[r]), self.titles[r], self.bodies[r],
+                             float(p), int(r))
+                    for r, p in zip(rows[q], out["block_probabilities"][q]) if r >= 0]
+        results.append(Answer(question=question, answer=out["answer"][q].decode("utf-8"),
+                              probability=float(out["probability"][q]), evidence=evidence,
+                              block=int(out["block"][q])))
     return results

@@ -88,3 +88,15 @@ def test_empty_over_long_and_invalid_utf8_blocks_embed_finitely(system):
   assert embeddings.shape == (4, 8) and np.isfinite(embeddings).all()
   raw = embed_blocks(retriever, tokenizer, [b"paris \xff"], [b"\xc3\x28 is"], batch_size=1)
   assert np.isfinite(raw).all()
+
+
+def test_answers_when_retrieved_blocks_are_empty(system):
+  tokenizer, retriever, reader, _ = system
+  titles, bodies = TITLES + ["", "mat"], BODIES + ["", ""]
+  embeddings = embed_blocks(retriever, tokenizer, titles, bodies, batch_size=4)
+  system_ = RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), titles,
+                            bodies, k=len(bodies), query_length=16, block_length=24,
+                            reader_length=40)
+  (answer,) = system_.answer(["where is paris ?"])
+  assert {e.block_id for e in answer.evidence} == set(range(len(bodies)))
+  assert 0 < answer.probability <= 1 and np.isfinite(answer.probability)

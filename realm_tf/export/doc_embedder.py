@@ -6,20 +6,61 @@ A plain TF SavedModel (no realm_tf import needed to use it) with
   signature "embed_blocks":    title_ids, body_ids int64 ragged as (values, row_lengths)
                                -> {"embeddings": float32 [N, D]}; packs
                                `[CLS] title [SEP] body [SEP]` to <= block_length itself.
+  signature "embed_texts":     titles, texts string [N] -> {"embeddings": float32 [N, D]}
+                               (only when exported with a tokenizer; it tokenizes with the
+                               model's vocabulary, which ships as the asset `vocab_file`,
+                               and packs like "embed_blocks"). Loading it needs
+                               `import tensorflow_text` (the tokenizer's ops).
+  `__call__`:                  {input_word_ids, input_mask, input_type_ids} int32 [N, L], or
+                               (with a tokenizer) {"titles", "texts"} string [N]
+                               -> float32 [N, D]; `hub.KerasLayer(path)` calls it.
 and the scalar attributes `embedding_dim`, `block_length`, `cls_id`, `sep_id`, `pad_id`,
 `snapshot_step` (the trainer step the weights come from, -1 if none).
 """
+import os
+import tempfile
+from typing import Optional, Sequence
+
+import numpy as np
 import tensorflow as tf
 
 from realm_tf.models.retriever import Retriever
 from realm_tf.tokenization.bert_packer import BertPacker
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+_ID_SPECS = {n: tf.TensorSpec([None, None], tf.int32, name=n)
+             for n in ("input_word_ids", "input_mask", "input_type_ids")}
+_TEXT_SPECS = {n: tf.TensorSpec([None], tf.string, name=n) for n in ("titles", "texts")}
+
+
+class Untracked:
+  """Holds objects a SavedModel module uses but must not serialize itself: Keras layers
+  saved inside a `tf.Module` would be traced and written again as Keras objects. The module
+  tracks their variables instead; its tf.functions capture them."""
+
+  def __init__(self, **objects):
+    self.__dict__.update(objects)
+
+
+def vocab_asset(tokenizer: WordpieceTokenizer, directory: str) -> tf.saved_model.Asset:
+  """The tokenizer's vocabulary as a SavedModel asset (`assets/vocab.txt`), staged in
+  `directory` until the SavedModel is written."""
+  path = os.path.join(directory, "vocab.txt")
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("\n".join(tokenizer.vocabulary) + "\n")
+  return tf.saved_model.Asset(path)
 
 
 class _DocEmbedderModule(tf.Module):
 
   def __init__(self, retriever: Retriever, cls_id: int, sep_id: int, pad_id: int,
-               block_length: int, snapshot_step: int):
+               block_length: int, snapshot_step: int,
+               tokenizer: Optional[WordpieceTokenizer] = None, staging_dir: str = ""):
     super().__init__(name="doc_embedder")
+    self.tokenizer = tokenizer
+    if tokenizer is not None:
+      self.vocab_file = vocab_asset(tokenizer, staging_dir)
+      self.do_lower_case = tf.Variable(tokenizer.lower_case, trainable=False)
     self.encoder = retriever.doc_encoder
     self.projection = retriever.doc_projection
     scalar = lambda value: tf.Variable(value, trainable=False, dtype=tf.int64)
@@ -49,18 +90,45 @@ class _DocEmbedderModule(tf.Module):
     features = {name: t[:, :longest] for name, t in features.items()}
     return self.serve(**features)
 
+  def _embed_texts(self, titles, texts):
+    titles = self.tokenizer(titles)
+    bodies = self.tokenizer(texts)
+    return self.embed_blocks(tf.cast(titles.values, tf.int64), titles.row_lengths(),
+                             tf.cast(bodies.values, tf.int64), bodies.row_lengths())
+
+  @tf.function
+  def __call__(self, inputs):
+    if "titles" in inputs:
+      return self._embed_texts(inputs["titles"], inputs["texts"])["embeddings"]
+    return self.serve(**{n: inputs[n] for n in _ID_SPECS})["embeddings"]
+
 
 def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: int, pad_id: int,
-                        block_length: int = 288, snapshot_step: int = -1) -> str:
-  """Writes the doc tower of `retriever` as a SavedModel at `path`; returns `path`."""
-  module = _DocEmbedderModule(retriever, cls_id, sep_id, pad_id, block_length, snapshot_step)
-  tf.saved_model.save(module, path, signatures={"serving_default": module.serve,
-                                                "embed_blocks": module.embed_blocks})
+                        block_length: int = 288, snapshot_step: int = -1,
+                        tokenizer: Optional[WordpieceTokenizer] = None) -> str:
+  """Writes the doc tower of `retriever` as a SavedModel at `path`; returns `path`.
+
+  With a `tokenizer` the export also takes strings: the "embed_texts" signature and the
+  `{"titles", "texts"}` form of `__call__` (see the module docstring).
+  """
+  with tempfile.TemporaryDirectory() as staging_dir:
+    module = _DocEmbedderModule(retriever, cls_id, sep_id, pad_id, block_length, snapshot_step,
+                                tokenizer, staging_dir)
+    signatures = {"serving_default": module.serve, "embed_blocks": module.embed_blocks}
+    module.__call__.get_concrete_function(dict(_ID_SPECS))
+    if tokenizer is not None:
+      module.embed_texts = tf.function(module._embed_texts,  # pylint: disable=protected-access
+                                       input_signature=[_TEXT_SPECS["titles"],
+                                                        _TEXT_SPECS["texts"]])
+      signatures["embed_texts"] = module.embed_texts
+      module.__call__.get_concrete_function(dict(_TEXT_SPECS))
+    tf.saved_model.save(module, path, signatures=signatures)
   return path
 
 
 class DocEmbedder:
-  """A loaded doc-embedder export: `embed_blocks(title_ids, body_ids)` -> [N, D] numpy."""
+  """A loaded doc-embedder export: `embed_blocks(title_ids, body_ids)` -> [N, D] numpy, and
+  `embed_texts(titles, texts)` for exports written with a tokenizer."""
 
   def __init__(self, path: str):
     self.path = path
@@ -68,6 +136,32 @@ class DocEmbedder:
     self.embedding_dim = int(self._module.embedding_dim.numpy())
     self.block_length = int(self._module.block_length.numpy())
     self.snapshot_step = int(self._module.snapshot_step.numpy())
+
+  @property
+  def takes_text(self) -> bool:
+    """Whether the export has the "embed_texts" signature."""
+    return "embed_texts" in self._module.signatures
+
+  def embed_texts(self, titles: Sequence[str], texts: Sequence[str],
+                  batch_size: int = 64) -> np.ndarray:
+    """N titles and texts -> float32 [N, D] numpy, `batch_size` blocks at a time.
+
+    Raises:
+      ValueError: the export has no tokenizer (no "embed_texts" signature).
+    """
+    if not self.takes_text:
+      raise ValueError(f"doc embedder {self.path} was exported without a tokenizer; "
+                       "it only embeds wordpiece ids (embed_blocks)")
+    if len(titles) != len(texts):
+      raise ValueError(f"{len(titles)} titles for {len(texts)} texts")
+    signature = self._module.signatures["embed_texts"]
+    chunks = [np.zeros([0, self.embedding_dim], np.float32)]
+    for begin in range(0, len(texts), batch_size):
+      chunks.append(signature(
+          titles=tf.constant(list(titles[begin:begin + batch_size]), tf.string),
+          texts=tf.constant(list(texts[begin:begin + batch_size]), tf.string)
+      )["embeddings"].numpy())
+    return np.concatenate(chunks, axis=0)
 
   def embed_blocks(self, title_ids: tf.RaggedTensor, body_ids: tf.RaggedTensor):
     """[N, (T)] title and body wordpieces (no specials) -> float32 [N, D] numpy."""

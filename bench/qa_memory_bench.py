@@ -1,0 +1,153 @@
+"""Peak memory of Open-QA fine-tuning and inference at BERT-base size.
+
+REALM (§4.3) says the whole fine-tuned model runs on a single machine with a 12 GB GPU. This
+measures ours with the DESIGN.md §3 shapes: BERT-base query tower, frozen BERT-base doc tower
+(held in memory, as fine-tuning keeps it), BERT-base reader; the reader reads top-5 blocks of
+288 wordpieces (`[CLS] x [SEP] z_body [SEP]` of 320), the retriever loss covers the top-5000
+blocks (gathered from the frozen [N, 128] block embeddings), AdamW.
+
+Each scenario runs in a fresh process (`--scenario=...`, spawned by the default run):
+  finetune   `finetune_lib.make_replica_step`: Open-QA loss, gradients, AdamW update
+  inference  the query tower + the reader's span scores over the top-5 blocks (no gradients)
+and reports
+  device_peak_gib  TensorFlow allocator peak of the device that ran the step (GPU:0 when
+                   there is one, else CPU:0): weights, optimizer slots, activations; on a GPU
+                   this is what must fit in its memory
+  rss_peak_gib     the process's peak resident memory (TF runtime and Python included)
+plus analytic sizes: parameters, Adam slots, and the block embeddings of the 13,353,718-block
+Wikipedia corpus (kept on the host, like the MIPS index).
+
+    python bench/qa_memory_bench.py                      # both scenarios, B=1 question
+    python bench/qa_memory_bench.py --batch_size=4 --output=results/qa_memory.json
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+WIKIPEDIA_BLOCKS = 13_353_718
+GIB = 1 << 30
+
+
+def _inputs(batch_size, read_k, retrieve_k, query_length, reader_length, num_blocks, vocab):
+  """Synthetic prepared inputs with the `FineTuner.prepare_batch` names and shapes."""
+  rng = np.random.default_rng(0)
+  query_ids = rng.integers(5, vocab, [batch_size, query_length]).astype(np.int32)
+  reader_ids = rng.integers(5, vocab, [batch_size, read_k, reader_length]).astype(np.int32)
+  question = reader_length - 288 - 1  # [CLS] x [SEP] takes what the 288-wordpiece block leaves
+  types = np.zeros_like(reader_ids)
+  types[..., question:] = 1
+  block_mask = np.zeros_like(reader_ids)
+  block_mask[..., question:reader_length - 1] = 1
+  gold_starts = np.full([batch_size, read_k, 4], -1, np.int32)
+  gold_ends = np.full([batch_size, read_k, 4], -1, np.int32)
+  gold_starts[:, 0, 0], gold_ends[:, 0, 0] = question + 10, question + 12
+  has_answer = np.zeros([batch_size, retrieve_k], bool)
+  has_answer[:, 0] = True
+  return {
+      "query_input_word_ids": query_ids, "query_input_mask": np.ones_like(query_ids),
+      "query_input_type_ids": np.zeros_like(query_ids),
+      "reader_input_word_ids": reader_ids, "reader_input_mask": np.ones_like(reader_ids),
+      "reader_input_type_ids": types, "reader_block_mask": block_mask,
+      "rows": rng.integers(0, num_blocks, [batch_size, retrieve_k]).astype(np.int64),
+      "has_answer": has_answer, "gold_starts": gold_starts, "gold_ends": gold_ends,
+  }
+
+
+def run_scenario(args) -> dict:
+  """Runs one scenario in this process and returns its figures."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from realm_tf.qa import finetune_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf.qa import model as model_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import optimizer as optimization  # pylint: disable=g-import-not-at-top
+
+  device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
+  rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  config = model_lib.ModelConfig(encoder=model_lib.encoder_preset("bert_base", 30522))
+  with tf.device(device):
+    retriever, reader = model_lib.build_models(config)
+    block_embeddings = tf.Variable(
+        tf.random.normal([args.num_blocks, config.projection_size]), trainable=False)
+  inputs = {n: tf.constant(v) for n, v in _inputs(
+      args.batch_size, args.read_k, args.retrieve_k, config.query_length,
+      config.reader_length, args.num_blocks, config.encoder.vocab_size).items()}
+  if args.scenario == "finetune":
+    optimizer = optimization.create_optimizer(optimization.OptimizerConfig())
+    step = tf.function(finetune_lib.make_replica_step(retriever, reader, optimizer,
+                                                      block_embeddings, args.batch_size))
+  else:
+    def infer(prepared):
+      query = {n: prepared[f"query_{n}"] for n in ("input_word_ids", "input_mask",
+                                                  "input_type_ids")}
+      flat = {n: tf.reshape(prepared[f"reader_{n}"], [-1, config.reader_length])
+              for n in ("input_word_ids", "input_mask", "input_type_ids", "block_mask")}
+      query_emb = retriever.embed_query(query, training=False)
+      logits, _, _ = reader.span_logits({n: flat[n] for n in query}, flat["block_mask"],
+                                        training=False)
+      return {"query": query_emb, "best": tf.reduce_max(logits)}
+    step = tf.function(infer)
+  parameters = int(sum(np.prod(v.shape) for v in retriever.variables + reader.variables))
+  trained = int(sum(np.prod(v.shape) for v in finetune_lib.trainable_variables(retriever,
+                                                                               reader)))
+  with tf.device(device):
+    step(inputs)  # traces
+    tf.config.experimental.reset_memory_stats(device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+      result = step(inputs)
+    _ = {k: v.numpy() for k, v in result.items()}
+    seconds = (time.perf_counter() - start) / args.steps
+  return {
+      "scenario": args.scenario, "device": device, "batch_size": args.batch_size,
+      "read_k": args.read_k, "retrieve_k": args.retrieve_k,
+      "reader_length": config.reader_length, "block_length": config.block_length,
+      "device_peak_gib": tf.config.experimental.get_memory_info(device)["peak"] / GIB,
+      "rss_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
+      "rss_before_models_gib": rss_before / GIB,
+      "seconds_per_step": seconds,
+      "parameters_millions": parameters / 1e6,
+      "trained_parameters_millions": trained / 1e6,
+      "weights_gib": parameters * 4 / GIB,
+      "adam_slots_gib": (2 * trained * 4 / GIB) if args.scenario == "finetune" else 0.0,
+      "wikipedia_block_embeddings_gib": WIKIPEDIA_BLOCKS * config.projection_size * 4 / GIB,
+  }
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--scenario", choices=("finetune", "inference"), default=None,
+                      help="Run one scenario in this process (default: both, each fresh).")
+  parser.add_argument("--batch_size", type=int, default=1, help="Questions per step.")
+  parser.add_argument("--read_k", type=int, default=5, help="Blocks read per question.")
+  parser.add_argument("--retrieve_k", type=int, default=5000,
+                      help="Blocks in the retriever loss.")
+  parser.add_argument("--num_blocks", type=int, default=100_000,
+                      help="Rows of the in-memory block-embedding matrix.")
+  parser.add_argument("--steps", type=int, default=2, help="Measured steps after tracing.")
+  parser.add_argument("--output", default="", help="Write the figures as JSON here.")
+  args = parser.parse_args(argv)
+  if args.scenario:
+    print(json.dumps(run_scenario(args)))
+    return
+  results = []
+  for scenario in ("finetune", "inference"):
+    command = [sys.executable, os.path.abspath(__file__), f"--scenario={scenario}"] + [
+        f"--{name}={getattr(args, name)}" for name in ("batch_size", "read_k", "retrieve_k",
+                                                      "num_blocks", "steps")]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    results.append(json.loads(output.strip().splitlines()[-1]))
+    print(json.dumps(results[-1], indent=2), flush=True)
+  if args.output:
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+      json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,46 @@
+"""`realm-ask`: ask a fine-tuned REALM questions; answers come with their evidence blocks.
+
+    python -m realm_tf.ask --model_dir=/tmp/qa/model "who wrote hamlet?"
+    python -m realm_tf.ask --model_dir=/tmp/qa/model --corpus=new_corpus.jsonl "..."
+    python -m realm_tf.ask --model_dir=/tmp/qa/model          # interactive
+
+--model_dir defaults to $REALM_TF_QA_MODEL. --corpus swaps in another knowledge corpus,
+embedded with the model's doc embedder, without retraining. See `qa/ask_lib.py`.
+"""
+import sys
+
+from absl import app
+from absl import flags
+
+from realm_tf.qa import ask_lib
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
+                                 f"(default ${ask_lib.MODEL_ENV}).")
+_CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
+                              "directory, JSONL or DPR TSV.")
+_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
+                                  "(verified against the doc embedder).")
+_INDEX = flags.DEFINE_enum("index_kind", "", ["", "scann", "brute_force"],
+                           "MIPS index for --corpus (default: the model's).")
+_K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question.")
+_QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable); positional "
+                                      "arguments are questions too.")
+
+
+def main(argv):
+  questions = list(_QUESTION.value) + ([" ".join(argv[1:])] if len(argv) > 1 else [])
+  try:
+    asker = ask_lib.get_asker(_MODEL_DIR.value, _CORPUS.value, _EMBEDDINGS.value, _K.value,
+                              _INDEX.value)
+    ask_lib.answer_or_interact(asker, questions, sys.stdin,
+                               lambda text: print(text, end="", flush=True))
+  except (ValueError, FileNotFoundError) as e:
+    sys.exit(f"realm-ask: {e}")
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

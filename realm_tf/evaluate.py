@@ -1,0 +1,57 @@
+"""`realm-evaluate`: exact match, retriever recall@k and a predictions file with provenance.
+
+    python -m realm_tf.evaluate --model_dir=/tmp/qa/model --data=pyserini:nq-test \
+        --predictions=/tmp/qa/predictions.jsonl
+
+Prints the metrics as JSON (and writes them to --metrics_output). See `qa/evaluate_lib.py`.
+"""
+import json
+
+from absl import app
+from absl import flags
+import tensorflow as tf
+
+from realm_tf.qa import datasets
+from realm_tf.qa import evaluate_lib
+from realm_tf.qa.ask_lib import Asker
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned model directory (its best/ "
+                                 "is used when present).", required=True)
+_DATA = flags.DEFINE_string("data", None, "Questions: ORQA JSONL, DPR TSV or pyserini:<name>.",
+                            required=True)
+_DATASET = flags.DEFINE_enum("dataset", "nq", ["nq", "wq", "curatedtrec"],
+                             "Decides string or regex (CuratedTrec) answers.")
+_CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus (default: the model's).")
+_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus.")
+_PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")
+_METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
+_K = flags.DEFINE_integer("k", 5, "Blocks read per question.")
+_RECALL_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20", "100"], "recall@k cut-offs.")
+_MAX = flags.DEFINE_integer("max_examples", 0, "Questions evaluated (0: all).")
+_BATCH = flags.DEFINE_integer("batch_size", 16, "Questions per batch.")
+
+
+def main(argv):
+  del argv
+  dataset = datasets.dataset_of(_DATA.value, _DATASET.value)
+  examples = datasets.load_examples(_DATA.value, dataset)
+  asker = Asker(_MODEL_DIR.value, corpus=_CORPUS.value, embeddings_dir=_EMBEDDINGS.value,
+                k=_K.value)
+  result = evaluate_lib.evaluate(
+      asker.system, examples,
+      evaluate_lib.EvalConfig(recall_ks=[int(k) for k in _RECALL_KS.value],
+                              max_examples=_MAX.value, batch_size=_BATCH.value),
+      predictions_path=_PREDICTIONS.value)
+  text = json.dumps(result.metrics, indent=2, sort_keys=True)
+  if _METRICS.value:
+    with tf.io.gfile.GFile(_METRICS.value, "w") as f:
+      f.write(text + "\n")
+  print(text)
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,89 @@
+"""Exports a fine-tuned QA model as four TF Hub SavedModels (Model Garden `export_tfhub_lib`
+style; `realm_tf/export_hub.py` is the binary).
+
+    <export_dir>/query_embedder/   `realm_tf.export.query_embedder`  Embed_input
+    <export_dir>/doc_embedder/     `realm_tf.export.doc_embedder`    Embed_doc (with strings): the
+                                                                     very export that embedded
+                                                                     the model's index
+    <export_dir>/reader/           `realm_tf.export.reader`          MLM and span heads
+    <export_dir>/realm_qa/         `realm_tf.export.realm_qa`        question -> answer + evidence,
+                                                                     corpus and index packaged
+    <export_dir>/export.json       what was exported: model, step, corpus, sizes, signatures
+
+Each loads with `hub.load(path)` or `hub.KerasLayer(path)` after `import tensorflow_text`,
+without realm_tf. See each module's docstring for its signatures.
+"""
+import dataclasses
+import json
+import os
+from typing import Dict
+
+import tensorflow as tf
+
+from realm_tf.export.query_embedder import export_query_embedder
+from realm_tf.export.realm_qa import export_realm_qa
+from realm_tf.export.reader import export_reader
+from realm_tf.qa.model import QAModel
+from realm_tf.qa.model import find_model_dir
+
+MODULES = ("query_embedder", "doc_embedder", "reader", "realm_qa")
+SIGNATURES = {
+    "query_embedder": ("serving_default", "embed_ids", "tokenize"),
+    "doc_embedder": ("serving_default", "embed_blocks", "embed_texts"),
+    "reader": ("span", "mlm", "read_text", "mlm_text"),
+    "realm_qa": ("serving_default", "answer_ids"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class HubExportConfig:
+  """Attributes:
+    model_dir: a fine-tuned model directory (`<model_dir>/best` is used when present).
+    export_dir: where the four SavedModels go.
+    corpus: optional other knowledge corpus to package into `realm_qa` (embedded with the
+      model's doc embedder); default: the model's own.
+    embeddings_dir: with `corpus`, precomputed embeddings to verify and use.
+    k: evidence blocks per question in `realm_qa`.
+  """
+  model_dir: str
+  export_dir: str
+  corpus: str = ""
+  embeddings_dir: str = ""
+  k: int = 5
+
+
+def copy_tree(source: str, destination: str) -> None:
+  """Copies a directory tree (any `tf.io.gfile` paths), replacing `destination`."""
+  if tf.io.gfile.exists(destination):
+    tf.io.gfile.rmtree(destination)
+  for directory, _, files in tf.io.gfile.walk(source):
+    target = os.path.join(destination, os.path.relpath(directory, source))
+    tf.io.gfile.makedirs(target)
+    for name in files:
+      tf.io.gfile.copy(os.path.join(directory, name), os.path.join(target, name))
+
+
+def export_hub(model: QAModel, export_dir: str, k: int = 5) -> Dict[str, str]:
+  """Writes the four SavedModels of `model` under `export_dir`; returns {module: path}."""
+  tf.io.gfile.makedirs(export_dir)
+  config, tokenizer = model.config, model.tokenizer
+  paths = {name: os.path.join(export_dir, name) for name in MODULES}
+  export_query_embedder(model.retriever, tokenizer, paths["query_embedder"],
+                        query_length=config.query_length)
+  copy_tree(model.doc_embedder.path, paths["doc_embedder"])  # the export that built the index
+  export_reader(model.reader, tokenizer, paths["reader"], query_length=config.query_length,
+                block_length=config.block_length, reader_length=config.reader_length)
+  export_realm_qa(model.system(k=k), model.doc_index.embeddings, paths["realm_qa"])
+  with tf.io.gfile.GFile(os.path.join(export_dir, "export.json"), "w") as f:
+    json.dump({"model_dir": model.directory, "step": model.info.step,
+               "corpus": model.corpus.source, "corpus_fingerprint": model.corpus.fingerprint,
+               "num_blocks": len(model.corpus), "k": k, "model": model.config.to_dict(),
+               "signatures": {name: list(SIGNATURES[name]) for name in MODULES}}, f, indent=2)
+  return paths
+
+
+def run_export(config: HubExportConfig) -> Dict[str, str]:
+  """Loads the model of `config` (with its corpus override) and exports it."""
+  model = QAModel.load(find_model_dir(config.model_dir), corpus=config.corpus,
+                       embeddings_dir=config.embeddings_dir)
+  return export_hub(model, config.export_dir, config.k)

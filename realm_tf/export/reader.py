@@ -1,0 +1,150 @@
+"""The reader (knowledge-augmented encoder) export: MLM and span heads as a TF Hub SavedModel.
+
+Legend: N (question, block) pairs, Lr the fine-tuning reader length, L any length <= 512,
+M masked positions, V vocabulary, S spans.
+
+Signatures (load with `hub.load(path)` after `import tensorflow_text`; no realm_tf import):
+  "span":      input_word_ids, input_mask, input_type_ids, block_mask int32 [N, Lr]
+               -> {"span_logits": float32 [N, S], "span_starts", "span_ends": int32 [S]}
+               (`[CLS] x [SEP] z_body [SEP]` inputs; block_mask 1 on z_body; spans of width
+               <= max_span_width, width-major; spans leaving the block get a very negative logit)
+  "mlm":       input_word_ids, input_mask, input_type_ids int32 [N, L],
+               masked_lm_positions int32 [N, M]
+               -> {"mlm_logits": float32 [N, M, V]}
+  "read_text": questions, titles, texts string [N] -> the "span" outputs plus their packed
+               inputs "input_word_ids", "input_mask", "input_type_ids", "block_mask" [N, Lr]
+               (the question is truncated to the query length, the body to what the block
+               packing and Lr leave)
+  "mlm_text":  queries, titles, texts string [N]; each literal "[MASK]" in a query is one
+               masked wordpiece -> {"mlm_logits": [N, M, V], "masked_lm_positions" int32
+               [N, M], "masked_lm_weights" float32 [N, M] (0 on padding), and the packed
+               "input_word_ids", "input_mask", "input_type_ids" [N, Lr]}
+`__call__` (`hub.KerasLayer`): a dict of the "span" inputs -> the "span" outputs, or of the
+"mlm" inputs -> {"mlm_logits"}.
+Attributes: `vocab_file` (asset), `do_lower_case`, `reader_length`, `query_length`,
+`block_length`, `max_span_width`.
+"""
+import tempfile
+
+import tensorflow as tf
+
+from realm_tf.export.doc_embedder import Untracked
+from realm_tf.export.doc_embedder import vocab_asset
+from realm_tf.models.reader import Reader
+from realm_tf.retrieve_and_read import QAFeaturizer
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
+MLM_SPECS = {n: tf.TensorSpec([None, None], tf.int32, name=n)
+             for n in _FEATURES + ("masked_lm_positions",)}
+_STRING = lambda name: tf.TensorSpec([None], tf.string, name=name)
+
+
+def span_specs(reader_length: int):
+  """The "span" inputs: int32 [N, Lr] (the span head needs a static length)."""
+  return {n: tf.TensorSpec([None, reader_length], tf.int32, name=n)
+          for n in _FEATURES + ("block_mask",)}
+
+
+def masked_query_ids(tokenizer: WordpieceTokenizer, queries: tf.Tensor) -> tf.RaggedTensor:
+  """string [N] with literal "[MASK]" markers -> int32 [N, (T)] wordpieces, one `[MASK]` id
+  per marker."""
+  pieces = tf.strings.split(queries, sep="[MASK]")  # [N, (P)]
+  ids = tokenizer(pieces.flat_values)  # [sum P, (T)]
+  position = tf.range(tf.size(pieces.flat_values, out_type=tf.int64)) - tf.repeat(
+      pieces.row_starts(), pieces.row_lengths())
+  is_last = tf.equal(position, tf.repeat(pieces.row_lengths() - 1, pieces.row_lengths()))
+  marker = tf.RaggedTensor.from_row_lengths(
+      tf.fill([tf.reduce_sum(tf.cast(~is_last, tf.int64))], tf.constant(tokenizer.mask_id,
+                                                                        tf.int32)),
+      tf.cast(~is_last, tf.int64))  # [sum P, (0 or 1)]
+  with_markers = tf.concat([tf.cast(ids, tf.int32), marker], axis=1)
+  return pieces.with_flat_values(with_markers).merge_dims(1, 2)
+
+
+class _ReaderModule(tf.Module):
+
+  def __init__(self, reader: Reader, tokenizer: WordpieceTokenizer, query_length: int,
+               block_length: int, reader_length: int, staging_dir: str):
+    super().__init__(name="reader")
+    self._layers = Untracked(reader=reader, featurizer=QAFeaturizer(
+        tokenizer, query_length, block_length, reader_length))
+    self.reader_variables = list(reader.variables)
+    self.vocab_file = vocab_asset(tokenizer, staging_dir)
+    int64 = lambda value: tf.Variable(value, dtype=tf.int64, trainable=False)
+    self.do_lower_case = tf.Variable(tokenizer.lower_case, trainable=False)
+    self.query_length = int64(query_length)
+    self.block_length = int64(block_length)
+    self.reader_length = int64(reader_length)
+    self.max_span_width = int64(reader.span_scorer.max_span_width)
+    self._mask_id = tokenizer.mask_id
+
+  def _span(self, features):
+    logits, starts, ends = self._layers.reader.span_logits(
+        {n: tf.cast(features[n], tf.int32) for n in _FEATURES}, features["block_mask"],
+        training=False)
+    return {"span_logits": tf.cast(logits, tf.float32), "span_starts": starts,
+            "span_ends": ends}
+
+  def _mlm(self, features):
+    logits = self._layers.reader.mlm_logits(
+        {n: tf.cast(features[n], tf.int32) for n in _FEATURES}, features["masked_lm_positions"],
+        training=False)
+    return {"mlm_logits": tf.cast(logits, tf.float32)}
+
+  def _span_ids(self, input_word_ids, input_mask, input_type_ids, block_mask):
+    return self._span(dict(input_word_ids=input_word_ids, input_mask=input_mask,
+                           input_type_ids=input_type_ids, block_mask=block_mask))
+
+  @tf.function(input_signature=list(MLM_SPECS.values()))
+  def mlm(self, input_word_ids, input_mask, input_type_ids, masked_lm_positions):
+    return self._mlm(dict(input_word_ids=input_word_ids, input_mask=input_mask,
+                          input_type_ids=input_type_ids,
+                          masked_lm_positions=masked_lm_positions))
+
+  @tf.function(input_signature=[_STRING("questions"), _STRING("titles"), _STRING("texts")])
+  def read_text(self, questions, titles, texts):
+    _, query_ids = self._layers.featurizer.questions(questions)
+    features = self._layers.featurizer.reader_inputs(query_ids, titles[:, None], texts[:, None])
+    outputs = self.span(**features)
+    outputs.update(features)
+    return outputs
+
+  @tf.function(input_signature=[_STRING("queries"), _STRING("titles"), _STRING("texts")])
+  def mlm_text(self, queries, titles, texts):
+    query_ids = masked_query_ids(self._layers.featurizer.tokenizer, queries)
+    query_ids = query_ids[:, :self._layers.featurizer.query_length - 2]
+    features = self._layers.featurizer.reader_inputs(query_ids, titles[:, None], texts[:, None])
+    is_mask = tf.logical_and(tf.equal(features["input_word_ids"], self._mask_id),
+                             tf.equal(features["input_type_ids"], 0))
+    positions = tf.ragged.boolean_mask(
+        tf.broadcast_to(tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)), is_mask)
+    weights = tf.ones_like(positions, tf.float32).to_tensor(0.0)
+    features["masked_lm_positions"] = positions.to_tensor(0)
+    outputs = self.mlm(**{n: features[n] for n in MLM_SPECS})
+    outputs.update({n: features[n] for n in MLM_SPECS}, masked_lm_weights=weights)
+    return outputs
+
+  @tf.function
+  def __call__(self, inputs):
+    if "masked_lm_positions" in inputs:
+      return self.mlm(**{n: inputs[n] for n in MLM_SPECS})
+    return self.span(**{n: inputs[n] for n in _FEATURES + ("block_mask",)})
+
+
+def export_reader(reader: Reader, tokenizer: WordpieceTokenizer, path: str,
+                  query_length: int = 64, block_length: int = 288,
+                  reader_length: int = 320) -> str:
+  """Writes `reader` (MLM and span heads) as a SavedModel at `path`; returns `path`."""
+  with tempfile.TemporaryDirectory() as staging_dir:
+    module = _ReaderModule(reader, tokenizer, query_length, block_length, reader_length,
+                           staging_dir)
+    specs = span_specs(reader_length)
+    module.span = tf.function(module._span_ids,  # pylint: disable=protected-access
+                              input_signature=list(specs.values()))
+    module.__call__.get_concrete_function(specs)
+    module.__call__.get_concrete_function(dict(MLM_SPECS))
+    tf.saved_model.save(module, path, signatures={
+        "span": module.span, "mlm": module.mlm, "read_text": module.read_text,
+        "mlm_text": module.mlm_text})
+  return path

@@ -1,0 +1,34 @@
+"""`realm-export-hub`: a fine-tuned QA model as TF Hub SavedModels (query embedder, doc
+embedder, reader, end-to-end realm_qa); see `export/export_hub_lib.py`.
+
+    python -m realm_tf.export_hub --model_dir=/tmp/qa/model --export_dir=/tmp/qa/hub
+"""
+from absl import app
+from absl import flags
+
+from realm_tf.export import export_hub_lib
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned model directory (its best/ "
+                                 "is used when present).", required=True)
+_EXPORT_DIR = flags.DEFINE_string("export_dir", None, "Output directory.", required=True)
+_CORPUS = flags.DEFINE_string("corpus", "", "Knowledge corpus to package into realm_qa "
+                              "(default: the model's).")
+_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus.")
+_K = flags.DEFINE_integer("k", 5, "Evidence blocks per question in realm_qa.")
+
+
+def main(argv):
+  del argv
+  paths = export_hub_lib.run_export(export_hub_lib.HubExportConfig(
+      model_dir=_MODEL_DIR.value, export_dir=_EXPORT_DIR.value, corpus=_CORPUS.value,
+      embeddings_dir=_EMBEDDINGS.value, k=_K.value))
+  for name, path in paths.items():
+    print(f"{name}: {path}")
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

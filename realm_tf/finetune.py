@@ -1,0 +1,107 @@
+"""`realm-finetune`: Open-QA fine-tuning of a pre-trained REALM (see `qa/finetune_lib.py`).
+
+    python -m realm_tf.finetune --model_dir=/tmp/qa/model --corpus=/data/blocks \
+        --train_data=pyserini:nq-dev --dev_data=dev.jsonl --vocab_file=vocab.txt \
+        --encoder=bert_base --init_checkpoint=/tmp/realm/ckpt
+
+A restarted job resumes from the latest checkpoint in --model_dir.
+"""
+import dataclasses
+
+from absl import app
+from absl import flags
+import tensorflow as tf
+
+from realm_tf.qa import finetune_lib
+from realm_tf.qa import model as model_lib
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Output directory.", required=True)
+_CORPUS = flags.DEFINE_string("corpus", None, "Knowledge corpus: blocks-*.tfrecord directory, "
+                              "JSONL or DPR TSV.", required=True)
+_TRAIN = flags.DEFINE_string("train_data", None, "Training questions (ORQA JSONL, DPR TSV, "
+                             "or pyserini:<name>).", required=True)
+_DEV = flags.DEFINE_string("dev_data", "", "Dev questions for model selection.")
+_VOCAB = flags.DEFINE_string("vocab_file", None, "Wordpiece vocabulary.", required=True)
+_DATASET = flags.DEFINE_enum("dataset", "nq", ["nq", "wq", "curatedtrec"],
+                             "Decides string or regex (CuratedTrec) answers.")
+_ENCODER = flags.DEFINE_enum("encoder", "bert_base", list(model_lib.ENCODER_PRESETS),
+                             "BERT size of the three towers.")
+_INIT_RANGE = flags.DEFINE_float("initializer_range", None,
+                                 "Override of the encoder's initializer range.")
+_PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retrieval embedding size D.")
+_SPAN_HIDDEN = flags.DEFINE_integer("span_hidden_size", 256, "Span head width.")
+_MAX_SPAN = flags.DEFINE_integer("max_span_width", 10, "Longest answer span (wordpieces).")
+_QUERY_LEN = flags.DEFINE_integer("query_length", 64, "Question wordpieces.")
+_BLOCK_LEN = flags.DEFINE_integer("block_length", 288, "Block wordpieces.")
+_READER_LEN = flags.DEFINE_integer("reader_length", 320, "Reader input wordpieces.")
+_INIT_CKPT = flags.DEFINE_string("init_checkpoint", "",
+                                 "TF2 checkpoint tf.train.Checkpoint(retriever=, reader=).")
+_INIT_SHARED = flags.DEFINE_bool("init_checkpoint_share_towers", True,
+                                 "Whether --init_checkpoint's retriever shares its towers.")
+_INIT_EMBEDDER = flags.DEFINE_string("init_realm_embedder", "", "Released REALM embedder.")
+_INIT_ENCODER = flags.DEFINE_string("init_realm_encoder", "", "Released REALM encoder.")
+_INIT_ORQA = flags.DEFINE_string("init_orqa", "", "Released ORQA checkpoint.")
+_INIT_MINILM = flags.DEFINE_bool("init_minilm", False, "all-MiniLM-L6-v2 BERT weights.")
+_BATCH = flags.DEFINE_integer("batch_size", 4, "Questions per step (global).")
+_STEPS = flags.DEFINE_integer("num_train_steps", 10000, "Training steps.")
+_LR = flags.DEFINE_float("learning_rate", 1e-5, "Peak learning rate.")
+_WARMUP = flags.DEFINE_integer("warmup_steps", None,
+                               "Warm-up steps (default min(10000, max(100, steps/10))).")
+_READ_K = flags.DEFINE_integer("reader_top_k", 5, "Blocks read per question.")
+_RETRIEVE_K = flags.DEFINE_integer("retriever_top_k", 5000, "Blocks in the retriever loss.")
+_GOLD = flags.DEFINE_integer("max_gold_spans", 32, "Gold spans kept per block.")
+_INDEX = flags.DEFINE_enum("index_kind", "scann", ["scann", "brute_force"], "MIPS index.")
+_REFRESH = flags.DEFINE_integer("index_refresh_steps", 0,
+                                "Refresh the index every N steps (0: frozen index).")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", 1000, "Dev evaluation cadence.")
+_EVAL_MAX = flags.DEFINE_integer("eval_max_examples", 0, "Dev questions evaluated (0: all).")
+_CKPT_EVERY = flags.DEFINE_integer("checkpoint_every_steps", 1000, "Checkpoint cadence.")
+_KEEP = flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept.")
+_LOG_EVERY = flags.DEFINE_integer("log_every_steps", 100, "Log cadence.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed.")
+_STRATEGY = flags.DEFINE_enum("strategy", "default", ["default", "mirrored"],
+                              "tf.distribute strategy.")
+
+
+def config_from_flags() -> finetune_lib.FineTuneConfig:
+  vocab_size = WordpieceTokenizer.from_vocab_file(_VOCAB.value).vocab_size
+  encoder = model_lib.encoder_preset(_ENCODER.value, vocab_size)
+  if _INIT_RANGE.value is not None:
+    encoder = dataclasses.replace(encoder, initializer_range=_INIT_RANGE.value)
+  return finetune_lib.FineTuneConfig(
+      model_dir=_MODEL_DIR.value, corpus=_CORPUS.value, train_data=_TRAIN.value,
+      vocab_file=_VOCAB.value, dev_data=_DEV.value, dataset=_DATASET.value,
+      model=model_lib.ModelConfig(
+          encoder=encoder, projection_size=_PROJECTION.value,
+          span_hidden_size=_SPAN_HIDDEN.value, max_span_width=_MAX_SPAN.value,
+          query_length=_QUERY_LEN.value, block_length=_BLOCK_LEN.value,
+          reader_length=_READER_LEN.value),
+      init=model_lib.InitConfig(
+          checkpoint=_INIT_CKPT.value, checkpoint_share_towers=_INIT_SHARED.value,
+          realm_embedder=_INIT_EMBEDDER.value, realm_encoder=_INIT_ENCODER.value,
+          orqa=_INIT_ORQA.value, minilm=_INIT_MINILM.value),
+      batch_size=_BATCH.value, num_train_steps=_STEPS.value, learning_rate=_LR.value,
+      warmup_steps=_WARMUP.value, reader_top_k=_READ_K.value,
+      retriever_top_k=_RETRIEVE_K.value, max_gold_spans=_GOLD.value,
+      index_kind=_INDEX.value, index_refresh_steps=_REFRESH.value,
+      eval_every_steps=_EVAL_EVERY.value, eval_max_examples=_EVAL_MAX.value,
+      checkpoint_every_steps=_CKPT_EVERY.value, keep_checkpoints=_KEEP.value,
+      log_every_steps=_LOG_EVERY.value, seed=_SEED.value)
+
+
+def main(argv):
+  del argv
+  strategy = (tf.distribute.MirroredStrategy() if _STRATEGY.value == "mirrored"
+              else tf.distribute.get_strategy())
+  result = finetune_lib.run_finetuning(config_from_flags(), strategy,
+                                       log=lambda message: print(message, flush=True))
+  print(f"trained to step {result.step}; best dev exact match {result.best_exact_match:.4f}")
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

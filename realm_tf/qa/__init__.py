@@ -1,0 +1,44 @@
+"""Open-QA on top of REALM: question sets, fine-tuning, evaluation and the `ask` front door.
+
+    from realm_tf.qa import ask
+    ask("who wrote Hamlet?", model_dir="...")      # -> Answer(answer, probability, evidence)
+
+Modules: `datasets` (NQ-Open / WebQuestions / CuratedTrec, ORQA JSONL, DPR TSV, pyserini),
+`corpus` (the knowledge corpus), `doc_index` (frozen block embeddings + MIPS index),
+`supervision` (has-answer and gold spans), `model` (configs and model directories),
+`finetune_lib` (AdamW from `realm_tf.training.optimizer`), `evaluate_lib`, `ask_lib`, `tiny_world` (a toy
+world for tests and the README commands).
+
+The names below are imported on first use, so `python -m realm_tf.qa.tiny_world` and other
+light entry points do not pay for TensorFlow.
+"""
+import importlib
+
+_EXPORTS = {
+    "Asker": "ask_lib",
+    "ask": "ask_lib",
+    "Corpus": "corpus",
+    "load_corpus": "corpus",
+    "MalformedRecordError": "datasets",
+    "QAExample": "datasets",
+    "load_examples": "datasets",
+    "load_pyserini_topics": "datasets",
+    "DocIndex": "doc_index",
+    "EmbeddingMismatchError": "doc_index",
+    "EvalConfig": "evaluate_lib",
+    "compute_metrics": "evaluate_lib",
+    "evaluate": "evaluate_lib",
+    "FineTuneConfig": "finetune_lib",
+    "run_finetuning": "finetune_lib",
+    "InitConfig": "model",
+    "ModelConfig": "model",
+    "QAModel": "model",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+  if name not in _EXPORTS:
+    raise AttributeError(f"module 'realm_tf.qa' has no attribute {name!r}")
+  return getattr(importlib.import_module(f"realm_tf.qa.{_EXPORTS[name]}"), name)

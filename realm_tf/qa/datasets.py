@@ -1,0 +1,245 @@
+"""Open-QA question sets: NaturalQuestions-Open, WebQuestions and CuratedTrec.
+
+Two on-disk forms, one record per line:
+
+* ORQA JSONL: `{"question": "who wrote hamlet?", "answer": ["William Shakespeare"]}`.
+* DPR TSV: `who wrote hamlet?<TAB>['William Shakespeare']`. The answer field is a Python list
+  literal, and the line is CSV-quoted where it needs to be (`"[""O'Connor""]"`), as in DPR's
+  `nq-dev.qa.csv` and Anserini's `topics.dpr.*.txt`.
+
+CuratedTrec answers are regular expressions (`match="regex"`, matched as
+`realm_tf.evaluation.regex_match` does); the others are strings (`match="string"`). Every
+pattern is compiled at load time, so an invalid one fails there, naming its file and line.
+
+Any malformed record raises `MalformedRecordError` with the file and 1-based line number.
+`load_examples` also reads the question sets packaged in `pyserini==0.21.0`
+(`pip install --no-deps pyserini==0.21.0`; the Anserini jar is read with `zipfile`, no Java)
+through paths of the form `pyserini:nq-dev`.
+"""
+import ast
+import csv
+import dataclasses
+import importlib.util
+import io
+import json
+import os
+import zipfile
+from typing import Iterable, Iterator, List, Sequence, Tuple
+
+import tensorflow as tf
+
+from realm_tf.evaluation import InvalidAnswerPattern
+from realm_tf.evaluation import regex_match
+
+PYSERINI_PREFIX = "pyserini:"
+PYSERINI_JAR = os.path.join("resources", "jars", "anserini-0.21.0-fatjar.jar")
+# pyserini name -> (member of the Anserini jar, dataset).
+PYSERINI_TOPICS = {
+    "nq-dev": ("topics-and-qrels/topics.dpr.nq.dev.txt", "nq"),
+    "nq-test": ("topics-and-qrels/topics.dpr.nq.test.txt", "nq"),
+    "wq-test": ("topics-and-qrels/topics.dpr.wq.test.txt", "wq"),
+    "curated-test": ("topics-and-qrels/topics.dpr.curated.test.txt", "curatedtrec"),
+}
+FORMATS = ("auto", "jsonl", "tsv")
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  """A benchmark: its display name and how its answers are matched."""
+  name: str
+  match: str  # "string" or "regex"
+
+
+DATASETS = {
+    "nq": DatasetSpec("NaturalQuestions-Open", "string"),
+    "wq": DatasetSpec("WebQuestions", "string"),
+    "curatedtrec": DatasetSpec("CuratedTrec", "regex"),
+}
+
+
+class MalformedRecordError(ValueError):
+  """A question-set record cannot be read; the message names the file and line.
+
+  Attributes:
+    path: the file.
+    line: the 1-based line number.
+  """
+
+  def __init__(self, path: str, line: int, reason: str):
+    super().__init__(f"{path}:{line}: {reason}")
+    self.path = path
+    self.line = line
+
+
+@dataclasses.dataclass(frozen=True)
+class QAExample:
+  """One question with its gold answers.
+
+  Attributes:
+    question: the question text (non-empty).
+    answers: gold answers, or gold regular expressions when `match == "regex"`.
+    match: "string" (exact match after normalisation) or "regex" (CuratedTrec).
+    source: "file:line" the example was read from.
+  """
+  question: str
+  answers: Tuple[str, ...]
+  match: str = "string"
+  source: str = ""
+
+
+def dataset_spec(dataset: str) -> DatasetSpec:
+  """The `DatasetSpec` of "nq", "wq" or "curatedtrec"."""
+  if dataset not in DATASETS:
+    raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(DATASETS)}")
+  return DATASETS[dataset]
+
+
+def _check_record(path: str, line: int, question, answers, match: str) -> QAExample:
+  if not isinstance(question, str):
+    raise MalformedRecordError(path, line, f"question must be a string, got {question!r}")
+  if not question.strip():
+    raise MalformedRecordError(path, line, "empty question")
+  if not isinstance(answers, (list, tuple)) or not answers:
+    raise MalformedRecordError(path, line,
+                               f"answers must be a non-empty list of strings, got {answers!r}")
+  if not all(isinstance(a, str) for a in answers):
+    raise MalformedRecordError(path, line, f"answers must all be strings, got {answers!r}")
+  if match == "regex":
+    try:
+      regex_match("", answers)  # compiles every pattern
+    except InvalidAnswerPattern as e:
+      raise MalformedRecordError(path, line, str(e)) from e
+  return QAExample(question=question.strip(), answers=tuple(answers), match=match,
+                   source=f"{path}:{line}")
+
+
+def parse_jsonl(lines: Iterable[str], path: str, match: str) -> Iterator[QAExample]:
+  """Parses ORQA JSONL records (`{"question": ..., "answer": [...]}`); blank lines skipped."""
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise MalformedRecordError(path, number, f"not valid JSON ({e.msg})") from e
+    if not isinstance(record, dict) or "question" not in record or "answer" not in record:
+      raise MalformedRecordError(path, number,
+                                 'expected an object with "question" and "answer"')
+    yield _check_record(path, number, record["question"], record["answer"], match)
+
+
+def parse_tsv(lines: Iterable[str], path: str, match: str) -> Iterator[QAExample]:
+  """Parses DPR TSV records (`question<TAB>['a', 'b']`, CSV-quoted); blank lines skipped."""
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    try:
+      fields = next(csv.reader([line.rstrip("\r\n")], delimiter="\t"))
+    except csv.Error as e:
+      raise MalformedRecordError(path, number, f"bad TSV quoting ({e})") from e
+    if len(fields) != 2:
+      raise MalformedRecordError(path, number,
+                                 f"expected 2 tab-separated fields, got {len(fields)}")
+    try:
+      answers = ast.literal_eval(fields[1])
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
+      raise MalformedRecordError(
+          path, number, f"answer field is not a Python list literal: {fields[1][:80]!r}") from e
+    yield _check_record(path, number, fields[0], answers, match)
+
+
+def _sniff_format(path: str, lines: Sequence[str]) -> str:
+  extension = os.path.splitext(path)[1].lower()
+  if extension in (".jsonl", ".json"):
+    return "jsonl"
+  if extension in (".tsv", ".csv"):
+    return "tsv"
+  first = next((line for line in lines if line.strip()), "")
+  return "jsonl" if first.lstrip().startswith("{") else "tsv"
+
+
+def parse_examples(text: str, path: str, match: str, file_format: str = "auto") -> List[QAExample]:
+  """Parses a whole question-set file's text (see `load_examples`)."""
+  if file_format not in FORMATS:
+    raise ValueError(f"file_format must be one of {FORMATS}, got {file_format!r}")
+  lines = io.StringIO(text).read().splitlines()
+  if file_format == "auto":
+    file_format = _sniff_format(path, lines)
+  parse = parse_jsonl if file_format == "jsonl" else parse_tsv
+  examples = list(parse(lines, path, match))
+  if not examples:
+    raise ValueError(f"{path}: no questions")
+  return examples
+
+
+def pyserini_jar() -> str:
+  """The Anserini jar shipped with `pyserini==0.21.0`."""
+  spec = importlib.util.find_spec("pyserini")
+  if spec is None or not spec.submodule_search_locations:
+    raise FileNotFoundError(
+        "pyserini is not installed: pip install --no-deps pyserini==0.21.0")
+  jar = os.path.join(spec.submodule_search_locations[0], PYSERINI_JAR)
+  if not os.path.exists(jar):
+    raise FileNotFoundError(f"pyserini is installed but {jar} is missing")
+  return jar
+
+
+def load_pyserini_topics(name: str) -> List[QAExample]:
+  """Loads a DPR question set from the Anserini jar in pyserini (no Java needed).
+
+  Args:
+    name: one of `PYSERINI_TOPICS`: "nq-dev" (8,757), "nq-test" (3,610), "wq-test" (2,032),
+      "curated-test" (694, regex answers).
+  """
+  if name not in PYSERINI_TOPICS:
+    raise ValueError(f"unknown pyserini question set {name!r}; expected one of "
+                     f"{sorted(PYSERINI_TOPICS)}")
+  member, dataset = PYSERINI_TOPICS[name]
+  jar = pyserini_jar()
+  with zipfile.ZipFile(jar) as archive:
+    text = archive.read(member).decode("utf-8")
+  return parse_examples(text, f"{jar}!{member}", dataset_spec(dataset).match)
+
+
+def load_examples(path: str, dataset: str = "nq", file_format: str = "auto") -> List[QAExample]:
+  """Loads a question set.
+
+  Args:
+    path: an ORQA JSONL or DPR TSV file (any `tf.io.gfile` path), or `pyserini:<name>` for a
+      question set packaged in pyserini (its own dataset then applies).
+    dataset: "nq", "wq" or "curatedtrec"; decides string or regex answer matching.
+    file_format: "auto" (by extension: .jsonl/.json, .tsv/.csv; otherwise by the first record),
+      "jsonl" or "tsv".
+
+  Returns:
+    the examples in file order.
+
+  Raises:
+    MalformedRecordError: a record is malformed or a CuratedTrec pattern does not compile.
+    ValueError: an unknown dataset or format, or a file without questions.
+  """
+  if path.startswith(PYSERINI_PREFIX):
+    return load_pyserini_topics(path[len(PYSERINI_PREFIX):])
+  match = dataset_spec(dataset).match
+  with tf.io.gfile.GFile(path, "r") as f:
+    text = f.read()
+  return parse_examples(text, path, match, file_format)
+
+
+def dataset_of(path: str, dataset: str) -> str:
+  """The dataset a path holds: a pyserini set's own, else `dataset`."""
+  if path.startswith(PYSERINI_PREFIX):
+    name = path[len(PYSERINI_PREFIX):]
+    if name not in PYSERINI_TOPICS:
+      raise ValueError(f"unknown pyserini question set {name!r}")
+    return PYSERINI_TOPICS[name][1]
+  dataset_spec(dataset)
+  return dataset
+
+
+def write_jsonl(examples: Iterable[QAExample], path: str) -> None:
+  """Writes examples as ORQA JSONL."""
+  with tf.io.gfile.GFile(path, "w") as f:
+    for example in examples:
+      f.write(json.dumps({"question": example.question, "answer": list(example.answers)},
+                         ensure_ascii=False) + "\n")

@@ -1,0 +1,240 @@
+"""The frozen document index of a QA system: block embeddings + a MIPS index over them.
+
+Legend: N blocks, D embedding dim.
+
+A `DocIndex` directory holds
+
+    info.json        {"corpus_fingerprint", "num_blocks", "dim", "snapshot_step", "kind"}
+    embeddings.npy   float32 [N, D], row r = corpus row r (the retriever logits of fine-tuning
+                     are gathered from it)
+    index/           a saved `MipsIndex` over the same rows (`realm_tf.mips.load_index`)
+
+Embeddings always come from a doc-embedder export (`realm_tf.export.doc_embedder`), the same
+path the index builder uses. Embeddings from elsewhere (another `DocIndex` directory, or the
+embedding pipeline's `embeddings-*.tfrecord` shards) are checked against the embedder before
+use: the dimension must agree and a deterministic sample of blocks is re-embedded and compared,
+so a corpus embedded by another model is an `EmbeddingMismatchError`, never silently wrong
+retrieval.
+"""
+import dataclasses
+import json
+import os
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.data import formats
+from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.mips.mips_index import MipsIndex
+from realm_tf.mips.mips_index import load_index
+from realm_tf.mips.scann_index import ScannIndex
+from realm_tf.qa.corpus import Corpus
+
+INDEX_KINDS = ("scann", "brute_force")
+_INFO = "info.json"
+_EMBEDDINGS = "embeddings.npy"
+_VERIFY_SAMPLE = 8
+_VERIFY_ATOL = 1e-3
+
+
+class EmbeddingMismatchError(ValueError):
+  """Block embeddings do not belong to the corpus or were not made by the doc embedder."""
+
+
+def embed_corpus(doc_embedder: DocEmbedder, corpus: Corpus, batch_size: int = 64,
+                 progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
+  """Embeds every block of `corpus` with a doc-embedder export (its "embed_texts").
+
+  Returns:
+    float32 [N, D].
+  """
+  chunks = []
+  for begin in range(0, len(corpus), batch_size):
+    end = min(begin + batch_size, len(corpus))
+    chunks.append(doc_embedder.embed_texts(corpus.titles[begin:end], corpus.texts[begin:end],
+                                           batch_size=batch_size))
+    if progress:
+      progress(end - begin)
+  return np.concatenate(chunks, axis=0).astype(np.float32)
+
+
+def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.ndarray,
+                      source: str = "embeddings") -> None:
+  """Checks that `embeddings` are the doc embedder's embeddings of `corpus`.
+
+  Raises:
+    EmbeddingMismatchError: a row count or dimension disagreement, or sampled blocks whose
+      re-embedding differs (by more than 1e-3).
+  """
+  embeddings = np.asarray(embeddings)
+  if embeddings.ndim != 2 or embeddings.shape[0] != len(corpus):
+    raise EmbeddingMismatchError(
+        f"{source}: {embeddings.shape[0] if embeddings.ndim else 0} embeddings for the "
+        f"{len(corpus)} blocks of corpus {corpus.source!r}")
+  if embeddings.shape[1] != doc_embedder.embedding_dim:
+    raise EmbeddingMismatchError(
+        f"{source}: embeddings of dimension {embeddings.shape[1]}, but the doc embedder "
+        f"{doc_embedder.path} makes dimension {doc_embedder.embedding_dim}; re-embed the "
+        "corpus with this model's doc embedder")
+  rows = np.unique(np.linspace(0, len(corpus) - 1, min(_VERIFY_SAMPLE, len(corpus))).astype(int))
+  fresh = doc_embedder.embed_texts([corpus.titles[r] for r in rows],
+                                   [corpus.texts[r] for r in rows])
+  difference = float(np.max(np.abs(fresh - embeddings[rows])))
+  if not np.isfinite(difference) or difference > _VERIFY_ATOL:
+    raise EmbeddingMismatchError(
+        f"{source} were not made by the doc embedder {doc_embedder.path} for corpus "
+        f"{corpus.source!r}: re-embedding {len(rows)} sampled blocks differs by up to "
+        f"{difference:.3g} (tolerance {_VERIFY_ATOL}); re-embed the corpus with this model's "
+        "doc embedder (e.g. `realm-ask --corpus=...` without a precomputed index)")
+
+
+def load_pipeline_embeddings(directory: str, corpus: Corpus) -> np.ndarray:
+  """Reads the embedding pipeline's `embeddings-*.tfrecord` shards in corpus row order.
+
+  Raises:
+    FileNotFoundError: no shards in `directory`.
+    EmbeddingMismatchError: blocks of the corpus without an embedding, or unknown blocks.
+  """
+  files = sorted(tf.io.gfile.glob(os.path.join(directory, formats.EMBEDDINGS_PATTERN)))
+  if not files:
+    raise FileNotFoundError(f"no {formats.EMBEDDINGS_PATTERN} shards in {directory}")
+  ids, vectors = [], []
+  for record in tf.data.TFRecordDataset(files).map(formats.parse_embedding):
+    ids.append(int(record["block_id"]))
+    vectors.append(record["embedding"].numpy())
+  ids = np.asarray(ids, np.int64)
+  if len(set(len(v) for v in vectors)) != 1:
+    raise EmbeddingMismatchError(f"{directory}: embeddings of different dimensions")
+  unknown = np.setdiff1d(ids, corpus.block_ids)
+  missing = np.setdiff1d(corpus.block_ids, ids)
+  if unknown.size or missing.size or len(ids) != len(corpus):
+    raise EmbeddingMismatchError(
+        f"{directory} does not embed corpus {corpus.source!r}: {missing.size} blocks without "
+        f"an embedding (e.g. {missing[:5].tolist()}), {unknown.size} unknown blocks "
+        f"(e.g. {unknown[:5].tolist()}), {len(ids)} records for {len(corpus)} blocks")
+  order = np.argsort(ids, kind="stable")
+  return np.stack(vectors)[order].astype(np.float32)
+
+
+def build_mips_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
+  """A "scann" or "brute_force" index over float32 [N, D] embeddings."""
+  if kind == "scann":
+    return ScannIndex.build(embeddings)
+  if kind == "brute_force":
+    return BruteForceIndex(embeddings)
+  raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
+
+
+@dataclasses.dataclass
+class DocIndex:
+  """Block embeddings [N, D] of a corpus and a MIPS index over them.
+
+  Attributes:
+    embeddings: float32 [N, D].
+    index: the `MipsIndex` (row r = corpus row r).
+    corpus_fingerprint: `Corpus.fingerprint` of the corpus embedded.
+    snapshot_step: the training step of the doc tower that embedded it (0: pre-trained).
+    kind: "scann" or "brute_force".
+  """
+  embeddings: np.ndarray
+  index: MipsIndex
+  corpus_fingerprint: str
+  snapshot_step: int = 0
+  kind: str = "scann"
+
+  @property
+  def num_blocks(self) -> int:
+    return int(self.embeddings.shape[0])
+
+  @property
+  def dim(self) -> int:
+    return int(self.embeddings.shape[1])
+
+  @classmethod
+  def build(cls, doc_embedder: DocEmbedder, corpus: Corpus, kind: str = "scann",
+            snapshot_step: int = 0, batch_size: int = 64,
+            progress: Optional[Callable[[int], None]] = None) -> "DocIndex":
+    """Embeds `corpus` with `doc_embedder` and indexes it."""
+    embeddings = embed_corpus(doc_embedder, corpus, batch_size, progress)
+    return cls(embeddings, build_mips_index(embeddings, kind), corpus.fingerprint,
+               snapshot_step, kind)
+
+  def save(self, directory: str) -> None:
+    """Writes the embeddings, the index and then `info.json` into `directory`."""
+    tf.io.gfile.makedirs(directory)
+    with tf.io.gfile.GFile(os.path.join(directory, _EMBEDDINGS), "wb") as f:
+      np.save(f, self.embeddings, allow_pickle=False)
+    self.index.save(os.path.join(directory, "index"))
+    with tf.io.gfile.GFile(os.path.join(directory, _INFO), "w") as f:
+      json.dump({"corpus_fingerprint": self.corpus_fingerprint, "num_blocks": self.num_blocks,
+                 "dim": self.dim, "snapshot_step": self.snapshot_step, "kind": self.kind}, f,
+                indent=2)
+
+  @staticmethod
+  def exists(directory: str) -> bool:
+    return tf.io.gfile.exists(os.path.join(directory, _INFO))
+
+  @staticmethod
+  def read_info(directory: str) -> dict:
+    """The `info.json` of a saved index (without loading its arrays)."""
+    path = os.path.join(directory, _INFO)
+    if not tf.io.gfile.exists(path):
+      raise FileNotFoundError(f"no document index at {directory} (missing {_INFO})")
+    with tf.io.gfile.GFile(path, "r") as f:
+      return json.load(f)
+
+  @classmethod
+  def load(cls, directory: str, corpus: Optional[Corpus] = None) -> "DocIndex":
+    """Loads a saved `DocIndex`; with `corpus`, checks that it indexes that corpus.
+
+    Raises:
+      FileNotFoundError: no `info.json` in `directory`.
+      EmbeddingMismatchError: it indexes another corpus, or its files disagree.
+    """
+    info = cls.read_info(directory)
+    if corpus is not None and info["corpus_fingerprint"] != corpus.fingerprint:
+      raise EmbeddingMismatchError(
+          f"document index {directory} was built for another corpus than {corpus.source!r} "
+          "(fingerprints differ)")
+    with tf.io.gfile.GFile(os.path.join(directory, _EMBEDDINGS), "rb") as f:
+      embeddings = np.load(f, allow_pickle=False)
+    index = load_index(os.path.join(directory, "index"))
+    if embeddings.shape != (info["num_blocks"], info["dim"]) or index.num_docs != len(
+        embeddings) or index.dim != embeddings.shape[1]:
+      raise EmbeddingMismatchError(
+          f"document index {directory}: embeddings {embeddings.shape}, index "
+          f"[{index.num_docs}, {index.dim}] and {_INFO} "
+          f"[{info['num_blocks']}, {info['dim']}] disagree")
+    return cls(embeddings, index, info["corpus_fingerprint"], int(info["snapshot_step"]),
+               info["kind"])
+
+
+def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str = "",
+                 kind: str = "scann", batch_size: int = 64,
+                 progress: Optional[Callable[[int], None]] = None) -> DocIndex:
+  """The `DocIndex` of a (possibly new) knowledge corpus for a model's doc embedder.
+
+  Args:
+    doc_embedder: the model's doc-embedder export.
+    corpus: the corpus.
+    embeddings_dir: optional precomputed embeddings: a `DocIndex` directory, or a directory
+      of the embedding pipeline's `embeddings-*.tfrecord` shards. They are verified against
+      the doc embedder. Empty: embed the corpus now.
+    kind: the MIPS index to build ("scann" or "brute_force") when none is loaded.
+    batch_size, progress: for embedding.
+
+  Raises:
+    EmbeddingMismatchError: the precomputed embeddings do not match the corpus or embedder.
+  """
+  if not embeddings_dir:
+    return DocIndex.build(doc_embedder, corpus, kind, batch_size=batch_size, progress=progress)
+  source = f"embeddings in {embeddings_dir}"
+  if DocIndex.exists(embeddings_dir):
+    doc_index = DocIndex.load(embeddings_dir, corpus)
+    verify_embeddings(doc_embedder, corpus, doc_index.embeddings, source)
+    return doc_index
+  embeddings = load_pipeline_embeddings(embeddings_dir, corpus)
+  verify_embeddings(doc_embedder, corpus, embeddings, source)
+  return DocIndex(embeddings, build_mips_index(embeddings, kind), corpus.fingerprint, 0, kind)

@@ -1,0 +1,149 @@
+"""The `ask` front door: Python API, corpus swap, embedding checks, bad questions, CLI."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from realm_tf.data import formats
+from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.export.doc_embedder import export_doc_embedder
+from realm_tf.qa import ask_lib
+from realm_tf.qa import tiny_world
+from realm_tf.qa.corpus import load_corpus
+from realm_tf.qa.doc_index import DocIndex
+from realm_tf.qa.doc_index import EmbeddingMismatchError
+from realm_tf.qa.doc_index import index_corpus
+from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.qa.model import build_models
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+QUESTION = "who wrote hamlet?"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+  return tiny_world.write_tiny_world(str(tmp_path_factory.mktemp("world")))
+
+
+@pytest.fixture(scope="module")
+def model_dir(world, tmp_path_factory):
+  """The (untrained) tiny model written as a QA model directory (0 fine-tuning steps)."""
+  directory = str(tmp_path_factory.mktemp("model"))
+  FineTuner(FineTuneConfig(model_dir=directory, corpus=world.corpus, train_data=world.train,
+                           vocab_file=world.vocab_file, model=tiny_world.model_config(),
+                           num_train_steps=0, retriever_top_k=24, index_kind="brute_force"),
+            log=lambda message: None).run()
+  return directory
+
+
+@pytest.fixture(scope="module")
+def asker(model_dir):
+  return ask_lib.get_asker(model_dir)
+
+
+def test_ask_returns_answer_probability_and_evidence(asker, model_dir, monkeypatch):
+  answer = ask_lib.ask(QUESTION, model_dir=model_dir)
+  assert answer.question == QUESTION and 0 < answer.probability <= 1
+  assert len(answer.evidence) == 5 and 0 <= answer.block < 5
+  assert answer.answer in answer.evidence[answer.block].text
+  assert sum(e.probability for e in answer.evidence) == pytest.approx(1, abs=1e-5)
+  corpus = asker.model.corpus
+  for evidence in answer.evidence:
+    assert corpus.texts[int(np.flatnonzero(corpus.block_ids == evidence.block_id)[0])] == (
+        evidence.text)
+  monkeypatch.setenv(ask_lib.MODEL_ENV, model_dir)
+  assert ask_lib.ask(QUESTION).answer == answer.answer
+  assert ask_lib.get_asker() is asker  # cached
+  monkeypatch.delenv(ask_lib.MODEL_ENV)
+  with pytest.raises(ValueError, match="no model"):
+    ask_lib.ask(QUESTION)
+  text = ask_lib.format_answer(answer)
+  assert text.startswith(f"Q: {QUESTION}\nA: ") and text.count("\n") == 6
+
+
+def test_empty_and_over_long_questions(asker):
+  for question in ("", "   "):
+    with pytest.raises(ValueError, match="question 0 is empty"):
+      asker.ask(question)
+  long_question = QUESTION + " and" * 500
+  answer = asker.ask(long_question)
+  truncated = asker.ask(" ".join(long_question.split()[:14]))  # query length 16 - 2 specials
+  assert answer.answer == truncated.answer
+  assert [e.block_id for e in answer.evidence] == [e.block_id for e in truncated.evidence]
+  assert answer.answer and np.isfinite(answer.probability)
+
+
+def test_corpus_swap_without_retraining(world, model_dir, asker):
+  swapped = ask_lib.Asker(model_dir, corpus=world.new_corpus)
+  assert swapped.model.retriever is not asker.model.retriever
+  new = load_corpus(world.new_corpus)
+  np.testing.assert_allclose(
+      swapped.model.doc_index.embeddings,
+      swapped.model.doc_embedder.embed_texts(new.titles, new.texts), atol=1e-6)
+  answer = swapped.ask(QUESTION)
+  assert all(2000 <= e.block_id < 3000 for e in answer.evidence)
+  assert "Christopher Marlowe" in new.texts[0] and "Shakespeare" not in " ".join(new.texts)
+  # The fine-tuned towers are unchanged: same query embedding, same reader weights.
+  for got, want in zip(swapped.model.reader.variables, asker.model.reader.variables):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def _write_pipeline_embeddings(directory, corpus, embeddings):
+  os.makedirs(directory, exist_ok=True)
+  with tf.io.TFRecordWriter(os.path.join(directory, "embeddings-00000-of-00001.tfrecord")) as w:
+    for block_id, vector in zip(corpus.block_ids, embeddings):
+      w.write(formats.embedding_example(int(block_id), vector))
+
+
+def test_precomputed_embeddings_are_checked_against_the_doc_embedder(world, model_dir, asker,
+                                                                     tmp_path):
+  new = load_corpus(world.new_corpus)
+  embedder = asker.model.doc_embedder
+  own = embedder.embed_texts(new.titles, new.texts)
+  # The embedding pipeline's shards, made by this model's doc embedder: accepted.
+  _write_pipeline_embeddings(str(tmp_path / "good"), new, own)
+  good = index_corpus(embedder, new, str(tmp_path / "good"), kind="brute_force")
+  np.testing.assert_array_equal(good.embeddings, own)
+  assert good.corpus_fingerprint == new.fingerprint
+  # Another model's doc embedder (same vocabulary and sizes): a clear error from `ask`.
+  other_retriever, _ = build_models(tiny_world.model_config())
+  tokenizer = WordpieceTokenizer(tiny_world.vocabulary())
+  other_path = export_doc_embedder(other_retriever, str(tmp_path / "other_embedder"),
+                                   tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+                                   block_length=32, tokenizer=tokenizer)
+  DocIndex.build(DocEmbedder(other_path), new, "brute_force").save(str(tmp_path / "other"))
+  with pytest.raises(EmbeddingMismatchError, match="were not made by the doc embedder"):
+    ask_lib.Asker(model_dir, corpus=world.new_corpus, embeddings_dir=str(tmp_path / "other"))
+  # Wrong dimension, shards that miss blocks, and an index of another corpus.
+  _write_pipeline_embeddings(str(tmp_path / "dim"), new, np.zeros([len(new), 8], np.float32))
+  with pytest.raises(EmbeddingMismatchError, match="dimension 8, but the doc embedder"):
+    index_corpus(embedder, new, str(tmp_path / "dim"))
+  _write_pipeline_embeddings(str(tmp_path / "short"), load_corpus(world.corpus), own)
+  with pytest.raises(EmbeddingMismatchError, match="24 blocks without an embedding"):
+    index_corpus(embedder, new, str(tmp_path / "short"))
+  with pytest.raises(EmbeddingMismatchError, match="built for another corpus"):
+    index_corpus(embedder, new, os.path.join(model_dir, "doc_index-0"))
+
+
+def test_interactive_loop(asker):
+  output = []
+  answered = ask_lib.interactive(asker, [QUESTION + "\n", "\n", "   \n", "quit\n", "ignored\n"],
+                                 output.append)
+  text = "".join(output)
+  assert answered == 1 and text.count("question> ") == 4
+  assert f"Q: {QUESTION}" in text and "ignored" not in text
+
+
+def test_cli_behaviour_question_or_interactive(asker):
+  output = []
+  ask_lib.answer_or_interact(asker, [], [QUESTION + "\n"], output.append)
+  interactive = "".join(output)
+  output.clear()
+  ask_lib.answer_or_interact(asker, [QUESTION], [], output.append)
+  direct = "".join(output)
+  assert interactive.startswith("question> Q: who wrote hamlet?")
+  assert direct.startswith("Q: who wrote hamlet?\nA: ") and direct.split("\n")[1] in interactive
+  with pytest.raises(ValueError, match="question 0 is empty"):
+    ask_lib.answer_or_interact(asker, [" "], [], output.append)

@@ -1,0 +1,165 @@
+"""Question sets (ORQA JSONL, DPR TSV, pyserini) and knowledge corpora: parsing and errors."""
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from realm_tf.data import formats
+from realm_tf.qa import datasets
+from realm_tf.qa.corpus import Corpus
+from realm_tf.qa.corpus import load_corpus
+from realm_tf.qa.datasets import MalformedRecordError
+
+
+def _write(path, text):
+  path.write_text(text, encoding="utf-8")
+  return str(path)
+
+
+def test_orqa_jsonl(tmp_path):
+  path = _write(tmp_path / "nq.jsonl",
+                '{"question": "who wrote hamlet?", "answer": ["William Shakespeare"]}\n\n'
+                '{"question": " where is paris ", "answer": ["France", "FR"]}\n')
+  examples = datasets.load_examples(path, "nq")
+  assert [e.question for e in examples] == ["who wrote hamlet?", "where is paris"]
+  assert examples[1].answers == ("France", "FR") and examples[1].match == "string"
+  assert examples[1].source == f"{path}:3"
+
+
+def test_dpr_tsv_with_csv_quoting(tmp_path):
+  path = _write(tmp_path / "nq-dev.qa.csv",
+                "who sings does he love me with reba\t['Linda Davis']\n"
+                "who was the first woman appointed to the supreme court\t"
+                "\"[\"\"Sandra Day O'Connor\"\"]\"\n"
+                "list of companies\t\"['Walmart', \"\"McDonald 's\"\"]\"\n")
+  examples = datasets.load_examples(path, "nq")
+  assert examples[0].answers == ("Linda Davis",)
+  assert examples[1].answers == ("Sandra Day O'Connor",)
+  assert examples[2].answers == ("Walmart", "McDonald 's")
+
+
+def test_format_sniffing_and_explicit_format(tmp_path):
+  jsonl = _write(tmp_path / "wq.txt", '{"question": "q?", "answer": ["a"]}\n')
+  tsv = _write(tmp_path / "nq.txt", "q?\t['a']\n")
+  assert datasets.load_examples(jsonl, "wq")[0].answers == ("a",)
+  assert datasets.load_examples(tsv, "nq")[0].answers == ("a",)
+  with pytest.raises(MalformedRecordError, match="nq.txt:1: not valid JSON"):
+    datasets.load_examples(tsv, "nq", file_format="jsonl")
+
+
+@pytest.mark.parametrize("line, reason", [
+    ('{"question": "q", "answer": ["a"]', "not valid JSON"),
+    ('{"question": "q"}', 'expected an object with "question" and "answer"'),
+    ('{"question": "", "answer": ["a"]}', "empty question"),
+    ('{"question": "q", "answer": []}', "non-empty list of strings"),
+    ('{"question": "q", "answer": [3]}', "must all be strings"),
+    ('["q", ["a"]]', 'expected an object'),
+])
+def test_malformed_jsonl_names_file_and_line(tmp_path, line, reason):
+  path = _write(tmp_path / "bad.jsonl", '{"question": "ok", "answer": ["a"]}\n' + line + "\n")
+  with pytest.raises(MalformedRecordError, match=reason) as info:
+    datasets.load_examples(path, "nq")
+  assert (info.value.path, info.value.line) == (path, 2)
+  assert str(info.value).startswith(f"{path}:2: ")
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("just a question", "expected 2 tab-separated fields, got 1"),
+    ("q\t['a']\textra", "got 3"),
+    ("q\tnot a list", "not a Python list literal"),
+    ("\t['a']", "empty question"),
+])
+def test_malformed_tsv_names_file_and_line(tmp_path, line, reason):
+  path = _write(tmp_path / "bad.tsv", "q\t['a']\n" + line + "\n")
+  with pytest.raises(MalformedRecordError, match=reason) as info:
+    datasets.load_examples(path, "nq")
+  assert info.value.line == 2
+
+
+def test_curatedtrec_regexes_are_checked_at_load_time(tmp_path):
+  good = _write(tmp_path / "ct.jsonl",
+                json.dumps({"question": "when?", "answer": [r"19[0-9]{2}"]}) + "\n")
+  (example,) = datasets.load_examples(good, "curatedtrec")
+  assert example.match == "regex"
+  bad = _write(tmp_path / "ct_bad.jsonl",
+               json.dumps({"question": "when?", "answer": ["1969"]}) + "\n" +
+               json.dumps({"question": "who?", "answer": ["(Armstrong"]}) + "\n")
+  with pytest.raises(MalformedRecordError, match=r"ct_bad.jsonl:2: invalid answer pattern "
+                                                 r"'\(Armstrong'"):
+    datasets.load_examples(bad, "curatedtrec")
+  # The same text is a valid string answer for NQ.
+  assert datasets.load_examples(bad, "nq")[1].answers == ("(Armstrong",)
+
+
+def test_unknown_dataset_and_empty_file(tmp_path):
+  with pytest.raises(ValueError, match="unknown dataset 'squad'"):
+    datasets.load_examples(_write(tmp_path / "x.jsonl", ""), "squad")
+  with pytest.raises(ValueError, match="no questions"):
+    datasets.load_examples(_write(tmp_path / "empty.jsonl", "\n"), "nq")
+  assert datasets.dataset_of("pyserini:curated-test", "nq") == "curatedtrec"
+  with pytest.raises(ValueError, match="unknown pyserini question set"):
+    datasets.load_examples("pyserini:nope")
+
+
+def test_write_jsonl_round_trip(tmp_path):
+  examples = [datasets.QAExample("q1?", ("a", "é")), datasets.QAExample("q2?", ("b",))]
+  datasets.write_jsonl(examples, str(tmp_path / "out.jsonl"))
+  loaded = datasets.load_examples(str(tmp_path / "out.jsonl"), "nq")
+  assert [(e.question, e.answers) for e in loaded] == [("q1?", ("a", "é")), ("q2?", ("b",))]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pyserini") is None,
+                    reason="pip install --no-deps pyserini==0.21.0 (DESIGN.md §5)")
+def test_pyserini_question_sets():
+  nq_dev = datasets.load_examples("pyserini:nq-dev")
+  assert len(nq_dev) == 8757
+  assert nq_dev[0].question == "who sings does he love me with reba"
+  assert nq_dev[0].answers == ("Linda Davis",)
+  assert len(datasets.load_examples("pyserini:nq-test")) == 3610
+  wq = datasets.load_examples("pyserini:wq-test")
+  assert len(wq) == 2032 and wq[0].answers == ("Jamaican Creole English Language",
+                                               "Jamaican English")
+  curated = datasets.load_pyserini_topics("curated-test")
+  assert len(curated) == 694 and all(e.match == "regex" for e in curated)
+  assert curated[0].answers[0].startswith(r"20\s?,?\s?(32|40)0")
+
+
+def test_corpus_from_jsonl_tsv_and_block_shards(tmp_path):
+  jsonl = _write(tmp_path / "c.jsonl",
+                 '{"id": 9, "title": "B", "text": "beta"}\n{"id": 3, "text": "alpha"}\n')
+  corpus = load_corpus(jsonl)
+  assert corpus.block_ids.tolist() == [3, 9] and corpus.titles == ["", "B"]
+  assert corpus.texts == ["alpha", "beta"] and corpus.source == jsonl
+  no_ids = load_corpus(_write(tmp_path / "n.jsonl", '{"text": "x"}\n{"text": "y"}\n'))
+  assert no_ids.block_ids.tolist() == [0, 1]
+  tsv = load_corpus(_write(tmp_path / "psgs.tsv", "id\ttext\ttitle\n2\tsome text\tT\n"))
+  assert (tsv.block_ids.tolist(), tsv.texts, tsv.titles) == ([2], ["some text"], ["T"])
+  shards = tmp_path / "blocks"
+  shards.mkdir()
+  with tf.io.TFRecordWriter(str(shards / "blocks-00000-of-00001.tfrecord")) as writer:
+    writer.write(formats.block_example(20, "T2", "two", [5], [6]))
+    writer.write(formats.block_example(10, "T1", "one", [5], [7]))
+  store_corpus = load_corpus(str(shards))
+  assert store_corpus.block_ids.tolist() == [10, 20] and store_corpus.texts == ["one", "two"]
+  assert store_corpus.fingerprint != corpus.fingerprint
+  assert Corpus(np.array([3, 9]), ["", "B"], ["alpha", "beta"]).fingerprint == corpus.fingerprint
+
+
+def test_corpus_errors(tmp_path):
+  with pytest.raises(MalformedRecordError, match=r"c.jsonl:2: expected an object with a "
+                                                 r"string \"text\""):
+    load_corpus(_write(tmp_path / "c.jsonl", '{"text": "a"}\n{"title": "t"}\n'))
+  with pytest.raises(MalformedRecordError, match="id must be an integer"):
+    load_corpus(_write(tmp_path / "d.jsonl", '{"id": "x", "text": "a"}\n'))
+  with pytest.raises(MalformedRecordError, match=r"p.tsv:1: id 'x' is not an integer"):
+    load_corpus(_write(tmp_path / "p.tsv", "x\ttext\ttitle\n"))
+  with pytest.raises(ValueError, match="duplicate block ids"):
+    load_corpus(_write(tmp_path / "e.jsonl", '{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n'))
+  with pytest.raises(ValueError, match="has no blocks"):
+    load_corpus(_write(tmp_path / "f.jsonl", "\n"))
+  with pytest.raises(FileNotFoundError, match="no blocks-"):
+    load_corpus(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="no corpus at"):
+    load_corpus(str(tmp_path / "missing.jsonl"))

@@ -1,0 +1,202 @@
+"""Open-QA fine-tuning on the tiny world: the loss goes down, checkpoints resume, the best
+dev checkpoint is kept, index refresh swaps the index, and bad batches stay finite."""
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from realm_tf import configs
+from realm_tf.evaluation import has_answer
+from realm_tf.qa import tiny_world
+from realm_tf.qa.datasets import QAExample
+from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.qa.model import InitConfig
+from realm_tf.qa.model import ModelInfo
+from realm_tf.qa.model import QAModel
+from realm_tf.qa.model import build_models
+from realm_tf.training.optimizer import OptimizerConfig
+from realm_tf.training.optimizer import create_optimizer
+from realm_tf.training.optimizer import default_warmup_steps
+
+
+def tiny_config(world, model_dir, **overrides) -> FineTuneConfig:
+  values = dict(model_dir=model_dir, corpus=world.corpus, train_data=world.train,
+                vocab_file=world.vocab_file, dev_data=world.dev,
+                model=tiny_world.model_config(),
+                batch_size=4, num_train_steps=60, learning_rate=3e-3, warmup_steps=3,
+                retriever_top_k=24, index_kind="brute_force", eval_every_steps=30,
+                checkpoint_every_steps=20, log_every_steps=10)
+  values.update(overrides)
+  return FineTuneConfig(**values)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+  return tiny_world.write_tiny_world(str(tmp_path_factory.mktemp("world")))
+
+
+@pytest.fixture(scope="module")
+def trained(world, tmp_path_factory):
+  """A tuner trained 60 steps, with a fixed batch's loss before and after."""
+  model_dir = str(tmp_path_factory.mktemp("model"))
+  tuner = FineTuner(tiny_config(world, model_dir), log=lambda message: None)
+  batch = tuner.prepare_batch(tuner.train_examples[:8])
+  before = tuner.loss(batch)
+  result = tuner.run()
+  return tuner, result, batch, before, tuner.loss(batch)
+
+
+def test_loss_decreases(trained):
+  tuner, result, _, before, after = trained
+  assert result.step == 60 and len(result.losses) == 60
+  assert np.all(np.isfinite(result.losses))
+  assert after.mean() < 0.75 * before.mean(), (before, after)
+  with open(os.path.join(tuner.config.model_dir, "train_log.jsonl")) as f:
+    log = [json.loads(line) for line in f]
+  assert [r["step"] for r in log] == [10, 20, 30, 40, 50, 60]
+  assert {"loss", "retriever_loss", "reader_loss", "learning_rate"} <= set(log[0])
+
+
+def test_best_dev_checkpoint_and_model_directory(trained):
+  tuner, result, _, _, _ = trained
+  assert sorted(result.dev_metrics) == [30, 60]
+  best = max(m["exact_match"] for m in result.dev_metrics.values())
+  assert result.best_exact_match == best
+  info = ModelInfo.read(os.path.join(tuner.config.model_dir, "best"))
+  assert info.metrics["exact_match"] == best and info.step in (30, 60)
+  assert info.doc_index == "../doc_index-0" and info.dataset == "nq"
+  model = QAModel.load(os.path.join(tuner.config.model_dir, "best"))
+  assert model.info.step == info.step and len(model.corpus) == len(tiny_world.BLOCKS)
+  np.testing.assert_array_equal(model.doc_index.embeddings, tuner.doc_index.embeddings)
+  latest = QAModel.load(tuner.config.model_dir)
+  for got, want in zip(latest.reader.variables, tuner.reader.variables):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_doc_tower_is_frozen(trained):
+  tuner, _, _, _, _ = trained
+  texts = tf.constant(tuner.corpus.texts[:4])
+  blocks = tuner.featurizer.block_featurizer((tf.constant(tuner.corpus.titles[:4]), texts))
+  np.testing.assert_allclose(tuner.retriever.embed_documents(blocks).numpy(),
+                             tuner.doc_index.embeddings[:4], atol=1e-5)
+  assert not np.allclose(tuner.retriever.embed_query(blocks).numpy(),
+                         tuner.doc_index.embeddings[:4], atol=1e-3)
+
+
+def test_resume_continues_from_the_latest_checkpoint(trained, world):
+  tuner, _, _, _, _ = trained
+  messages = []
+  resumed = FineTuner(dataclasses.replace(tuner.config, num_train_steps=62, eval_every_steps=100),
+                      log=messages.append)
+  assert int(resumed.step.numpy()) == 60 and resumed.best_exact_match == tuner.best_exact_match
+  assert any("resumed from" in m for m in messages)
+  result = resumed.run()
+  assert result.step == 62 and len(result.losses) == 2
+  assert sorted(result.dev_metrics) == [62]  # the last step is always evaluated
+
+
+def test_prepare_batch_supervision(trained):
+  tuner, _, batch, _, _ = trained
+  examples = tuner.train_examples[:8]
+  assert batch["rows"].shape == (8, 24) and batch["reader_input_word_ids"].shape == (8, 5, 48)
+  assert batch["gold_starts"].shape == (8, 5, 32)
+  for b, example in enumerate(examples):
+    expected = [has_answer(tuner.corpus.texts[r], example.answers) for r in batch["rows"][b]]
+    assert batch["has_answer"][b].tolist() == expected
+    for j in range(5):
+      for start, end in zip(batch["gold_starts"][b, j], batch["gold_ends"][b, j]):
+        if start < 0:
+          continue
+        ids = batch["reader_input_word_ids"][b, j, start:end + 1]
+        text = tuner.tokenizer.detokenize(ids).numpy().decode()
+        assert batch["reader_block_mask"][b, j, start:end + 1].all()
+        assert any(text == tuner.tokenizer.detokenize(tuner.tokenizer(a)).numpy().decode()
+                   for a in example.answers)
+
+
+def test_answer_in_no_block_gives_zero_loss_and_finite_weights(trained):
+  tuner, _, _, _, _ = trained
+  examples = [QAExample("who discovered pluto?", ("Clyde Tombaugh",)),
+              QAExample("", ("nothing",))] * 2  # an empty question packs to [CLS] [SEP]
+  batch = tuner.prepare_batch(examples)
+  assert not batch["has_answer"].any() and (batch["gold_starts"] == -1).all()
+  np.testing.assert_array_equal(tuner.loss(batch), np.zeros(4))
+  stats = tuner.train_step(examples)
+  assert stats["loss"] == 0.0 and stats["retrieved_answer"] == 0.0
+  assert all(np.isfinite(v.numpy()).all() for v in tuner.retriever.variables)
+
+
+def test_index_refresh_swaps_in_the_snapshot_index_under_a_strategy(world, tmp_path):
+  config = tiny_config(world, str(tmp_path / "refresh"), dev_data="", num_train_steps=4,
+                       index_refresh_steps=3, checkpoint_every_steps=2, keep_checkpoints=1)
+  # Also the tf.distribute path (one replica here; the same code runs on several).
+  tuner = FineTuner(config, strategy=tf.distribute.MirroredStrategy(["CPU:0"]),
+                    log=lambda message: None)
+  initial = tuner.doc_index.embeddings.copy()
+  tuner.run()
+  assert int(tuner.doc_snapshot_step.numpy()) == 3 and tuner.doc_index.snapshot_step == 3
+  assert not np.allclose(initial, tuner.doc_index.embeddings)
+  np.testing.assert_array_equal(tuner.block_embeddings.numpy(), tuner.doc_index.embeddings)
+  assert tuner._matches_doc_tower(tuner.doc_index)  # pylint: disable=protected-access
+  names = set(os.listdir(config.model_dir))
+  assert {"doc_index-3", "doc_embedder-3"} <= names  # the snapshot of the refresh at step 3
+  assert "doc_index-0" not in names  # no kept checkpoint uses the initial index any more
+  info = ModelInfo.read(os.path.join(config.model_dir, "best"))  # no dev: the last step
+  assert info.step == 4 and info.doc_index == "../doc_index-3"
+  assert QAModel.load(config.model_dir).doc_index.snapshot_step == 3
+
+
+def test_zero_steps_writes_the_pretrained_model_and_tf2_init(world, tmp_path):
+  pretrained_retriever, pretrained_reader = build_models(tiny_world.model_config(),
+                                                         share_towers=True)
+  path = tf.train.Checkpoint(retriever=pretrained_retriever, reader=pretrained_reader).write(
+      str(tmp_path / "pretrained" / "ckpt"))
+  config = tiny_config(world, str(tmp_path / "zero"), num_train_steps=0, dev_data="",
+                       init=InitConfig(checkpoint=path))
+  tuner = FineTuner(config, log=lambda message: None)
+  for tower in (tuner.retriever.query_encoder, tuner.retriever.doc_encoder):
+    for got, want in zip(tower.variables, pretrained_retriever.query_encoder.variables):
+      np.testing.assert_array_equal(got.numpy(), want.numpy())
+  for got, want in zip(tuner.reader.variables, pretrained_reader.variables):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+  result = tuner.run()
+  assert result.step == 0 and result.losses == [] and result.dev_metrics == {}
+  assert ModelInfo.read(os.path.join(config.model_dir, "best")).step == 0
+
+
+def test_config_errors(world, tmp_path):
+  with pytest.raises(ValueError, match="retriever_top_k 3 must be >= reader_top_k 5"):
+    tiny_config(world, str(tmp_path), retriever_top_k=3)
+  with pytest.raises(ValueError, match="shared towers"):
+    tiny_config(world, str(tmp_path), index_refresh_steps=5,
+                init=InitConfig(checkpoint="x", checkpoint_share_towers=False))
+  with pytest.raises(ValueError, match="wordpieces, the encoder 99"):
+    FineTuner(tiny_config(world, str(tmp_path), model=dataclasses.replace(
+        tiny_world.model_config(), encoder=configs.EncoderConfig.tiny(vocab_size=99))))
+  with pytest.raises(ValueError, match="more than one initialisation source"):
+    FineTuner(tiny_config(world, str(tmp_path / "x"),
+                          init=InitConfig(checkpoint="a", orqa="b")))
+
+
+def test_optimizer_schedule_and_decay_exclusions():
+  optimizer = create_optimizer(OptimizerConfig(learning_rate=1e-3, num_train_steps=100,
+                                               warmup_steps=10))
+  schedule = optimizer.learning_rate
+  assert float(schedule(5)) == pytest.approx(0.5e-3)  # warm-up to the peak
+  assert float(schedule(10)) == pytest.approx(1e-3 * 0.9)  # decay from step 0
+  assert float(schedule(100)) == pytest.approx(0.0)
+  # A run shorter than the default warm-up still reaches its peak at the end.
+  short = create_optimizer(OptimizerConfig(learning_rate=1e-3, num_train_steps=50))
+  assert float(short.learning_rate(49)) == pytest.approx(0.98e-3)
+  assert optimizer.epsilon == 1e-6 and optimizer.gradient_clip_norm == 1.0
+  decays = optimizer._do_use_weight_decay  # pylint: disable=protected-access
+  assert decays("query_bert/transformer/layer_0/self_attention/query/kernel:0")
+  assert not decays("query_bert/embeddings/layer_norm/gamma:0")
+  assert not decays("span_scorer/layer_normalization/beta:0")
+  assert not decays("query_bert/pooler_transform/bias:0")
+  assert default_warmup_steps(100_000) == 10_000 and default_warmup_steps(300) == 100
+  assert default_warmup_steps(50) == 50
