@@ -1,0 +1,1 @@
+"""A synthetic knowledge world for proving that REALM learns, and the ablation benchmark."""

@@ -1,0 +1,52 @@
+"""Zero-shot retrieval recall@k of a pre-trained retriever on Open-QA questions (REALM Table 2).
+
+No fine-tuning: the questions go through the query tower, the blocks through the doc tower,
+exact MIPS returns the top k, and a question counts as found when one of its k blocks holds an
+answer (`realm_tf.evaluation.has_answer`, what Open-QA evaluation's recall@k uses).
+Legend: Q questions, N blocks, D embedding dim.
+"""
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.data.block_store import BlockStore
+from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.models.retriever import Retriever
+from realm_tf.qa.datasets import QAExample
+from realm_tf.qa.supervision import AnswerMatcher
+from realm_tf.tokenization.featurizers import QueryFeaturizer
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf.training.store_embedding import embed_store
+
+
+def retrieved_has_answer(retriever: Retriever, store: BlockStore,
+                         tokenizer: WordpieceTokenizer, examples: Sequence[QAExample], k: int,
+                         query_length: int, block_length: int,
+                         batch_size: int = 64) -> np.ndarray:
+  """bool [Q, k]: whether the i-th retrieved block of each question holds an answer."""
+  block_emb = embed_store(retriever, store, tokenizer.cls_id, tokenizer.sep_id,
+                          tokenizer.pad_id, block_length=block_length)  # [N, D]
+  index = BruteForceIndex(block_emb)
+  featurize = QueryFeaturizer(tokenizer, seq_length=query_length)
+  embed = tf.function(lambda f: retriever.embed_query(f, training=False), reduce_retracing=True)
+  k = min(k, len(store))
+  rows = []
+  for begin in range(0, len(examples), batch_size):
+    batch = examples[begin:begin + batch_size]
+    query_emb = embed(featurize(tf.constant([e.question for e in batch])))  # [b, D]
+    rows.append(index.search(query_emb, k)[1].numpy())
+  rows = np.concatenate(rows) if rows else np.zeros([0, k], np.int64)
+  return np.array([[r >= 0 and AnswerMatcher(e.answers, e.match).has_answer(store.texts[r])
+                    for r in row] for e, row in zip(examples, rows)], bool).reshape(-1, k)
+
+
+def zero_shot_recall(retriever: Retriever, store: BlockStore, tokenizer: WordpieceTokenizer,
+                     examples: Sequence[QAExample], k: int = 5, query_length: int = 64,
+                     block_length: int = 288) -> float:
+  """The fraction of `examples` with an answer-bearing block among their top `k`."""
+  if not examples:
+    raise ValueError("no questions")
+  found = retrieved_has_answer(retriever, store, tokenizer, list(examples), k, query_length,
+                               block_length)
+  return float(found.any(axis=1).mean())

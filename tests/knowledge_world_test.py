@@ -1,0 +1,164 @@
+"""The knowledge world: deterministic, sized by its config, X != Z, answers are spans of Z,
+facts not guessable from their sentences, and files every stage reads unchanged."""
+import collections
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from realm_tf.data import formats
+from realm_tf.data.block_store import BlockStore
+from realm_tf.evaluation import has_answer
+from realm_tf.knowledge_world import world as world_lib
+from realm_tf.knowledge_world.world import WorldConfig
+from realm_tf.knowledge_world.world import generate_world
+from realm_tf.knowledge_world.writer import write_world
+from realm_tf.qa.corpus import load_corpus
+from realm_tf.qa.datasets import load_examples
+from realm_tf.training.ict_data import IctCorpus
+from realm_tf.training.pretraining_data import masked_query_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = WorldConfig(num_entities=30, docs_per_entity=2, x_sentences_per_fact=2, seed=3)
+
+
+@pytest.fixture(scope="module")
+def world():
+  return generate_world(CONFIG)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  return write_world(str(tmp_path_factory.mktemp("world")), CONFIG)
+
+
+def test_deterministic_in_the_seed(world):
+  again = generate_world(CONFIG)
+  assert again == world
+  other = generate_world(dataclasses.replace(CONFIG, seed=4))
+  assert [e.name for e in other.entities] != [e.name for e in world.entities]
+
+
+@pytest.mark.parametrize("num_entities,docs,x_per_fact", [(8, 1, 1), (30, 2, 2), (50, 4, 4)])
+def test_sized_by_the_config(num_entities, docs, x_per_fact):
+  config = WorldConfig(num_entities=num_entities, docs_per_entity=docs,
+                       x_sentences_per_fact=x_per_fact)
+  w = generate_world(config)
+  facts = len(world_lib.SALIENT_FACTS)
+  assert len(w.entities) == num_entities
+  assert len({e.name for e in w.entities}) == num_entities
+  assert len(w.documents) == num_entities * docs
+  assert len(w.sentences) == num_entities * facts * x_per_fact
+  assert sum(len(q) for q in w.questions.values()) == num_entities * facts
+  assert len(w.questions["test"]) == round(0.2 * num_entities * facts)
+  for entity_docs in np.array_split(np.arange(len(w.documents)), num_entities):
+    stated = [f for d in entity_docs for f in w.documents[d].facts]
+    assert sorted(stated) == sorted(world_lib.SALIENT_FACTS)  # each fact stated once
+
+
+def test_bad_configs_are_rejected():
+  for bad in (dict(num_entities=2), dict(docs_per_entity=5), dict(x_sentences_per_fact=0),
+              dict(test_fraction=0.0), dict(dev_fraction=0.5, test_fraction=0.5)):
+    with pytest.raises(ValueError):
+      WorldConfig(**bad)
+
+
+def test_pre_training_corpus_differs_from_the_knowledge_corpus(world):
+  z_text = [" ".join(world_lib.words(d.text)) for d in world.documents]
+  for sentence in world.sentences:
+    x = " ".join(world_lib.words(sentence.text.rstrip(" .")))
+    assert not any(x in z for z in z_text), sentence.text
+  z_frames = {t for ts in world_lib.Z_TEMPLATES.values() for t in ts}
+  x_frames = {t for ts in world_lib.X_TEMPLATES.values() for t in ts}
+  assert not z_frames & x_frames
+
+
+def test_salient_spans_are_the_fact_values(world):
+  labels = collections.Counter()
+  for sentence in world.sentences:
+    entity = world.entities[sentence.entity]
+    assert sentence.span_text == entity.facts[sentence.fact]
+    assert sentence.label == world_lib.FACT_LABELS[sentence.fact]
+    assert entity.name in sentence.text  # the sentence names its person
+    document = world.documents[sentence.document]
+    assert document.entity == sentence.entity and sentence.fact in document.facts
+    assert sentence.span_text in document.text  # the evidence block states it
+    labels[sentence.label] += 1
+  assert set(labels) == {"DATE", "GPE", "PERSON"}
+
+
+def test_answers_are_spans_of_z_and_absent_from_questions(world):
+  for split, questions in world.questions.items():
+    assert questions, split
+    for q in questions:
+      stating = [d for d in world.documents if d.entity == q.entity and q.fact in d.facts]
+      assert len(stating) == 1
+      assert all(a in stating[0].text for a in q.answers)
+      assert has_answer(stating[0].text, q.answers)
+      assert not has_answer(q.question, q.answers)
+  everything = [(q.entity, q.fact) for qs in world.questions.values() for q in qs]
+  assert len(set(everything)) == len(everything)  # splits are disjoint
+
+
+def test_facts_are_not_guessable_from_the_sentence(world):
+  """Values are drawn independently of names: no value dominates a fact, and people who share
+  a first name (or a template) do not share values more than chance."""
+  n = len(world.entities)
+  for fact in ("birth_date", "birth_place", "residence", "mentor"):
+    values = collections.Counter(e.facts[fact] for e in world.entities)
+    assert values.most_common(1)[0][1] <= max(3, 0.15 * n), (fact, values.most_common(3))
+  by_first = collections.defaultdict(list)
+  for e in world.entities:
+    by_first[e.name.split()[0]].append(e.facts["birth_place"])
+  same = sum(len(v) - len(set(v)) for v in by_first.values())
+  assert same <= 0.1 * n
+  for e, entity in enumerate(world.entities):
+    assert entity.facts["mentor"] != entity.name
+
+
+def test_written_files_feed_every_stage(files):
+  tok = files.tokenizer()
+  assert not [t for t in tok.vocabulary if t.startswith("##")]  # whole words only
+  assert all(t == t.lower() for t in tok.vocabulary[5:])
+  store = BlockStore.load(files.directory)
+  assert len(store) == files.num_blocks == 60
+  assert np.all(np.diff(store.block_ids) > 0)
+  assert len(IctCorpus(store, tok)) == len(store)  # every block has >= 2 sentences
+  assert len(load_corpus(files.directory)) == len(store)
+  for split in ("train", "dev", "test"):
+    examples = load_examples(getattr(files, split))
+    assert examples and all(e.answers for e in examples)
+
+  records = [formats.parse_pretraining_example(r) for r in
+             tf.data.TFRecordDataset(os.path.join(files.directory, "examples-00000-of-00001"
+                                                  ".tfrecord"))]
+  assert len(records) == files.num_examples == 30 * 4 * 2
+  for record in records:
+    ids = record["query_ids"].numpy()
+    start, end = int(record["span_start"]), int(record["span_end"])
+    span = tok.detokenize(tf.constant(ids[start:end + 1])).numpy().decode()
+    assert span == record["span_text"].numpy().decode().lower()
+    row = store.rows([int(record["block_id"])])[0]
+    assert record["span_text"].numpy().decode() in store.texts[row]
+    assert tok.unk_id not in ids
+  batch = next(iter(masked_query_dataset(files.directory, tok, 8, "salient_span",
+                                         query_length=files.max_sentence_wordpieces + 2)))
+  weights = batch["masked_lm_weights"].numpy()
+  assert (weights.sum(-1) >= 1).all() and (weights.sum(-1) <= 3).all()
+  with open(files.world_json, encoding="utf-8") as f:
+    assert len(json.load(f)["entities"]) == 30
+
+
+def test_generate_binary(tmp_path):
+  out = subprocess.run([sys.executable, "-m", "realm_tf.knowledge_world.generate",
+                        f"--output_dir={tmp_path}", "--num_entities=6", "--seed=1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+  assert json.loads(out.stdout[out.stdout.index("{"):])["num_blocks"] == 12
+  assert sorted(os.listdir(tmp_path)) == sorted(
+      ["vocab.txt", "blocks-00000-of-00001.tfrecord", "examples-00000-of-00001.tfrecord",
+       "train.jsonl", "dev.jsonl", "test.jsonl", "world.json"])
