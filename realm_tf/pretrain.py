@@ -11,6 +11,7 @@ from absl import flags
 from realm_tf import pretrained
 from realm_tf.keras import keras
 from realm_tf.data.block_store import BlockStore
+from realm_tf.models.precision import COMPUTE_DTYPES
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import distribute
 from realm_tf.training import model_init
@@ -45,6 +46,9 @@ flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")
 flags.DEFINE_integer("refresh_every", 500, "Steps between embedder snapshots / rebuilds.")
 flags.DEFINE_enum("index_kind", "scann", INDEX_KINDS, "MIPS index.")
 flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. Beam runner).")
+flags.DEFINE_enum("embedding_dtype", "float32", COMPUTE_DTYPES,
+                  "Doc-tower precision when embedding the corpus (bfloat16: faster on hardware "
+                  "with bfloat16 matmuls; see BENCHMARKS.md).")
 flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
 flags.DEFINE_enum("strategy", "default", distribute.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical devices.")
@@ -70,11 +74,13 @@ def main(argv):
   index_root = os.path.join(FLAGS.model_dir, "index")
   if FLAGS.refresh == "sync":
     refresher = SynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
-                                     FLAGS.index_kind, FLAGS.block_length)
+                                     FLAGS.index_kind, FLAGS.block_length,
+                                     compute_dtype=FLAGS.embedding_dtype)
   else:
     refresher = AsynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
                                       FLAGS.corpus_dir, os.path.join(FLAGS.model_dir, "snapshots"),
-                                      FLAGS.index_kind, FLAGS.block_length, FLAGS.builder_args)
+                                      FLAGS.index_kind, FLAGS.block_length, FLAGS.builder_args,
+                                      compute_dtype=FLAGS.embedding_dtype)
   config = PretrainingConfig(
       model_dir=FLAGS.model_dir, examples_dir=FLAGS.examples_dir, num_steps=FLAGS.num_steps,
       batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -105,12 +106,16 @@ class _DocEmbedderModule(tf.Module):
 
 def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: int, pad_id: int,
                         block_length: int = 288, snapshot_step: int = -1,
-                        tokenizer: Optional[WordpieceTokenizer] = None) -> str:
+                        tokenizer: Optional[WordpieceTokenizer] = None,
+                        compute_dtype: str = "float32") -> str:
   """Writes the doc tower of `retriever` as a SavedModel at `path`; returns `path`.
 
   With a `tokenizer` the export also takes strings: the "embed_texts" signature and the
-  `{"titles", "texts"}` form of `__call__` (see the module docstring).
+  `{"titles", "texts"}` form of `__call__` (see the module docstring). With
+  `compute_dtype="bfloat16"` the export computes in bfloat16 (`models.precision`; weights and
+  outputs stay float32).
   """
+  retriever = with_compute_dtype(retriever, compute_dtype)
   with tempfile.TemporaryDirectory() as staging_dir:
     module = _DocEmbedderModule(retriever, cls_id, sep_id, pad_id, block_length, snapshot_step,
                                 tokenizer, staging_dir)

@@ -11,6 +11,7 @@ from realm_tf.data.block_store import BlockStore
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.mips.scann_index import ScannIndex
+from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.tokenization.bert_packer import BertPacker
 
@@ -27,17 +28,22 @@ def build_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
 
 
 def embed_store(retriever: Retriever, store: BlockStore, cls_id: int, sep_id: int, pad_id: int,
-                block_length: int = 288, batch_size: int = 64, bucket: int = 32) -> np.ndarray:
+                block_length: int = 288, batch_size: int = 64, bucket: int = 32,
+                compute_dtype: str = "float32") -> np.ndarray:
   """All blocks through the current doc tower, returned in store order: float32 [N, D].
 
   Length bucketing: blocks are embedded shortest first and each batch is padded only to its
   longest block, rounded up to a multiple of `bucket` (few distinct shapes to trace). Real
   Wikipedia blocks are mostly far below 288 wordpieces, so this does a fraction of the
   fixed-length work (bench/embedding_bench.py: 2.2× blocks/s with MiniLM on lead extracts).
+  `compute_dtype="bfloat16"` embeds with a bfloat16 copy of the doc tower
+  (`models.precision`), several times faster where the hardware has bfloat16 matmuls.
   """
   packer = BertPacker(block_length, cls_id, sep_id, pad_id)
-  embed = tf.function(lambda f: retriever.embed_documents(f, training=False),
-                      reduce_retracing=True)
+  embedder = with_compute_dtype(retriever, compute_dtype)
+  embed = tf.function(
+      lambda f: tf.cast(embedder.embed_documents(f, training=False), tf.float32),
+      reduce_retracing=True)
   lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
   order = np.argsort(lengths, kind="stable")
   embeddings = np.zeros([len(store), retriever.projection_size], np.float32)
