@@ -16,6 +16,7 @@ from realm_tf.mips import IndexManifest
 from realm_tf.mips import load_index
 from realm_tf.mips import MipsIndex
 from realm_tf.mips import ScannIndex
+from realm_tf.mips import scann_index as scann_index_lib
 
 _CLUSTERED_DOCS = 20_000
 _DIM = 128
@@ -194,6 +195,30 @@ def test_scann_pads_short_results():
   assert np.all(np.isneginf(scores[~found])) and np.all(np.isfinite(scores[found]))
   for row_found in found:  # the found results come first
     assert np.all(row_found[:row_found.sum()])
+
+
+def test_scann_collected_while_building_graphs_never_enters_them(tmp_path):
+  docs = _gaussian(np.random.default_rng(9), 30, 4)
+  held = [ScannIndex.build(docs)]
+
+  class Module(tf.Module):
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def double(self, x):
+      held.clear()  # the index is collected during the trace
+      return 2.0 * x
+
+  tf.saved_model.save(Module(), str(tmp_path / "traced"))  # fails if the handle was captured
+  np.testing.assert_allclose(tf.saved_model.load(str(tmp_path / "traced")).double(
+      tf.constant([1.0])).numpy(), [2.0])
+  pending = scann_index_lib._PENDING_DESTRUCTION  # pylint: disable=protected-access
+  held.append(ScannIndex.build(docs))
+  with tf.Graph().as_default():
+    held.clear()  # collected inside a legacy graph: destruction deferred, no error
+  assert len(pending) == 1
+  held.append(ScannIndex.build(docs))
+  held.clear()  # an eager collection also destroys the deferred searcher
+  assert not pending
 
 
 @pytest.fixture(params=["brute_force", "scann"])

@@ -44,8 +44,20 @@ def _asset_file(name: str) -> str:
   return f"{name}.pb" if name in _STRING_ASSETS else f"{name}.npy"
 
 
+# Searchers collected while a graph was being built, destroyed at the next eager collection.
+_PENDING_DESTRUCTION = []
+
+
 def _destroy_searcher(handle: tf.Tensor) -> None:
-  tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
+  # Garbage collection may run this in the middle of building a graph (a tf.function trace, a
+  # SavedModel load): the op must run eagerly, never land in (and capture into) that graph.
+  with tf.init_scope():
+    if not tf.executing_eagerly():
+      _PENDING_DESTRUCTION.append(handle)
+      return
+    while _PENDING_DESTRUCTION:
+      tf.raw_ops.DestroyResourceOp(resource=_PENDING_DESTRUCTION.pop(), ignore_lookup_error=True)
+    tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
 
 
 class ScannIndex(mips_index.MipsIndex):
