@@ -1,6 +1,6 @@
 """`realm-demo`: REALM end to end on real data (see `realm_tf.demo.stages`).
 
-    realm-demo                   # the default run: ~10 min on 2 CPU cores, in results/demo
+    realm-demo                   # the default run: ~13 min on 2 CPU cores, in results/demo
     realm-demo --question="who painted the mona lisa?"   # ask your own (re-runs `ask` only)
     realm-demo --output_dir=results/demo_full --num_docs=0 --block_length=288 \
         --ict_steps=1000 --pretrain_steps=2000 --pretrain_batch_size=16 \

@@ -27,7 +27,7 @@ re-run the `ask` stage.
 
 Fine-tuning resumes the 0-step QA model of `qa_init`, so both evaluations share one frozen
 document index; dev takes no part in training or model selection (the fine-tuned model is the
-last step's). Default sizes were measured on 2 CPU cores (9.6 min in all): a REALM step reads
+last step's). Default sizes were measured on 2 CPU cores (13.1 min in all): a REALM step reads
 K = 8 blocks per masked sentence (~5 s for 2 sentences with MiniLM), so pre-training gets few
 steps and fine-tuning, which the dev figures measure, most of the budget.
 """
@@ -142,7 +142,7 @@ class DemoConfig:
   block_length: int = 128
   query_length: int = 64
   dev_percent: int = 20
-  eval_questions: int = 100
+  eval_questions: int = 80
   ict_steps: int = 20
   ict_batch_size: int = 16
   ict_learning_rate: float = 1e-4
@@ -151,7 +151,7 @@ class DemoConfig:
   pretrain_learning_rate: float = 3e-5
   num_candidates: int = 8
   refresh_every: int = 8
-  finetune_steps: int = 80
+  finetune_steps: int = 48
   finetune_batch_size: int = 4
   finetune_learning_rate: float = 5e-5
   retriever_top_k: int = 5000
