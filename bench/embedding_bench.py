@@ -121,9 +121,9 @@ def main(argv):
   agreement = bfloat16_agreement({n: t[:_NUM_BLOCKS.value] for n, t in features.items()})
   rows.append({"encoder": "MiniLM-L6 (real weights)", "variant": "bf16 vs float32",
                **agreement})
-  markdown = (f"Matmul peaks measured in this run (2048², one process): float32 "
-              f"{peaks['float32'] / 1e9:.1f} GFLOP/s, bfloat16 {peaks['bfloat16'] / 1e9:.1f} "
-              f"GFLOP/s. Real blocks: mean {lengths.mean():.0f}, median "
+  markdown = (f"Matmul peaks measured in this run (best over square and BERT-shaped "
+              f"matmuls, one process): float32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bfloat16 "
+              f"{peaks['bfloat16'] / 1e9:.1f} GFLOP/s. Real blocks: mean {lengths.mean():.0f}, median "
               f"{np.median(lengths):.0f} of 288 wordpieces.\n\n" +
               bench_utils.markdown_table(rows[:-1], ["encoder", "variant", "batch", "blocks/s",
                                                      "GFLOP/s", "utilisation", "vs fp32 peak",

@@ -1,6 +1,6 @@
 """Pipeline 3, the index builder: blocks -> embeddings -> MIPS index, published atomically.
 
-    ReadBlocks -> EmbedBlocks (doc-embedder export, parallel batches)
+    ReadBlocks -> EmbedBlocks (doc-embedder export, parallel batches of one length bucket)
                -> WriteEmbeddingShards (range-sharded by block id, each shard sorted)
     then, in the launching process: collect the shards in order (= canonical block order),
     check them against the corpus, build ScaNN (or exact) and `index_publisher.publish`.
@@ -48,6 +48,7 @@ from realm_tf.mips.scann_index import ScannIndex
 KINDS = ("scann", "brute_force")
 EMBEDDINGS_PREFIX = "embeddings"
 BLOCKS_PER_SHARD = 100_000
+BATCHES_PER_GROUP = 64  # build_index: ~N / (64 batches) groups per length bucket
 _ID_SPACE = 1 << 63
 
 
@@ -83,13 +84,26 @@ def shard_path(directory: str, shard: int, num_shards: int) -> str:
   return os.path.join(directory, f"{EMBEDDINGS_PREFIX}-{shard:05d}-of-{num_shards:05d}.tfrecord")
 
 
-class _EmbedFn(beam.DoFn):
-  """A batch of `BlockRecord`s -> (shard, (block_id, float32 [D])) for each block."""
+def length_bucket(block: block_records.BlockRecord, multiple: int, block_length: int) -> int:
+  """The packed length of `block` (`[CLS] title [SEP] body [SEP]`, capped at `block_length`)
+  rounded up to a multiple of `multiple`: the padded length the export embeds it at."""
+  packed = min(block_length, len(block.title_ids) + len(block.body_ids) + 3)
+  return min(block_length, -(-packed // multiple) * multiple)
 
-  def __init__(self, embedder_dir: str, num_shards: int):
+
+class _EmbedFn(beam.DoFn):
+  """((length bucket, group), `BlockRecord`s) -> (shard, (block_id, float32 [D])) per block,
+  `blocks_per_batch` blocks per embedder call.
+
+  With an XLA-compiled export, a short batch is padded with empty blocks to `blocks_per_batch`
+  rows so that every call has one of the few (rows, bucket length) shapes XLA compiled.
+  """
+
+  def __init__(self, embedder_dir: str, num_shards: int, blocks_per_batch: int):
     super().__init__()
     self._embedder_dir = embedder_dir
     self._num_shards = num_shards
+    self._blocks_per_batch = blocks_per_batch
     self._embedder: Optional[DocEmbedder] = None
     self._blocks = beam_runner.counter("blocks_embedded")
     self._batches = beam_runner.counter("embedding_batches")
@@ -97,12 +111,22 @@ class _EmbedFn(beam.DoFn):
   def setup(self):
     self._embedder = DocEmbedder(self._embedder_dir)
 
-  def process(self, blocks: List[block_records.BlockRecord]):
+  def process(self, keyed_blocks):
+    _, blocks = keyed_blocks
+    blocks = list(blocks)
+    for begin in range(0, len(blocks), self._blocks_per_batch):
+      yield from self._embed(blocks[begin:begin + self._blocks_per_batch])
+
+  def _embed(self, blocks: List[block_records.BlockRecord]):
+    title_ids = [b.title_ids for b in blocks]
+    body_ids = [b.body_ids for b in blocks]
+    if self._embedder.jit_compile and len(blocks) < self._blocks_per_batch:
+      padding = [np.zeros([0], np.int64)] * (self._blocks_per_batch - len(blocks))
+      title_ids, body_ids = title_ids + padding, body_ids + padding
     ragged = lambda rows: tf.RaggedTensor.from_row_lengths(
-        np.concatenate([r for r in rows] + [np.zeros([0], np.int64)]),
-        np.array([len(r) for r in rows], np.int64))
-    embeddings = self._embedder.embed_blocks(ragged([b.title_ids for b in blocks]),
-                                             ragged([b.body_ids for b in blocks]))  # [B, D]
+        np.concatenate(rows + [np.zeros([0], np.int64)]), np.array([len(r) for r in rows],
+                                                                   np.int64))
+    embeddings = self._embedder.embed_blocks(ragged(title_ids), ragged(body_ids))  # [B, D]
     self._batches.inc()
     self._blocks.inc(len(blocks))
     for block, embedding in zip(blocks, embeddings):
@@ -113,23 +137,38 @@ class _EmbedFn(beam.DoFn):
 class EmbedBlocks(beam.PTransform):
   """`BlockRecord`s -> (shard, (block_id, embedding)) with a doc-embedder export.
 
+  Length bucketing: blocks are keyed by their padded length (`length_bucket`, with the
+  export's `length_multiple`) and a group number (block id mod `groups_per_bucket`, so a
+  bucket spreads over that many workers), grouped, and embedded in batches, so a batch of
+  short blocks is not padded to 288 wordpieces (Wikipedia blocks average well under half of
+  that; BENCHMARKS.md §1).
+
   Args:
     embedder_dir: a `realm_tf.export.doc_embedder` SavedModel.
     num_shards: S, the embedding shards.
     blocks_per_batch: blocks per embedder call.
+    groups_per_bucket: parallelism within one length bucket.
   """
 
-  def __init__(self, embedder_dir: str, num_shards: int, blocks_per_batch: int = 128):
+  def __init__(self, embedder_dir: str, num_shards: int, blocks_per_batch: int = 128,
+               groups_per_bucket: int = 1):
     super().__init__()
     self.embedder_dir = embedder_dir
     self.num_shards = num_shards
     self.blocks_per_batch = blocks_per_batch
+    self.groups_per_bucket = max(1, groups_per_bucket)
 
   def expand(self, blocks):
+    embedder = DocEmbedder(self.embedder_dir)
+    multiple, block_length = embedder.length_multiple, embedder.block_length
+    del embedder
+    groups = self.groups_per_bucket
+    key = lambda b: (length_bucket(b, multiple, block_length), b.block_id % groups)
     return (blocks
-            | "Batch" >> beam.BatchElements(min_batch_size=min(16, self.blocks_per_batch),
-                                            max_batch_size=self.blocks_per_batch)
-            | "Embed" >> beam.ParDo(_EmbedFn(self.embedder_dir, self.num_shards)))
+            | "KeyByLength" >> beam.Map(lambda b: (key(b), b))
+            | "GroupByLength" >> beam.GroupByKey()
+            | "Embed" >> beam.ParDo(_EmbedFn(self.embedder_dir, self.num_shards,
+                                             self.blocks_per_batch)))
 
 
 class _WriteShardFn(beam.DoFn):
@@ -228,20 +267,22 @@ def make_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
 
 
 def build_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
-                   embeddings_dir: str, num_shards: int, blocks_per_batch: int = 128):
+                   embeddings_dir: str, num_shards: int, blocks_per_batch: int = 128,
+                   groups_per_bucket: int = 1):
   """Adds the embedding stage to `pipeline`; returns the (shard, count) PCollection."""
   return (pipeline
           | "ReadBlocks" >> block_records.ReadBlocks(corpus_dir)
-          | "EmbedBlocks" >> EmbedBlocks(embedder_dir, num_shards, blocks_per_batch)
+          | "EmbedBlocks" >> EmbedBlocks(embedder_dir, num_shards, blocks_per_batch,
+                                         groups_per_bucket)
           | "WriteEmbeddingShards" >> WriteEmbeddingShards(embeddings_dir, num_shards))
 
 
 def run_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
-                 embeddings_dir: str, num_shards: int,
-                 blocks_per_batch: int = 128) -> Dict[str, int]:
+                 embeddings_dir: str, num_shards: int, blocks_per_batch: int = 128,
+                 groups_per_bucket: int = 1) -> Dict[str, int]:
   """Builds the embedding stage on `pipeline`, runs it and returns its counters."""
   build_pipeline(pipeline, corpus_dir, embedder_dir, embeddings_dir, num_shards,
-                 blocks_per_batch)
+                 blocks_per_batch, groups_per_bucket)
   return beam_runner.run(pipeline)
 
 
@@ -286,8 +327,9 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
   tf.io.gfile.makedirs(work_dir)
   try:
     pipeline = beam.Pipeline(options=beam_runner.pipeline_options(pipeline_options))
+    groups_per_bucket = max(1, len(corpus_ids) // (blocks_per_batch * BATCHES_PER_GROUP))
     counters = run_pipeline(pipeline, corpus_dir, embedder_dir, work_dir, num_shards,
-                            blocks_per_batch)
+                            blocks_per_batch, groups_per_bucket)
     block_ids, embeddings = read_embedding_shards(work_dir, num_shards)
     check_embeddings(block_ids, embeddings, corpus_ids, dim)
     metadata = {"corpus_fingerprint": block_records.fingerprint(corpus_ids),

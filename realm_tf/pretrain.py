@@ -49,6 +49,9 @@ flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. B
 flags.DEFINE_enum("embedding_dtype", "float32", COMPUTE_DTYPES,
                   "Doc-tower precision when embedding the corpus (bfloat16: faster on hardware "
                   "with bfloat16 matmuls; see BENCHMARKS.md).")
+flags.DEFINE_bool("embedding_jit_compile", False,
+                  "XLA-compile the doc tower when embedding the corpus (faster at BERT-base; "
+                  "compiles once per length bucket; see BENCHMARKS.md §1).")
 flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
 flags.DEFINE_enum("strategy", "default", distribute.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical devices.")
@@ -75,12 +78,14 @@ def main(argv):
   if FLAGS.refresh == "sync":
     refresher = SynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
                                      FLAGS.index_kind, FLAGS.block_length,
-                                     compute_dtype=FLAGS.embedding_dtype)
+                                     compute_dtype=FLAGS.embedding_dtype,
+                                     jit_compile=FLAGS.embedding_jit_compile)
   else:
     refresher = AsynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
                                       FLAGS.corpus_dir, os.path.join(FLAGS.model_dir, "snapshots"),
                                       FLAGS.index_kind, FLAGS.block_length, FLAGS.builder_args,
-                                      compute_dtype=FLAGS.embedding_dtype)
+                                      compute_dtype=FLAGS.embedding_dtype,
+                                     jit_compile=FLAGS.embedding_jit_compile)
   config = PretrainingConfig(
       model_dir=FLAGS.model_dir, examples_dir=FLAGS.examples_dir, num_steps=FLAGS.num_steps,
       batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,

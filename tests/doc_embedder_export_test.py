@@ -5,6 +5,7 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.export.doc_embedder import export_doc_embedder
+from realm_tf.tokenization import WordpieceTokenizer
 from realm_tf.tokenization.bert_packer import BertPacker
 
 
@@ -24,3 +25,27 @@ def test_export_round_trip(tmp_path):
   np.testing.assert_allclose(embedder.embed_blocks(titles, bodies), expected, atol=1e-5)
   np.testing.assert_allclose(embedder.embed_features(features), expected, atol=1e-5)
   assert not np.allclose(retriever.embed_query(features), expected)  # the doc tower is exported
+
+
+def test_xla_export_pads_to_the_length_multiple(tmp_path):
+  tokenizer = WordpieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] +
+                                 [f"w{i}" for i in range(35)])
+  retriever = configs.build_retriever(configs.RetrieverConfig(
+      encoder=configs.EncoderConfig.tiny(vocab_size=40), projection_size=8))
+  retriever.build()
+  path = export_doc_embedder(retriever, str(tmp_path / "doc"), cls_id=2, sep_id=3, pad_id=0,
+                             block_length=16, length_multiple=4, jit_compile=True,
+                             tokenizer=tokenizer)
+  embedder = DocEmbedder(path)
+  assert (embedder.jit_compile, embedder.length_multiple) == (True, 4)
+  np.testing.assert_allclose(  # the text path: w0 w1 -> ids 5, 6
+      embedder.embed_texts(["w0"], ["w1 w2"]),
+      embedder.embed_blocks(tf.ragged.constant([[5]], tf.int64),
+                            tf.ragged.constant([[6, 7]], tf.int64)), atol=1e-5)
+  titles = tf.ragged.constant([[5], [6, 7]], dtype=tf.int64)
+  packer = BertPacker(seq_length=16, cls_id=2, sep_id=3, pad_id=0)
+  for body_length in (1, 2, 5, 13):  # packed lengths 5..16: padded to 8, 8, 12, 16
+    bodies = tf.ragged.constant([[9] * body_length, [10, 11]], dtype=tf.int64)
+    expected = retriever.embed_documents(
+        packer((tf.cast(titles, tf.int32), tf.cast(bodies, tf.int32)))).numpy()
+    np.testing.assert_allclose(embedder.embed_blocks(titles, bodies), expected, atol=1e-5)

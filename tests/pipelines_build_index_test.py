@@ -25,6 +25,7 @@ from realm_tf.data.block_store import BlockStore
 from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips import index_publisher
+from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization import WordpieceTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +78,45 @@ def test_embed_and_write_shards(corpus, tmp_path):
   ids, embeddings = build_index_lib.read_embedding_shards(out, 4)
   np.testing.assert_array_equal(ids, store.block_ids)  # shards in order = canonical order
   expected = DocEmbedder(embedder_dir).embed_blocks(store.title_ids, store.body_ids)  # [N, D]
+  np.testing.assert_allclose(embeddings, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_length_bucket_is_the_padded_length():
+  block = block_records.BlockRecord(7, "t", "b", np.arange(2), np.arange(10))  # 15 packed
+  assert build_index_lib.length_bucket(block, 8, 32) == 16
+  assert build_index_lib.length_bucket(block, 5, 32) == 15
+  assert build_index_lib.length_bucket(block, 8, 12) == 12  # capped at the block length
+
+
+def test_xla_export_embeds_length_bucketed_batches(corpus, tmp_path):
+  """An XLA export through the builder: blocks batched per length bucket, short batches
+  padded to full size, embeddings equal to the Keras model's on each block alone."""
+  corpus_dir, _ = corpus
+  store = BlockStore.load(corpus_dir)
+  retriever = configs.build_retriever(configs.RetrieverConfig(
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(VOCAB)), projection_size=8))
+  retriever.build()
+  embedder_dir = export_doc_embedder(retriever, str(tmp_path / "xla"), 2, 3, 0,
+                                     block_length=32, length_multiple=8, jit_compile=True)
+  assert DocEmbedder(embedder_dir).jit_compile
+  out = str(tmp_path / "shards")
+  os.makedirs(out)
+  records = [block_records.BlockRecord(int(i), "", "", t.numpy(), b.numpy())
+             for i, t, b in zip(store.block_ids, store.title_ids, store.body_ids)]
+  buckets = {build_index_lib.length_bucket(r, 8, 32) for r in records}
+  assert len(buckets) > 1
+  with test_pipeline.TestPipeline() as p:
+    embedded = (p | beam.Create(records)
+                | build_index_lib.EmbedBlocks(embedder_dir, num_shards=2, blocks_per_batch=4))
+    _ = embedded | build_index_lib.WriteEmbeddingShards(out, 2)
+  counters = p.result.metrics().query()["counters"]
+  batches = sum(c.committed for c in counters if c.key.metric.name == "embedding_batches")
+  assert batches >= max(len(buckets), -(-len(records) // 4))
+  ids, embeddings = build_index_lib.read_embedding_shards(out, 2)
+  np.testing.assert_array_equal(ids, store.block_ids)
+  packer = BertPacker(32, 2, 3, 0)
+  expected = retriever.embed_documents(packer((tf.cast(store.title_ids, tf.int32),
+                                               tf.cast(store.body_ids, tf.int32)))).numpy()
   np.testing.assert_allclose(embeddings, expected, rtol=1e-4, atol=1e-5)
 
 

@@ -5,7 +5,9 @@ A plain TF SavedModel (no realm_tf import needed to use it) with
                                -> {"embeddings": float32 [N, D]}
   signature "embed_blocks":    title_ids, body_ids int64 ragged as (values, row_lengths)
                                -> {"embeddings": float32 [N, D]}; packs
-                               `[CLS] title [SEP] body [SEP]` to <= block_length itself.
+                               `[CLS] title [SEP] body [SEP]` to <= block_length itself and
+                               pads the batch only to its longest block, rounded up to a
+                               multiple of `length_multiple` (few distinct shapes).
   signature "embed_texts":     titles, texts string [N] -> {"embeddings": float32 [N, D]}
                                (only when exported with a tokenizer; it tokenizes with the
                                model's vocabulary, which ships as the asset `vocab_file`,
@@ -15,7 +17,10 @@ A plain TF SavedModel (no realm_tf import needed to use it) with
                                (with a tokenizer) {"titles", "texts"} string [N]
                                -> float32 [N, D]; `hub.KerasLayer(path)` calls it.
 and the scalar attributes `embedding_dim`, `block_length`, `cls_id`, `sep_id`, `pad_id`,
-`snapshot_step` (the trainer step the weights come from, -1 if none).
+`snapshot_step` (the trainer step the weights come from, -1 if none), `length_multiple` and
+`jit_compile` (whether the encoder forward is XLA-compiled: `jit_compile=True` at export;
+XLA compiles once per input shape, so callers should keep the shapes few: the index builder
+batches blocks of one length bucket and pads partial batches to full size).
 """
 import os
 import tempfile
@@ -52,11 +57,25 @@ def vocab_asset(tokenizer: WordpieceTokenizer, directory: str) -> tf.saved_model
   return tf.saved_model.Asset(path)
 
 
+def _encoder_forward(encoder, projection):
+  """The doc tower as a plain function of int32 [N, L] features -> float32 [N, D] (a closure,
+  so that it can be wrapped as its own, optionally XLA-compiled, tf.function)."""
+
+  def forward(input_word_ids, input_mask, input_type_ids):
+    features = dict(input_word_ids=input_word_ids, input_mask=input_mask,
+                    input_type_ids=input_type_ids)
+    pooled = encoder(features, training=False)["pooled_output"]
+    return tf.cast(projection(pooled), tf.float32)
+
+  return forward
+
+
 class _DocEmbedderModule(tf.Module):
 
   def __init__(self, retriever: Retriever, cls_id: int, sep_id: int, pad_id: int,
                block_length: int, snapshot_step: int,
-               tokenizer: Optional[WordpieceTokenizer] = None, staging_dir: str = ""):
+               tokenizer: Optional[WordpieceTokenizer] = None, staging_dir: str = "",
+               length_multiple: int = 32, jit_compile: bool = False):
     super().__init__(name="doc_embedder")
     self.tokenizer = tokenizer
     if tokenizer is not None:
@@ -69,16 +88,17 @@ class _DocEmbedderModule(tf.Module):
     self.block_length = scalar(block_length)
     self.cls_id, self.sep_id, self.pad_id = scalar(cls_id), scalar(sep_id), scalar(pad_id)
     self.snapshot_step = scalar(snapshot_step)
+    self.length_multiple = scalar(length_multiple)
+    self.jit_compile = tf.Variable(jit_compile, trainable=False)
+    self._forward = tf.function(_encoder_forward(self.encoder, self.projection),
+                                jit_compile=jit_compile, autograph=False)
     self._packer = BertPacker(seq_length=block_length, cls_id=cls_id, sep_id=sep_id,
                               pad_id=pad_id, truncation="waterfall")
 
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name=n)
                                 for n in ("input_word_ids", "input_mask", "input_type_ids")])
   def serve(self, input_word_ids, input_mask, input_type_ids):
-    features = dict(input_word_ids=input_word_ids, input_mask=input_mask,
-                    input_type_ids=input_type_ids)
-    pooled = self.encoder(features, training=False)["pooled_output"]
-    return {"embeddings": tf.cast(self.projection(pooled), tf.float32)}
+    return {"embeddings": self._forward(input_word_ids, input_mask, input_type_ids)}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name=n)
                                 for n in ("title_values", "title_row_lengths",
@@ -88,7 +108,9 @@ class _DocEmbedderModule(tf.Module):
     bodies = tf.RaggedTensor.from_row_lengths(body_values, body_row_lengths)
     features = self._packer((tf.cast(titles, tf.int32), tf.cast(bodies, tf.int32)))
     longest = tf.reduce_max(tf.reduce_sum(features["input_mask"], axis=1))
-    features = {name: t[:, :longest] for name, t in features.items()}
+    multiple = tf.cast(self.length_multiple, longest.dtype)
+    length = tf.minimum(-(-longest // multiple) * multiple, tf.shape(features["input_mask"])[1])
+    features = {name: t[:, :length] for name, t in features.items()}
     return self.serve(**features)
 
   def _embed_texts(self, titles, texts):
@@ -107,18 +129,21 @@ class _DocEmbedderModule(tf.Module):
 def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: int, pad_id: int,
                         block_length: int = 288, snapshot_step: int = -1,
                         tokenizer: Optional[WordpieceTokenizer] = None,
-                        compute_dtype: str = "float32") -> str:
+                        compute_dtype: str = "float32", length_multiple: int = 32,
+                        jit_compile: bool = False) -> str:
   """Writes the doc tower of `retriever` as a SavedModel at `path`; returns `path`.
 
   With a `tokenizer` the export also takes strings: the "embed_texts" signature and the
   `{"titles", "texts"}` form of `__call__` (see the module docstring). With
   `compute_dtype="bfloat16"` the export computes in bfloat16 (`models.precision`; weights and
-  outputs stay float32).
+  outputs stay float32). `embed_blocks` pads each batch to a multiple of `length_multiple`;
+  `jit_compile=True` XLA-compiles the encoder forward (BENCHMARKS.md §1: ~1.3× at a fixed
+  shape on CPU), one compilation per input shape.
   """
   retriever = with_compute_dtype(retriever, compute_dtype)
   with tempfile.TemporaryDirectory() as staging_dir:
     module = _DocEmbedderModule(retriever, cls_id, sep_id, pad_id, block_length, snapshot_step,
-                                tokenizer, staging_dir)
+                                tokenizer, staging_dir, length_multiple, jit_compile)
     signatures = {"serving_default": module.serve, "embed_blocks": module.embed_blocks}
     module.__call__.get_concrete_function(dict(_ID_SPECS))
     if tokenizer is not None:
@@ -141,6 +166,8 @@ class DocEmbedder:
     self.embedding_dim = int(self._module.embedding_dim.numpy())
     self.block_length = int(self._module.block_length.numpy())
     self.snapshot_step = int(self._module.snapshot_step.numpy())
+    self.length_multiple = int(self._module.length_multiple.numpy())
+    self.jit_compile = bool(self._module.jit_compile.numpy())
 
   @property
   def takes_text(self) -> bool:

@@ -50,16 +50,18 @@ class IndexRefresher(abc.ABC):
     kind: "scann" or "brute_force".
     block_length: packed block length.
     compute_dtype: "float32" or "bfloat16", the doc tower's precision when embedding.
+    jit_compile: XLA-compile the doc tower's forward when embedding (in process, or in the
+      builder's doc-embedder export).
   """
 
   def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
                special_ids: Sequence[int], kind: str = "scann", block_length: int = 288,
-               compute_dtype: str = "float32"):
+               compute_dtype: str = "float32", jit_compile: bool = False):
     if kind not in INDEX_KINDS:
       raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
     self.index_root, self.every_n_steps, self.store = index_root, max(1, every_n_steps), store
     self.special_ids, self.kind, self.block_length = tuple(special_ids), kind, block_length
-    self.compute_dtype = compute_dtype
+    self.compute_dtype, self.jit_compile = compute_dtype, jit_compile
     self.index: Optional[MipsIndex] = None
     self.version = ""
     self.snapshot_step = 0
@@ -76,7 +78,8 @@ class IndexRefresher(abc.ABC):
 
   def _build_now(self, step: int, retriever: Retriever) -> None:
     embeddings = embed_store(retriever, self.store, *self.special_ids,
-                             block_length=self.block_length, compute_dtype=self.compute_dtype)
+                             block_length=self.block_length, compute_dtype=self.compute_dtype,
+                             jit_compile=self.jit_compile)
     version = version_for_step(step)
     index_publisher.publish(build_index(embeddings, self.kind), self.index_root, version,
                             {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint})
@@ -124,9 +127,10 @@ class AsynchronousRefresher(IndexRefresher):
   def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
                special_ids: Sequence[int], corpus_dir: str, snapshot_root: str,
                kind: str = "scann", block_length: int = 288,
-               builder_args: Sequence[str] = (), compute_dtype: str = "float32"):
+               builder_args: Sequence[str] = (), compute_dtype: str = "float32",
+               jit_compile: bool = False):
     super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length,
-                     compute_dtype)
+                     compute_dtype, jit_compile)
     self.corpus_dir, self.snapshot_root = corpus_dir, snapshot_root
     self.builder_args = list(builder_args)
     self._builder: Optional[subprocess.Popen] = None
@@ -136,7 +140,8 @@ class AsynchronousRefresher(IndexRefresher):
     final = os.path.join(self.snapshot_root, version_for_step(step))
     tmp = f"{final}.tmp-{uuid.uuid4().hex}"
     export_doc_embedder(retriever, tmp, *self.special_ids, block_length=self.block_length,
-                        snapshot_step=step, compute_dtype=self.compute_dtype)
+                        snapshot_step=step, compute_dtype=self.compute_dtype,
+                        jit_compile=self.jit_compile)
     if tf.io.gfile.exists(final):
       tf.io.gfile.rmtree(final)
     tf.io.gfile.rename(tmp, final)

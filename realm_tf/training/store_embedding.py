@@ -29,7 +29,7 @@ def build_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
 
 def embed_store(retriever: Retriever, store: BlockStore, cls_id: int, sep_id: int, pad_id: int,
                 block_length: int = 288, batch_size: int = 64, bucket: int = 32,
-                compute_dtype: str = "float32") -> np.ndarray:
+                compute_dtype: str = "float32", jit_compile: bool = False) -> np.ndarray:
   """All blocks through the current doc tower, returned in store order: float32 [N, D].
 
   Length bucketing: blocks are embedded shortest first and each batch is padded only to its
@@ -38,12 +38,14 @@ def embed_store(retriever: Retriever, store: BlockStore, cls_id: int, sep_id: in
   fixed-length work (bench/embedding_bench.py: 2.2× blocks/s with MiniLM on lead extracts).
   `compute_dtype="bfloat16"` embeds with a bfloat16 copy of the doc tower
   (`models.precision`), several times faster where the hardware has bfloat16 matmuls.
+  `jit_compile=True` XLA-compiles the forward, once per bucket length and batch size; the last
+  batch is padded to `batch_size` rows so that there is one batch size.
   """
   packer = BertPacker(block_length, cls_id, sep_id, pad_id)
   embedder = with_compute_dtype(retriever, compute_dtype)
   embed = tf.function(
       lambda f: tf.cast(embedder.embed_documents(f, training=False), tf.float32),
-      reduce_retracing=True)
+      reduce_retracing=True, jit_compile=jit_compile)
   lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
   order = np.argsort(lengths, kind="stable")
   embeddings = np.zeros([len(store), retriever.projection_size], np.float32)
@@ -53,5 +55,8 @@ def embed_store(retriever: Retriever, store: BlockStore, cls_id: int, sep_id: in
     bodies = tf.cast(tf.gather(store.body_ids, rows), tf.int32)
     length = min(block_length, int(-(-min(block_length, lengths[rows].max()) // bucket) * bucket))
     features = {n: t[:, :length] for n, t in packer((titles, bodies)).items()}
-    embeddings[rows] = embed(features).numpy()
+    if jit_compile and len(rows) < batch_size:
+      features = {n: tf.pad(t, [[0, batch_size - len(rows)], [0, 0]])
+                  for n, t in features.items()}
+    embeddings[rows] = embed(features).numpy()[:len(rows)]
   return embeddings
