@@ -31,6 +31,9 @@ _NUM_BLOCKS = flags.DEFINE_integer("num_blocks", 256, "Blocks per measurement (s
 _BASE_BLOCKS = flags.DEFINE_integer("base_blocks", 64, "Blocks per measurement (BERT-base).")
 _BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["8", "32", "64"], "Batch sizes to try.")
 _BUCKET = flags.DEFINE_integer("bucket", 32, "Trimmed lengths are rounded up to a multiple.")
+_DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"],
+                            "Compute dtypes to measure (bfloat16 rows and the agreement check "
+                            "only with bfloat16).")
 
 
 def encoder_flops(config: configs.EncoderConfig, length: int, projection: int = 128) -> float:
@@ -83,7 +86,7 @@ def bfloat16_agreement(features, num_queries: int = 64, k: int = 8):
 
 def main(argv):
   del argv
-  peaks = {dtype: bench_utils.matmul_peak_flops(dtype=dtype) for dtype in ("float32", "bfloat16")}
+  peaks = {dtype: bench_utils.matmul_peak_flops(dtype=dtype) for dtype in _DTYPES.value}
   tokenizer = pretrained.minilm_tokenizer()
   titles, bodies = wikipedia.load_wiki_summaries(max(_NUM_BLOCKS.value, _BASE_BLOCKS.value))
   packed = BlockFeaturizer(tokenizer)((tf.constant(titles), tf.constant(bodies)))
@@ -109,6 +112,8 @@ def main(argv):
     variants += [(f"bf16 + bucketed, batch {b}", int(b), True, False, "bfloat16")
                  for b in _BATCH_SIZES.value if int(b) != 32]
     for variant, batch_size, bucketing, xla, dtype in variants:
+      if dtype not in peaks:
+        continue
       row = {"encoder": name, "variant": variant, "batch": batch_size,
              **measure(towers[dtype], subset, lengths[:count], config, batch_size, bucketing,
                        xla, peaks[dtype])}
@@ -118,20 +123,21 @@ def main(argv):
   base = {r["encoder"]: r["blocks/s"] for r in rows if r["variant"] == "fixed 288"}
   for row in rows:
     row["speed-up"] = row["blocks/s"] / base[row["encoder"]]
-  agreement = bfloat16_agreement({n: t[:_NUM_BLOCKS.value] for n, t in features.items()})
-  rows.append({"encoder": "MiniLM-L6 (real weights)", "variant": "bf16 vs float32",
-               **agreement})
+  peak_text = ", ".join(f"{dtype} {peak / 1e9:.1f} GFLOP/s" for dtype, peak in peaks.items())
   markdown = (f"Matmul peaks measured in this run (best over square and BERT-shaped "
-              f"matmuls, one process): float32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bfloat16 "
-              f"{peaks['bfloat16'] / 1e9:.1f} GFLOP/s. Real blocks: mean {lengths.mean():.0f}, median "
-              f"{np.median(lengths):.0f} of 288 wordpieces.\n\n" +
-              bench_utils.markdown_table(rows[:-1], ["encoder", "variant", "batch", "blocks/s",
-                                                     "GFLOP/s", "utilisation", "vs fp32 peak",
-                                                     "effective", "speed-up"]) +
-              f"\nbfloat16 vs float32 doc embeddings of {_NUM_BLOCKS.value} real blocks (MiniLM "
-              f"weights): smallest cosine {agreement['min cosine']:.5f}, recall@8 of the "
-              f"bfloat16 index against the float32 one {agreement['recall@8 vs float32']:.3f}."
-              "\n")
+              f"matmuls, one process): {peak_text}. Real blocks: mean {lengths.mean():.0f}, "
+              f"median {np.median(lengths):.0f} of 288 wordpieces.\n\n" +
+              bench_utils.markdown_table(rows, ["encoder", "variant", "batch", "blocks/s",
+                                                "GFLOP/s", "utilisation", "vs fp32 peak",
+                                                "effective", "speed-up"]))
+  if "bfloat16" in peaks:
+    agreement = bfloat16_agreement({n: t[:_NUM_BLOCKS.value] for n, t in features.items()})
+    rows.append({"encoder": "MiniLM-L6 (real weights)", "variant": "bf16 vs float32",
+                 **agreement})
+    markdown += (f"\nbfloat16 vs float32 doc embeddings of {_NUM_BLOCKS.value} real blocks "
+                 f"(MiniLM weights): smallest cosine {agreement['min cosine']:.5f}, recall@8 of "
+                 f"the bfloat16 index against the float32 one "
+                 f"{agreement['recall@8 vs float32']:.3f}.\n")
   print(markdown)
   print(bench_utils.write_results("embedding", rows, markdown))
 

@@ -5,6 +5,8 @@
 Reads bench/results/{embedding,mips,training_step}.json and writes bench/results/
 extrapolation.md: time to embed REALM's 13.3M blocks on N workers, index sizes, and the index
 refresh period in trainer steps that follows, next to the paper's refresh every ~500 steps.
+REALM's blocks are packed to 288 wordpieces, so the embedding rate is the best fixed-288
+variant of the embedding benchmark (bucketing gains nothing on full blocks).
 """
 import json
 import os
@@ -31,7 +33,8 @@ def main():
   realm_step_s = step["REALM"]["seconds"]
   best = {}
   for row in embedding:
-    if row["blocks/s"] > best.get(row["encoder"], {}).get("blocks/s", 0):
+    fastest = best.get(row["encoder"], {}).get("blocks/s", 0)
+    if "fixed 288" in row["variant"] and row["blocks/s"] > fastest:
       best[row["encoder"]] = row
   rows = []
   for encoder, row in best.items():
@@ -48,8 +51,8 @@ def main():
             "13.3M blocks (GB)": scann["bytes/doc"] * PAPER_BLOCKS / 1e9},
            {"index": "ScaNN AH codes only (2 dims/block, 4 bits)", "bytes/doc": DIM / 2 / 2,
             "13.3M blocks (GB)": DIM / 4 * PAPER_BLOCKS / 1e9}]
-  markdown = ("Embedding time and refresh period for REALM's 13,353,718 blocks, from the best "
-              f"measured blocks/s per 2-core worker and the measured REALM step "
+  markdown = ("Embedding time and refresh period for REALM's 13,353,718 blocks of 288 "
+              "wordpieces, from the best measured fixed-288 blocks/s per 2-core worker and the measured REALM step "
               f"({realm_step_s:.2f} s on this machine); the paper refreshes every ~"
               f"{PAPER_REFRESH_STEPS} steps.\n\n" +
               bench_utils.markdown_table(rows, ["encoder", "variant", "workers (2 cores each)",
