@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import re
-from xml.sax import saxutils
 
 import apache_beam as beam
 from apache_beam.testing import test_pipeline
@@ -21,22 +20,8 @@ from pipelines import document_sources
 from pipelines import wikipedia_to_blocks_lib
 from realm_tf.data.block_store import BlockStore
 from realm_tf.tokenization import WordpieceTokenizer
-
-def page_xml(title, text, ns=0, page_id=1, redirect=None):
-  """One dump `<page>`; the wikitext is XML-escaped as in real dumps."""
-  text = saxutils.escape(text)
-  redirect = f'<redirect title="{redirect}" />' if redirect else ""
-  return (f"  <page>\n    <title>{title}</title>\n    <ns>{ns}</ns>\n    <id>{page_id}</id>\n"
-          f"    {redirect}\n    <revision>\n      <id>{page_id + 1000}</id>\n"
-          f"      <contributor><id>7</id></contributor>\n"
-          f'      <text xml:space="preserve">{text}</text>\n    </revision>\n  </page>\n')
-
-
-def dump_xml(*pages):
-  return ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">\n'
-          "  <siteinfo><sitename>Wikipedia</sitename></siteinfo>\n" + "".join(pages) +
-          "</mediawiki>\n").encode("utf-8")
-
+from wiki_dump_xml import dump_xml
+from wiki_dump_xml import page_xml
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ".",
          "dog", "ran", "##s", "a", "big", "paris", "is", "in", "france", ","]

@@ -3,11 +3,12 @@ import bz2
 import importlib.util
 import io
 import os
-from xml.sax import saxutils
 
 import pytest
 
 from pipelines import dump_reader
+from wiki_dump_xml import dump_xml
+from wiki_dump_xml import page_xml
 
 GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 
@@ -21,22 +22,6 @@ def real_dump_path() -> str:
   if not os.path.exists(path):
     pytest.skip(f"{GENSIM_DUMP} is not in the installed gensim")
   return path
-
-
-def page_xml(title, text, ns=0, page_id=1, redirect=None):
-  """One dump `<page>`; the wikitext is XML-escaped as in real dumps."""
-  text = saxutils.escape(text)
-  redirect = f'<redirect title="{redirect}" />' if redirect else ""
-  return (f"  <page>\n    <title>{title}</title>\n    <ns>{ns}</ns>\n    <id>{page_id}</id>\n"
-          f"    {redirect}\n    <revision>\n      <id>{page_id + 1000}</id>\n"
-          f"      <contributor><id>7</id></contributor>\n"
-          f'      <text xml:space="preserve">{text}</text>\n    </revision>\n  </page>\n')
-
-
-def dump_xml(*pages):
-  return ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">\n'
-          "  <siteinfo><sitename>Wikipedia</sitename></siteinfo>\n" + "".join(pages) +
-          "</mediawiki>\n").encode("utf-8")
 
 
 def read_all(data: bytes, **kwargs):
