@@ -137,8 +137,8 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
   `{"titles", "texts"}` form of `__call__` (see the module docstring). With
   `compute_dtype="bfloat16"` the export computes in bfloat16 (`models.precision`; weights and
   outputs stay float32). `embed_blocks` pads each batch to a multiple of `length_multiple`;
-  `jit_compile=True` XLA-compiles the encoder forward (BENCHMARKS.md §1: ~1.3× at a fixed
-  shape on CPU), one compilation per input shape.
+  `jit_compile=True` XLA-compiles the encoder forward (BENCHMARKS.md §1: 1.3-1.55× per batch
+  on CPU), one compilation per input shape.
   """
   retriever = with_compute_dtype(retriever, compute_dtype)
   with tempfile.TemporaryDirectory() as staging_dir:

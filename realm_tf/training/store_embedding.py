@@ -33,9 +33,10 @@ def embed_store(retriever: Retriever, store: BlockStore, cls_id: int, sep_id: in
   """All blocks through the current doc tower, returned in store order: float32 [N, D].
 
   Length bucketing: blocks are embedded shortest first and each batch is padded only to its
-  longest block, rounded up to a multiple of `bucket` (few distinct shapes to trace). Real
-  Wikipedia blocks are mostly far below 288 wordpieces, so this does a fraction of the
-  fixed-length work (bench/embedding_bench.py: 2.2× blocks/s with MiniLM on lead extracts).
+  longest block, rounded up to a multiple of `bucket` (few distinct shapes to trace). Blocks
+  of short articles (and each article's last block) are far below 288 wordpieces, so this does
+  a fraction of the fixed-length work (bench/embedding_bench.py: 2.1-2.6× blocks/s on
+  Wikipedia lead extracts, which average 108 wordpieces).
   `compute_dtype="bfloat16"` embeds with a bfloat16 copy of the doc tower
   (`models.precision`), several times faster where the hardware has bfloat16 matmuls.
   `jit_compile=True` XLA-compiles the forward, once per bucket length and batch size; the last
