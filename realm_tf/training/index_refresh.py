@@ -29,7 +29,7 @@ from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.retriever import Retriever
 from realm_tf.training.store_embedding import INDEX_KINDS
 from realm_tf.training.store_embedding import build_index
-from realm_tf.training.store_embedding import embed_store
+from realm_tf.training.store_embedding import StoreEmbedder
 
 def version_for_step(step: int) -> str:
   return f"step-{step:08d}"
@@ -66,6 +66,7 @@ class IndexRefresher(abc.ABC):
     self.version = ""
     self.snapshot_step = 0
     self.swaps = 0
+    self._store_embedder: Optional[StoreEmbedder] = None
 
   def _load(self, version: str) -> None:
     index = index_publisher.load_version(self.index_root, version)
@@ -77,9 +78,12 @@ class IndexRefresher(abc.ABC):
     logging.info("Using index %s (snapshot step %d)", version, self.snapshot_step)
 
   def _build_now(self, step: int, retriever: Retriever) -> None:
-    embeddings = embed_store(retriever, self.store, *self.special_ids,
-                             block_length=self.block_length, compute_dtype=self.compute_dtype,
-                             jit_compile=self.jit_compile)
+    if self._store_embedder is None or self._store_embedder.retriever is not retriever:
+      self._store_embedder = StoreEmbedder(retriever, *self.special_ids,
+                                           block_length=self.block_length,
+                                           compute_dtype=self.compute_dtype,
+                                           jit_compile=self.jit_compile)
+    embeddings = self._store_embedder(self.store)
     version = version_for_step(step)
     index_publisher.publish(build_index(embeddings, self.kind), self.index_root, version,
                             {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint})
