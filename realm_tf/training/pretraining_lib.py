@@ -1,4 +1,4 @@
-"""REALM pre-training: backpropagation through retrieval (REALM §2–3, DESIGN.md §3).
+"""REALM pre-training: backpropagation through retrieval (REALM §2–3).
 
 Per step:
   1. replicated: embed the masked queries with the current θ;
@@ -8,8 +8,9 @@ Per step:
      gradient), read every (x, z), and minimise the per-token marginal negative log-likelihood
      over the K candidates; gradients flow into both towers and the reader.
 The index is swapped between steps by an `IndexRefresher`. Logged: loss, MLM accuracy of the
-marginal prediction, retrieval utility vs the null document, how often the source block is
-retrieved, index version and staleness, step time.
+marginal prediction, retrieval utility vs the null document, the null document's prior and
+posterior share of the retrieval mass (`null_prior`, `null_posterior`), how often the source
+block is retrieved, index version and staleness, step time.
 Legend: B batch, K candidates, M masked positions, V vocabulary, D embedding dim.
 """
 import dataclasses
@@ -89,6 +90,12 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
     if null_document:
       metrics["retrieval_utility"] = tf.reduce_sum(
           retrieval_utility(logits, token_log_probs, weights) * has_mask)
+      # The null document's share of the retrieval mass: prior p(∅|x) per example, posterior
+      # p(∅|y_j,x) per masked token (the gradient moves f(x, ∅) by posterior - prior).
+      metrics["null_prior"] = tf.reduce_sum(tf.exp(candidate_log_probs[:, 0, 0, 0]) * has_mask)
+      joint = candidate_log_probs[:, :, 0] + token_log_probs  # [b, K, M]
+      posterior = tf.exp(joint[:, 0] - tf.reduce_logsumexp(joint, axis=1))  # [b, M]
+      metrics["null_posterior"] = tf.reduce_sum(posterior * weights)
     return metrics
 
   return step
@@ -141,14 +148,16 @@ class RealmPretrainer:
       raise ValueError(f"index dim {index.dim} != embedder dim {self.retriever.projection_size}")
     if index.num_docs != len(self.store):
       raise ValueError(f"index has {index.num_docs} blocks, the corpus {len(self.store)}")
-    query_emb = distribute.local_batch(strategy, strategy.run(
-        self._embed_query, args=(distribute.distribute_batch(strategy, batch["query"]),)))
-    _, retrieved = index.search(query_emb, self.candidates.num_to_retrieve)
-    selection = self.candidates.select(retrieved.numpy(),
-                                       self._source_rows(batch["block_id"].numpy()))
+    size = int(batch["block_id"].shape[0])
+    if self.candidates.num_to_retrieve:
+      query_emb = distribute.local_batch(strategy, strategy.run(
+          self._embed_query, args=(distribute.distribute_batch(strategy, batch["query"]),)))
+      retrieved = index.search(query_emb, self.candidates.num_to_retrieve)[1].numpy()
+    else:  # the null document alone: a masked LM without retrieval
+      retrieved = np.zeros([size, 0], np.int64)
+    selection = self.candidates.select(retrieved, self._source_rows(batch["block_id"].numpy()))
     query_ids = tf.RaggedTensor.from_tensor(batch["query_ids"], lengths=batch["query_length"])
     docs, reader = self.candidates.features(tf.constant(selection.rows), query_ids)
-    size = int(batch["block_id"].shape[0])
     total_weight = tf.reduce_sum(batch["masked_lm_weights"])
     step_batch = {
         "query": batch["query"], "candidates": docs, "reader": reader,
@@ -170,6 +179,8 @@ class RealmPretrainer:
                "index_snapshot_step": float(self.refresher.snapshot_step)}
     if "retrieval_utility" in sums:
       metrics["retrieval_utility"] = sums["retrieval_utility"] / examples
+      metrics["null_prior"] = sums["null_prior"] / examples
+      metrics["null_posterior"] = sums["null_posterior"] / tokens
     return metrics
 
   def train(self, verbose: bool = True):
