@@ -107,3 +107,29 @@ def test_correct_spans():
   gold_ends = np.array([[[2, -1], [0, 2]]], np.int32)
   correct = losses.correct_spans(starts, ends, gold_starts, gold_ends).numpy()
   np.testing.assert_array_equal(correct, [[[0, 0, 0, 0, 1], [1, 0, 1, 0, 0]]])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_retriever_gradient_is_posterior_minus_prior(seed):
+  """REALM §2.4: d log p(y|x) / d f(x,z) = p(z|y,x) - p(z|x), per masked token, so the loss
+  gradient is Σ_j w_j (p(z|y_j,x) - p(z|x)) / Σ w; padded candidates get none."""
+  rng = np.random.default_rng(seed)
+  b, k, m, v = 3, 5, 4, 11
+  relevance = rng.normal(scale=3.0, size=(b, k)).astype(np.float32)
+  relevance[0, -2:] = -1e9  # candidates the index could not fill
+  logits = rng.normal(scale=2.0, size=(b, k, m, v)).astype(np.float32)
+  ids = rng.integers(0, v, (b, m)).astype(np.int32)
+  weights = (rng.random((b, m)) < 0.7).astype(np.float32)
+  weights[:, 0] = 1.0
+  f = tf.Variable(relevance)
+  with tf.GradientTape() as tape:
+    loss, token_log_probs = losses.marginal_mlm_loss(f, logits, ids, weights)
+    log_likelihood = -loss * weights.sum()  # Σ_j w_j log p(y_j|x)
+  gradient = tape.gradient(log_likelihood, f).numpy()
+  prior = np.exp(log_softmax(relevance.astype(np.float64), -1))  # p(z|x)  [B, K]
+  joint = np.log(prior)[:, :, None] + token_log_probs.numpy()  # [B, K, M]
+  posterior = np.exp(joint - logsumexp(joint, axis=1, keepdims=True))  # p(z|y_j,x)
+  expected = ((posterior - prior[:, :, None]) * weights[:, None, :]).sum(-1)
+  np.testing.assert_allclose(gradient, expected, atol=1e-5)
+  np.testing.assert_allclose(gradient[0, -2:], 0.0, atol=1e-12)
+  np.testing.assert_allclose(gradient.sum(-1), 0.0, atol=1e-5)  # mass moves, never appears
