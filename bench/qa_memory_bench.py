@@ -1,7 +1,7 @@
 """Peak memory of Open-QA fine-tuning and inference at BERT-base size.
 
 REALM (§4.3) says the whole fine-tuned model runs on a single machine with a 12 GB GPU. This
-measures ours with the DESIGN.md §3 shapes: BERT-base query tower, frozen BERT-base doc tower
+measures ours with REALM's shapes: BERT-base query tower, frozen BERT-base doc tower
 (held in memory, as fine-tuning keeps it), BERT-base reader; the reader reads top-5 blocks of
 288 wordpieces (`[CLS] x [SEP] z_body [SEP]` of 320), the retriever loss covers the top-5000
 blocks (gathered from the frozen [N, 128] block embeddings), AdamW.

@@ -1,4 +1,4 @@
-"""Packs an article's sentences greedily into REALM evidence blocks (DESIGN.md §3).
+"""Packs an article's sentences greedily into REALM evidence blocks.
 
 A block is `[CLS] title [SEP] body [SEP]` with at most `block_length` (288) wordpieces: the
 title has priority, the body takes whole sentences in order while they fit, and a sentence

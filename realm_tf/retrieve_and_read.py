@@ -8,7 +8,7 @@ T wordpieces.
 3. `RetrieveAndRead.answer`: question -> query tower -> top-k blocks and their retrieval
    logits f(x, z) (the index's inner products with the block embeddings it holds) ->
    reader over `[CLS] x [SEP] z_body [SEP]` -> the best (block, span) under
-   f(x, z) + span score, one softmax over all k x S pairs (DESIGN.md §3).
+   f(x, z) + span score, one softmax over all k x S pairs.
 
 The graph pieces (`QAFeaturizer`, `RetrieveAndRead.read`) are TF ops end to end, so the same
 code runs eagerly, inside `tf.function`, in fine-tuning (`realm_tf.qa.finetune_lib` reads the

@@ -111,7 +111,7 @@ def test_write_jsonl_round_trip(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pyserini") is None,
-                    reason="pip install --no-deps pyserini==0.21.0 (DESIGN.md §5)")
+                    reason="pip install --no-deps pyserini==0.21.0")
 def test_pyserini_question_sets():
   nq_dev = datasets.load_examples("pyserini:nq-dev")
   assert len(nq_dev) == 8757

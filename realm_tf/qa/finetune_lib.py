@@ -85,7 +85,7 @@ class FineTuneConfig:
     model: sizes and lengths.
     init: the pre-trained weights.
     batch_size: B, questions per step (global, across replicas).
-    num_train_steps, learning_rate, warmup_steps: the schedule (DESIGN.md §3); 0 steps
+    num_train_steps, learning_rate, warmup_steps: the schedule (README "Optimizer"); 0 steps
       writes the pre-trained model as a QA model directory (evaluated on dev when given:
       the "before fine-tuning" figures).
     reader_top_k: k, blocks read per question (5).

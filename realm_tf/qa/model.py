@@ -54,7 +54,7 @@ def encoder_preset(name: str, vocab_size: int) -> configs.EncoderConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """The Open-QA model: BERT size, heads and input lengths (DESIGN.md §3).
+  """The Open-QA model: BERT size, heads and input lengths.
 
   Attributes:
     encoder: the BERT of all three towers (query, doc, reader).

@@ -1,4 +1,4 @@
-"""REALM input featurizers: evidence blocks, queries and reader inputs (DESIGN.md §3).
+"""REALM input featurizers: evidence blocks, queries and reader inputs.
 
 Dimension legend: B batch, T wordpieces of a segment, L packed length.
 

@@ -1,4 +1,4 @@
-"""Host-side candidate construction for REALM pre-training (DESIGN.md §3).
+"""Host-side candidate construction for REALM pre-training.
 
 Retrieve R blocks from the (possibly stale) index, drop the query's source block (trivial
 retrieval) when `exclude_source`, put the null document first when `null_document`, cut to K.

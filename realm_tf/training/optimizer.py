@@ -1,4 +1,4 @@
-"""The AdamW optimizer of DESIGN.md §3 (ICT, pre-training, fine-tuning), from Model Garden.
+"""REALM's AdamW optimizer (ICT, pre-training, fine-tuning), from Model Garden.
 
 AdamW (`official.modeling.optimization.legacy_adamw.AdamWeightDecay`: decay 0.01, β 0.9/0.999,
 ε 1e-6, LayerNorm and bias excluded from decay, gradients clipped to global norm 1.0) with
