@@ -52,7 +52,8 @@ def main():
            {"index": "ScaNN AH codes only (2 dims/block, 4 bits)", "bytes/doc": DIM / 2 / 2,
             "13.3M blocks (GB)": DIM / 4 * PAPER_BLOCKS / 1e9}]
   markdown = ("Embedding time and refresh period for REALM's 13,353,718 blocks of 288 "
-              "wordpieces, from the best measured fixed-288 blocks/s per 2-core worker and the measured REALM step "
+              "wordpieces, from the best measured fixed-288 blocks/s per 2-core worker and the "
+              "measured REALM step "
               f"({realm_step_s:.2f} s on this machine); the paper refreshes every ~"
               f"{PAPER_REFRESH_STEPS} steps.\n\n" +
               bench_utils.markdown_table(rows, ["encoder", "variant", "workers (2 cores each)",

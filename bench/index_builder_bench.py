@@ -11,7 +11,7 @@ refresh, XLA compilation included:
     wordpieces (what the builder did before it bucketed lengths);
   * "bucketed": batches of one length bucket (multiples of 32);
   * "bucketed + XLA": the same with a `jit_compile` export.
-Writes bench/results/index_builder.{md,json}.
+Writes bench/results/index_builder_<encoder>.{md,json}.
 """
 import os
 import sys
@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import apache_beam as beam
+import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
@@ -40,7 +41,6 @@ _ENCODER = flags.DEFINE_enum("encoder", "minilm_l6", ["minilm_l6", "bert_base"],
 _BATCH = flags.DEFINE_integer("blocks_per_batch", 32, "Blocks per embedder call.")
 _VARIANTS = flags.DEFINE_list("variants", ["one bucket", "bucketed", "bucketed + XLA"],
                               "Variants to run.")
-
 _RESULTS_DIR = flags.DEFINE_string("results_dir", "bench/results", "Where results go.")
 
 # variant -> (length_multiple, jit_compile); None = the block length.
@@ -86,7 +86,7 @@ def main(argv):
   for row in rows:
     row["speed-up"] = row["blocks/s"] / rows[0]["blocks/s"]
   markdown = (f"{_ENCODER.value}, {len(store)} real blocks (mean {lengths.mean():.0f}, median "
-              f"{sorted(lengths)[len(lengths) // 2]} of 288 wordpieces), {_BATCH.value} blocks per "
+              f"{np.median(lengths):.0f} of 288 wordpieces), {_BATCH.value} blocks per "
               "call, DirectRunner, one worker; whole `build_index` (Beam, embedding, exact index) "
               "including XLA compilation.\n\n" +
               bench_utils.markdown_table(rows, ["encoder", "variant", "blocks", "batches",

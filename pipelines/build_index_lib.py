@@ -40,10 +40,12 @@ from pipelines import beam_runner
 from pipelines import block_records
 from realm_tf.data import formats
 from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.export.doc_embedder import export_attributes
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.mips.scann_index import ScannIndex
+from realm_tf.tokenization.bert_packer import padded_length
 
 KINDS = ("scann", "brute_force")
 EMBEDDINGS_PREFIX = "embeddings"
@@ -87,8 +89,7 @@ def shard_path(directory: str, shard: int, num_shards: int) -> str:
 def length_bucket(block: block_records.BlockRecord, multiple: int, block_length: int) -> int:
   """The packed length of `block` (`[CLS] title [SEP] body [SEP]`, capped at `block_length`)
   rounded up to a multiple of `multiple`: the padded length the export embeds it at."""
-  packed = min(block_length, len(block.title_ids) + len(block.body_ids) + 3)
-  return min(block_length, -(-packed // multiple) * multiple)
+  return padded_length(len(block.title_ids) + len(block.body_ids) + 3, multiple, block_length)
 
 
 class _EmbedFn(beam.DoFn):
@@ -159,9 +160,8 @@ class EmbedBlocks(beam.PTransform):
     self.groups_per_bucket = max(1, groups_per_bucket)
 
   def expand(self, blocks):
-    embedder = DocEmbedder(self.embedder_dir)
-    multiple, block_length = embedder.length_multiple, embedder.block_length
-    del embedder
+    attributes = export_attributes(self.embedder_dir)
+    multiple, block_length = attributes.length_multiple, attributes.block_length
     groups = self.groups_per_bucket
     key = lambda b: (length_bucket(b, multiple, block_length), b.block_id % groups)
     return (blocks
@@ -312,9 +312,8 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
   """
   if kind not in KINDS:
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-  embedder = DocEmbedder(embedder_dir)
-  snapshot_step, dim = embedder.snapshot_step, embedder.embedding_dim
-  del embedder
+  attributes = export_attributes(embedder_dir)
+  snapshot_step, dim = attributes.snapshot_step, attributes.embedding_dim
   version = version or index_publisher.version_for_step(max(0, snapshot_step))
   if tf.io.gfile.exists(os.path.join(index_root, version)):
     raise FileExistsError(f"index version {version} exists already in {index_root}")

@@ -85,7 +85,7 @@ def main(argv):
                                       FLAGS.corpus_dir, os.path.join(FLAGS.model_dir, "snapshots"),
                                       FLAGS.index_kind, FLAGS.block_length, FLAGS.builder_args,
                                       compute_dtype=FLAGS.embedding_dtype,
-                                     jit_compile=FLAGS.embedding_jit_compile)
+                                      jit_compile=FLAGS.embedding_jit_compile)
   config = PretrainingConfig(
       model_dir=FLAGS.model_dir, examples_dir=FLAGS.examples_dir, num_steps=FLAGS.num_steps,
       batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,

@@ -22,6 +22,7 @@ and the scalar attributes `embedding_dim`, `block_length`, `cls_id`, `sep_id`, `
 XLA compiles once per input shape, so callers should keep the shapes few: the index builder
 batches blocks of one length bucket and pads partial batches to full size).
 """
+import dataclasses
 import os
 import tempfile
 from typing import Optional, Sequence
@@ -156,6 +157,27 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
   return path
 
 
+@dataclasses.dataclass(frozen=True)
+class ExportAttributes:
+  """The scalar attributes of a doc-embedder export (see the module docstring)."""
+  embedding_dim: int
+  block_length: int
+  snapshot_step: int
+  length_multiple: int
+  jit_compile: bool
+
+
+def export_attributes(path: str) -> ExportAttributes:
+  """Reads the export's scalar attributes from its variables alone, without loading the model
+  (cheap: for the index builder's launching process, which never embeds)."""
+  reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+  value = lambda name: reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE")
+  return ExportAttributes(
+      embedding_dim=int(value("embedding_dim")), block_length=int(value("block_length")),
+      snapshot_step=int(value("snapshot_step")), length_multiple=int(value("length_multiple")),
+      jit_compile=bool(value("jit_compile")))
+
+
 class DocEmbedder:
   """A loaded doc-embedder export: `embed_blocks(title_ids, body_ids)` -> [N, D] numpy, and
   `embed_texts(titles, texts)` for exports written with a tokenizer."""
@@ -163,11 +185,10 @@ class DocEmbedder:
   def __init__(self, path: str):
     self.path = path
     self._module = tf.saved_model.load(path)
-    self.embedding_dim = int(self._module.embedding_dim.numpy())
-    self.block_length = int(self._module.block_length.numpy())
-    self.snapshot_step = int(self._module.snapshot_step.numpy())
-    self.length_multiple = int(self._module.length_multiple.numpy())
-    self.jit_compile = bool(self._module.jit_compile.numpy())
+    attributes = export_attributes(path)
+    self.embedding_dim, self.block_length = attributes.embedding_dim, attributes.block_length
+    self.snapshot_step = attributes.snapshot_step
+    self.length_multiple, self.jit_compile = attributes.length_multiple, attributes.jit_compile
 
   @property
   def takes_text(self) -> bool:

@@ -12,6 +12,12 @@ from realm_tf.keras import keras
 _TRIMMERS = {"waterfall": tf_text.WaterfallTrimmer, "round_robin": tf_text.RoundRobinTrimmer}
 
 
+def padded_length(packed_length: int, multiple: int, seq_length: int) -> int:
+  """A batch whose longest packed sequence has `packed_length` wordpieces, padded for length
+  bucketing: rounded up to a multiple of `multiple`, at most `seq_length`."""
+  return min(seq_length, -(-min(seq_length, packed_length) // multiple) * multiple)
+
+
 @keras.utils.register_keras_serializable(package="realm_tf")
 class BertPacker(keras.layers.Layer):
   """`[CLS] x1 [SEP]` or `[CLS] x1 [SEP] x2 [SEP]`, truncated and padded to `seq_length`.
