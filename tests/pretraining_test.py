@@ -133,6 +133,46 @@ def test_pretraining_learns_and_swaps_indexes(world, tmp_path):
   assert all(-50 < h["retrieval_utility"] < 50 for h in history)
 
 
+def test_reader_warmup_holds_the_retriever_then_trains_it(world, tmp_path):
+  directory, store, tok = world
+  retriever, reader = _models()
+  start = [w.copy() for w in retriever.get_weights()]
+  reader_start = [w.copy() for w in reader.get_weights()]
+  special = (tok.cls_id, tok.sep_id, tok.pad_id)
+  trainer = RealmPretrainer(
+      _config(str(tmp_path / "run"), directory, num_steps=4, reader_warmup_steps=4),
+      retriever, reader, store, tok,
+      SynchronousRefresher(str(tmp_path / "index"), 100, store, special, "brute_force", 24))
+  history = trainer.train(verbose=False)
+  assert all(math.isfinite(h["loss"]) for h in history)
+  # Only AdamW's weight decay (lr x 0.01 per step) touches the retriever during the warm-up.
+  for before, after in zip(start, retriever.get_weights()):
+    np.testing.assert_allclose(after, before, rtol=1e-4, atol=1e-7)
+  assert max(np.abs(b - a).max() for b, a in zip(reader_start, reader.get_weights())) > 1e-4
+  # Resumed past the warm-up (same model_dir, more steps): the retriever now moves.
+  RealmPretrainer(
+      _config(str(tmp_path / "run"), directory, num_steps=6, reader_warmup_steps=4),
+      retriever, reader, store, tok,
+      SynchronousRefresher(str(tmp_path / "index"), 100, store, special, "brute_force",
+                           24)).train(verbose=False)
+  assert max(np.abs(b - a).max() for b, a in zip(start, retriever.get_weights())) > 1e-4
+
+
+def test_null_document_alone_is_a_masked_lm_without_retrieval(world, tmp_path):
+  directory, store, tok = world
+  retriever, reader = _models()
+  history = RealmPretrainer(
+      _config(str(tmp_path / "run"), directory, num_steps=3, num_candidates=1,
+              exclude_source=False),
+      retriever, reader, store, tok,
+      SynchronousRefresher(str(tmp_path / "index"), 100, store, (tok.cls_id, tok.sep_id,
+                                                                  tok.pad_id),
+                           "brute_force", 24)).train(verbose=False)
+  assert [h["retrieval_utility"] for h in history] == [0.0, 0.0, 0.0]
+  assert [h["null_prior"] for h in history] == [1.0, 1.0, 1.0]
+  assert [h["source_retrieved"] for h in history] == [0.0, 0.0, 0.0]
+
+
 def test_unmaskable_examples_are_counted_not_nan(world, tmp_path):
   directory, store, tok = world
   retriever, reader = _models()

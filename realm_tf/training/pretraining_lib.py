@@ -38,6 +38,15 @@ from realm_tf.training.train_loop import TrainLoop
 
 @dataclasses.dataclass
 class PretrainingConfig:
+  """REALM pre-training settings.
+
+  `reader_warmup_steps`: the first steps train the reader alone; the retriever stays at its
+  warm start (its gradient is zeroed: Adam's update is zero, only AdamW's decoupled weight
+  decay, lr x 0.01 of each weight per step, still applies). While the reader cannot
+  yet use a block, p(y|z,x) hardly depends on z, the retriever gradient p(z|y,x) - p(z|x) is
+  noise, and Adam's normalised steps turn that noise into full-size updates that erode the
+  ICT retriever (the paper's cold-start problem, on the reader's side). 0: joint from step 0.
+  """
   model_dir: str
   examples_dir: str
   num_steps: int = 1000
@@ -51,11 +60,14 @@ class PretrainingConfig:
   block_length: int = 288
   max_predictions: int = 10
   checkpoint_every: int = 100
+  reader_warmup_steps: int = 0
   seed: int = 0
 
 
-def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_document: bool):
-  """The replicated REALM step: batch -> per-replica metric sums (see module docstring)."""
+def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_document: bool,
+                     reader_warmup_steps: int = 0):
+  """The replicated REALM step: batch -> per-replica metric sums (see module docstring).
+  Retriever gradients are zero while `optimizer.iterations < reader_warmup_steps`."""
 
   def step(batch):
     with tf.GradientTape() as tape:
@@ -73,9 +85,12 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
                                                 batch["masked_lm_weights"],
                                                 normalizer=batch["normalizer"][0])
     variables = retriever.trainable_variables + reader.trainable_variables
+    gradients = tape.gradient(loss, variables)
+    train_retriever = optimizer.iterations >= reader_warmup_steps
+    gradients = [_scaled(g, train_retriever) if i < len(retriever.trainable_variables) else g
+                 for i, g in enumerate(gradients)]
     # The span head and the reader's pooler take no part in masked-LM pre-training.
-    optimizer.apply_gradients([(g, v) for g, v in zip(tape.gradient(loss, variables), variables)
-                               if g is not None])
+    optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables) if g is not None])
 
     weights = batch["masked_lm_weights"]
     candidate_log_probs = tf.nn.log_softmax(logits, axis=-1)[:, :, None, None]
@@ -99,6 +114,16 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
     return metrics
 
   return step
+
+
+def _scaled(gradient, keep: tf.Tensor):
+  """`gradient` where `keep` (a bool scalar), zeros of its shape otherwise."""
+  if gradient is None:
+    return None
+  if isinstance(gradient, tf.IndexedSlices):
+    return tf.IndexedSlices(gradient.values * tf.cast(keep, gradient.values.dtype),
+                            gradient.indices, gradient.dense_shape)
+  return gradient * tf.cast(keep, gradient.dtype)
 
 
 class RealmPretrainer:
@@ -133,7 +158,8 @@ class RealmPretrainer:
                                                  index_version=self.index_version),
                           config.num_steps, checkpoint_every=config.checkpoint_every)
     self._train_step = tf.function(pretraining_step(retriever, reader, self.optimizer,
-                                                    config.null_document))
+                                                    config.null_document,
+                                                    config.reader_warmup_steps))
     self._embed_query = tf.function(lambda f: retriever.embed_query(f, training=False))
 
   def _source_rows(self, block_ids: np.ndarray) -> np.ndarray:
