@@ -1,13 +1,18 @@
-"""Knowledge-world ablations: REALM Table 2 and Figure 4 with tiny BERTs, in one command.
+"""Knowledge-world ablations: REALM Table 2 and Figure 4 with tiny BERTs, over seeds.
 
-  python bench/ablations.py                 # the full table (<= 30 min on 2 CPU cores)
-  python bench/ablations.py --size=small    # the 3-minute variant `make test` runs
+  python bench/ablations.py                       # the full table, seeds 0-2
+  python bench/ablations.py --size=small          # the preset `make test` runs
+  python bench/ablations.py --seeds=0,1,2,3,4 --processes=2
 
-Writes bench/results/ablations.{md,json} and ablations_ru.png (retrieval utility vs
-pre-training step); see realm_tf/knowledge_world/ablations_lib.py for what each row is.
+Each seed runs in its own process (`--processes` at once, one intra-op thread each). Writes
+bench/results/<name>.{md,json} and <name>_ru.png: mean ± std per system, each expected ordering
+with its margin (mean paired difference over seeds), two standard errors and verdict, the
+per-seed values, and retrieval utility vs pre-training step for every run and seed; see
+realm_tf/knowledge_world/ablations_lib.py for what each row is.
 """
 import dataclasses
 import os
+import platform
 import sys
 import time
 
@@ -16,14 +21,16 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from realm_tf.knowledge_world import ablations_lib  # pylint: disable=wrong-import-position
+from bench import bench_utils  # pylint: disable=wrong-import-position
 
 _SIZE = flags.DEFINE_enum("size", "full", ["full", "small"], "Preset.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "/tmp/realm_ablations",
-                                  "Working directory (world, models); replaced.")
+                                  "Working directory (worlds, models); replaced.")
 _RESULTS_DIR = flags.DEFINE_string("results_dir", "bench/results", "Where results go.")
 _NAME = flags.DEFINE_string("name", "", "Result file name (default: ablations[_small]).")
 _VARIANTS = flags.DEFINE_list("variants", [], f"Subset of {ablations_lib.VARIANTS}.")
-_SEED = flags.DEFINE_integer("seed", None, "Override the preset's seed.")
+_SEEDS = flags.DEFINE_list("seeds", [], "Seeds (default: the preset's, 0,1,2).")
+_PROCESSES = flags.DEFINE_integer("processes", 2, "Seeds run at once, one process each.")
 _NUM_ENTITIES = flags.DEFINE_integer("num_entities", None, "Override the world size.")
 _PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", None, "Override pre-training steps.")
 _FINETUNE_STEPS = flags.DEFINE_integer("finetune_steps", None, "Override fine-tuning steps.")
@@ -37,27 +44,30 @@ def main(argv):
   overrides = {}
   if _VARIANTS.value:
     overrides["variants"] = tuple(_VARIANTS.value)
-  if _SEED.value is not None:
-    overrides["seed"] = _SEED.value
-    overrides["world"] = dataclasses.replace(config.world, seed=_SEED.value)
+  if _SEEDS.value:
+    overrides["seeds"] = tuple(int(seed) for seed in _SEEDS.value)
   if _NUM_ENTITIES.value is not None:
-    overrides["world"] = dataclasses.replace(overrides.get("world", config.world),
-                                             num_entities=_NUM_ENTITIES.value)
+    overrides["world"] = dataclasses.replace(config.world, num_entities=_NUM_ENTITIES.value)
   if _PRETRAIN_STEPS.value is not None:
     overrides["pretrain_steps"] = _PRETRAIN_STEPS.value
   if _FINETUNE_STEPS.value is not None:
     overrides["finetune_steps"] = _FINETUNE_STEPS.value
   config = dataclasses.replace(config, **overrides)
+  print(bench_utils.machine_line(), flush=True)
   started = time.perf_counter()
-  result = ablations_lib.run_ablations(config, log=lambda m: print(m, flush=True))
+  results = ablations_lib.run_seeds(config, _PROCESSES.value,
+                                    log=lambda m: print(m, flush=True))
+  minutes = (time.perf_counter() - started) / 60
   command = "python bench/ablations.py " + " ".join(sys.argv[1:])
   paths = ablations_lib.write_report(
-      result, config, _RESULTS_DIR.value, command.strip(),
+      results, config, _RESULTS_DIR.value, command.strip(),
       _NAME.value or ("ablations" if _SIZE.value == "full" else "ablations_small"))
+  with open(paths["markdown"], "a", encoding="utf-8") as f:
+    f.write(f"\n{bench_utils.machine_line()}; {minutes:.1f} min wall clock with "
+            f"{_PROCESSES.value} processes ({platform.python_version()}).\n")
   with open(paths["markdown"], encoding="utf-8") as f:
     print(f.read())
-  print(f"total {(time.perf_counter() - started) / 60:.1f} min; wrote " +
-        ", ".join(paths.values()))
+  print(f"total {minutes:.1f} min; wrote " + ", ".join(paths.values()))
 
 
 if __name__ == "__main__":

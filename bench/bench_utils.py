@@ -40,9 +40,32 @@ def matmul_peak_flops(shapes=PEAK_SHAPES, repeats: int = 5, dtype: str = "float3
   return best
 
 
+def cpu_kind() -> Dict[str, object]:
+  """The CPU model and its bfloat16 matmul units (from /proc/cpuinfo where there is one):
+  float results and speeds differ between CPU kinds, so every result names its kind."""
+  model, flags = platform.processor() or platform.machine(), set()
+  if os.path.exists("/proc/cpuinfo"):
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+          model = value.strip()
+        elif key.strip() == "flags":
+          flags = set(value.split())
+  bf16 = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in flags]
+  return {"cpu_model": model, "bf16_units": bf16 or ["none"]}
+
+
+def machine_line() -> str:
+  """One line naming the machine, for the top of every benchmark's output."""
+  kind = cpu_kind()
+  return (f"machine: {kind['cpu_model']}, {os.cpu_count()} cores, bf16 units: "
+          f"{'/'.join(kind['bf16_units'])}, TensorFlow {tf.__version__}")
+
+
 def machine() -> Dict[str, object]:
   return {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-          "tensorflow": tf.__version__,
+          **cpu_kind(), "tensorflow": tf.__version__,
           "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]}
 
 

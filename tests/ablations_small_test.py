@@ -1,9 +1,22 @@
-"""The 3-minute knowledge-world ablation (`bench/ablations.py --size=small`): REALM beats the
-no-retrieval floor on Open-QA exact match, and REALM pre-training raises zero-shot recall@5
-over its ICT warm-start. One seeded run serves every assertion."""
+"""The knowledge-world ablation over seeds (`bench/ablations.py --size=small`): what holds across
+seeds, not what one seed happens to give.
+
+Tiny towers trained from scratch for a few hundred steps are chaotic: another CPU kind (other
+oneDNN kernels, other float rounding) or another thread count lands one seed elsewhere. So the
+run here is three seeds in three parallel processes, and each claim is a statistic over them that
+held on every seed of the ten-seed study in the README ("Knowledge-world ablations") with oneDNN
+on and off:
+
+  * the world's facts cannot be guessed: a reader reading only the null document answers no
+    test question, on any seed;
+  * REALM pre-training learns to use retrieval: its retrieval utility over the null document is
+    positive with a margin of two standard errors over seeds;
+  * REALM beats no retrieval on exact match: a positive mean paired difference over seeds.
+"""
 # bazel-size: large
 import os
 
+import numpy as np
 import pytest
 
 from realm_tf.knowledge_world import ablations_lib
@@ -13,33 +26,57 @@ from realm_tf.knowledge_world import ablations_lib
 def small_run(tmp_path_factory):
   directory = tmp_path_factory.mktemp("ablations")
   config = ablations_lib.small_config(str(directory / "run"))
-  result = ablations_lib.run_ablations(config, log=lambda message: None)
-  return config, result, directory
+  assert len(config.seeds) >= 3
+  results = ablations_lib.run_seeds(config, processes=len(config.seeds),
+                                    log=lambda message: None)
+  return config, results, directory
 
 
 @pytest.mark.slow
-def test_realm_beats_no_retrieval_on_exact_match(small_run):
-  _, result, _ = small_run
-  rows = {row["variant"]: row for row in result.rows}
-  assert set(rows) == {"no_retrieval", "realm"}
-  assert rows["realm"]["exact_match"] > rows["no_retrieval"]["exact_match"], result.rows
+def test_every_seed_ran_every_variant(small_run):
+  config, results, _ = small_run
+  assert [r.seed for r in results] == list(config.seeds)
+  for result in results:
+    assert [row["variant"] for row in result.rows] == list(config.variants)
+    assert 0.0 <= result.ict_recall <= 1.0
 
 
 @pytest.mark.slow
-def test_realm_pretraining_raises_zero_shot_recall_over_ict(small_run):
-  _, result, _ = small_run
-  realm = next(row for row in result.rows if row["variant"] == "realm")
-  assert realm["zero_shot_recall"] > result.ict_recall, (result.ict_recall, result.rows)
+def test_facts_cannot_be_answered_without_retrieval(small_run):
+  _, results, _ = small_run
+  no_retrieval = ablations_lib.seed_values(results, "no_retrieval", "exact_match")
+  np.testing.assert_array_equal(no_retrieval, 0.0)
 
 
 @pytest.mark.slow
-def test_report_has_the_table_orderings_and_figure(small_run):
-  config, result, directory = small_run
-  paths = ablations_lib.write_report(result, config, str(directory / "results"),
+def test_realm_pretraining_learns_to_use_retrieval(small_run):
+  _, results, _ = small_run
+  utility = ablations_lib.seed_values(results, "realm", "pretrain_retrieval_utility")
+  standard_error = utility.std(ddof=1) / np.sqrt(len(utility))
+  assert utility.mean() > 2 * standard_error, utility
+
+
+@pytest.mark.slow
+def test_realm_beats_no_retrieval_on_exact_match_over_seeds(small_run):
+  _, results, _ = small_run
+  ordering = next(o for o in ablations_lib.orderings(results)
+                  if o.statement == "EM: REALM > no retrieval")
+  assert ordering.seeds == len(results)
+  assert ordering.margin > 0, ordering
+
+
+@pytest.mark.slow
+def test_report_has_mean_std_orderings_and_every_seed(small_run):
+  config, results, directory = small_run
+  paths = ablations_lib.write_report(results, config, str(directory / "results"),
                                      "python bench/ablations.py --size=small", "small")
   with open(paths["markdown"], encoding="utf-8") as f:
     report = f.read()
-  assert "| REALM (salient spans) |" in report
-  assert "EM: REALM > no retrieval: holds" in report
-  assert "zero-shot recall: REALM > ICT warm-start: holds" in report
+  assert "| REALM (salient spans) | " in report and " ± " in report
+  for statement in ("EM: REALM > no retrieval", "zero-shot R@5: REALM > ICT warm-start"):
+    line = next(l for l in report.splitlines() if l.startswith(f"| {statement} |"))
+    assert line.rstrip(" |").rsplit("| ", 1)[-1] in (
+        "holds", "not significant", "no difference", "reversed"), line
+  for seed in config.seeds:
+    assert f"\n| {seed} | " in report
   assert os.path.getsize(paths["png"]) > 1000

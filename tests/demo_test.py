@@ -91,7 +91,7 @@ TINY = dict(num_docs=20, encoder="tiny", eval_questions=3, ict_steps=2, ict_batc
 
 @pytest.mark.slow
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in stages.DATA_PACKAGES),
-                    reason="real data comes with `make test` (the offline data packages of the Makefile)")
+                    reason="real data comes with `make test` (the Makefile's data packages)")
 def test_demo_chain_end_to_end_then_resumed(tmp_path):
   config = stages.DemoConfig(output_dir=str(tmp_path / "demo"), **TINY)
   lines = []

@@ -14,6 +14,7 @@ import tensorflow as tf
 from realm_tf.data import formats
 from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import has_answer
+from realm_tf.knowledge_world import ablations_lib
 from realm_tf.knowledge_world import world as world_lib
 from realm_tf.knowledge_world.world import WorldConfig
 from realm_tf.knowledge_world.world import generate_world
@@ -162,3 +163,46 @@ def test_generate_binary(tmp_path):
   assert sorted(os.listdir(tmp_path)) == sorted(
       ["vocab.txt", "blocks-00000-of-00001.tfrecord", "examples-00000-of-00001.tfrecord",
        "train.jsonl", "dev.jsonl", "test.jsonl", "world.json"])
+
+
+def _seed_result(seed, ict_recall, rows):
+  return ablations_lib.AblationResult(
+      seed, [dict(variant=v, system=v, exact_match=em, zero_shot_recall=recall,
+                  finetuned_recall=recall, pretrain_retrieval_utility=1.0, null_prior=0.0,
+                  null_posterior=0.0, source_retrieved=0.5, minutes=1.0)
+             for v, em, recall in rows], {}, {}, ict_recall, None)
+
+
+def test_ablation_statistics_are_paired_over_seeds():
+  results = [_seed_result(0, 0.30, [("no_retrieval", 0.0, float("nan")),
+                                    ("realm", 0.10, 0.40)]),
+             _seed_result(1, 0.50, [("no_retrieval", 0.0, float("nan")),
+                                    ("realm", 0.20, 0.45)]),
+             _seed_result(2, 0.40, [("no_retrieval", 0.0, float("nan")),
+                                    ("realm", 0.15, 0.35)])]
+  summary = {row["variant"]: row for row in ablations_lib.summarize(results)}
+  assert summary["realm"]["exact_match"] == pytest.approx(0.15)
+  assert summary["realm"]["exact_match_std"] == pytest.approx(0.05)
+  found = {o.statement: o for o in ablations_lib.orderings(results)}
+  assert set(found) == {"EM: REALM > no retrieval", "zero-shot R@5: REALM > ICT warm-start"}
+  em = found["EM: REALM > no retrieval"]
+  assert (em.margin, em.se, em.verdict) == (pytest.approx(0.15),
+                                            pytest.approx(0.05 / 3 ** 0.5), "holds")
+  recall = found["zero-shot R@5: REALM > ICT warm-start"]  # paired: +0.10, -0.05, -0.05
+  assert recall.margin == pytest.approx(0.0, abs=1e-9)
+  assert recall.se == pytest.approx(np.std([0.10, -0.05, -0.05], ddof=1) / 3 ** 0.5)
+  assert ablations_lib.Ordering("s", "m", "a", "b", -0.1, 0.01, 3).verdict == "reversed"
+  assert ablations_lib.Ordering("s", "m", "a", "b", 0.05, 0.03, 3).verdict == "not significant"
+  assert ablations_lib.Ordering("s", "m", "a", "b", 0.0, 0.0, 3).verdict == "no difference"
+
+
+def test_ablation_runs_follow_the_systems_they_serve():
+  config = ablations_lib.AblationConfig(output_dir="/tmp/unused",
+                                        variants=("ict_retriever_realm_reader", "orqa"))
+  assert config.pretraining_runs() == ["bert_pairs", "realm", "bert"]
+  seed = config.for_seed(7)
+  assert (seed.seed, seed.world.seed, os.path.basename(seed.output_dir)) == (7, 7, "seed-7")
+  with pytest.raises(ValueError, match="variants"):
+    ablations_lib.AblationConfig(output_dir="x", variants=("bogus",))
+  with pytest.raises(ValueError, match="seeds"):
+    ablations_lib.AblationConfig(output_dir="x", seeds=(1, 1))

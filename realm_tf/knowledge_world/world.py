@@ -97,6 +97,8 @@ class WorldConfig:
     x_sentences_per_fact: X sentences per (person, salient fact), each with its own template
       (1..4).
     dev_fraction, test_fraction: of the questions (the rest is train).
+    x_occupation: X sentences name the person's occupation ("the baker Brak Tholand, born
+      in ..."), a cue Z shares and questions lack; False says "the person" instead.
     seed: everything is drawn from it.
   """
   num_entities: int = 120
@@ -105,6 +107,7 @@ class WorldConfig:
   x_sentences_per_fact: int = 2
   dev_fraction: float = 0.1
   test_fraction: float = 0.2
+  x_occupation: bool = True
   seed: int = 0
 
   def __post_init__(self):
@@ -251,7 +254,8 @@ def _sentences(config: WorldConfig, entities: Sequence[Entity], documents: Seque
         template = templates[t]
         value = entity.facts[fact]
         before, after = template.split("{v}")
-        fill = dict(s=entity.name, o=entity.facts["occupation"])
+        fill = dict(s=entity.name,
+                    o=entity.facts["occupation"] if config.x_occupation else "person")
         before, after = before.format(**fill), after.format(**fill)
         text = before + value + after
         sentences.append(Sentence(e, fact, text, len(before), len(before) + len(value),
