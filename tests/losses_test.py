@@ -126,8 +126,9 @@ def test_retriever_gradient_is_posterior_minus_prior(seed):
     loss, token_log_probs = losses.marginal_mlm_loss(f, logits, ids, weights)
     log_likelihood = -loss * weights.sum()  # Σ_j w_j log p(y_j|x)
   gradient = tape.gradient(log_likelihood, f).numpy()
-  prior = np.exp(log_softmax(relevance.astype(np.float64), -1))  # p(z|x)  [B, K]
-  joint = np.log(prior)[:, :, None] + token_log_probs.numpy()  # [B, K, M]
+  log_prior = log_softmax(relevance.astype(np.float64), -1)  # log p(z|x)  [B, K]
+  prior = np.exp(log_prior)
+  joint = log_prior[:, :, None] + token_log_probs.numpy()  # [B, K, M]
   posterior = np.exp(joint - logsumexp(joint, axis=1, keepdims=True))  # p(z|y_j,x)
   expected = ((posterior - prior[:, :, None]) * weights[:, None, :]).sum(-1)
   np.testing.assert_allclose(gradient, expected, atol=1e-5)

@@ -64,10 +64,9 @@ class PretrainingConfig:
   seed: int = 0
 
 
-def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_document: bool,
-                     reader_warmup_steps: int = 0):
+def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_document: bool):
   """The replicated REALM step: batch -> per-replica metric sums (see module docstring).
-  Retriever gradients are zero while `optimizer.iterations < reader_warmup_steps`."""
+  Retriever gradients are zeroed where `batch["train_retriever"]` is False (reader warm-up)."""
 
   def step(batch):
     with tf.GradientTape() as tape:
@@ -86,7 +85,7 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
                                                 normalizer=batch["normalizer"][0])
     variables = retriever.trainable_variables + reader.trainable_variables
     gradients = tape.gradient(loss, variables)
-    train_retriever = optimizer.iterations >= reader_warmup_steps
+    train_retriever = batch["train_retriever"][0]
     gradients = [_scaled(g, train_retriever) if i < len(retriever.trainable_variables) else g
                  for i, g in enumerate(gradients)]
     # The span head and the reader's pooler take no part in masked-LM pre-training.
@@ -158,8 +157,7 @@ class RealmPretrainer:
                                                  index_version=self.index_version),
                           config.num_steps, checkpoint_every=config.checkpoint_every)
     self._train_step = tf.function(pretraining_step(retriever, reader, self.optimizer,
-                                                    config.null_document,
-                                                    config.reader_warmup_steps))
+                                                    config.null_document))
     self._embed_query = tf.function(lambda f: retriever.embed_query(f, training=False))
 
   def _source_rows(self, block_ids: np.ndarray) -> np.ndarray:
@@ -191,7 +189,9 @@ class RealmPretrainer:
         "masked_lm_positions": batch["masked_lm_positions"],
         "masked_lm_ids": batch["masked_lm_ids"],
         "masked_lm_weights": batch["masked_lm_weights"],
-        "normalizer": tf.fill([size], total_weight)}
+        "normalizer": tf.fill([size], total_weight),
+        "train_retriever": tf.fill(
+            [size], int(self.optimizer.iterations.numpy()) >= self.config.reader_warmup_steps)}
     sums = strategy.run(self._train_step,
                         args=(distribute.distribute_batch(strategy, step_batch),))
     sums = {k: float(strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None))
