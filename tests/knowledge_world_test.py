@@ -206,3 +206,21 @@ def test_ablation_runs_follow_the_systems_they_serve():
     ablations_lib.AblationConfig(output_dir="x", variants=("bogus",))
   with pytest.raises(ValueError, match="seeds"):
     ablations_lib.AblationConfig(output_dir="x", seeds=(1, 1))
+
+
+def test_finished_seeds_are_reused_only_with_the_same_settings(tmp_path, files):
+  config = ablations_lib.AblationConfig(output_dir=str(tmp_path), variants=("realm",),
+                                        seeds=(4,)).for_seed(4)
+  os.makedirs(config.output_dir)
+  result = _seed_result(4, 0.25, [("realm", 0.5, 0.75)])
+  result.world = files
+  ablations_lib.save_result(result, config)
+  loaded = ablations_lib.load_result(config)
+  assert (loaded.seed, loaded.rows, loaded.ict_recall, loaded.world) == (
+      4, result.rows, 0.25, files)
+  assert ablations_lib.load_result(dataclasses.replace(config, pretrain_steps=7)) is None
+  assert ablations_lib.load_result(config.for_seed(5)) is None
+  assert ablations_lib.load_result(dataclasses.replace(config, seeds=(4, 5))) is not None
+  reused = ablations_lib.run_seeds(dataclasses.replace(config, output_dir=str(tmp_path)),
+                                   log=lambda message: None)
+  assert [r.rows for r in reused] == [result.rows]

@@ -436,8 +436,47 @@ class AblationRunner:
       })
     metrics_files = {run: self._path("pretrain", run, "metrics.jsonl")
                      for run in pretraining if _PRETRAINING_RUNS[run][1]}
-    return AblationResult(config.seed, rows, dict(self.timings), metrics_files,
-                          self.ict_recall, self.files)
+    result = AblationResult(config.seed, rows, dict(self.timings), metrics_files,
+                            self.ict_recall, self.files)
+    save_result(result, config)
+    return result
+
+
+RESULT_FILE = "result.json"
+
+
+def _settings(config: AblationConfig) -> Dict[str, object]:
+  """What a seed's result depends on: every setting but the list of the other seeds."""
+  settings = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+  del settings["seeds"]
+  return settings
+
+
+def save_result(result: AblationResult, config: AblationConfig) -> str:
+  """Writes a finished seed's result into its directory (`RESULT_FILE`), with its settings."""
+  path = os.path.join(config.output_dir, RESULT_FILE)
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump({"config": _settings(config), "seed": result.seed, "rows": result.rows,
+               "timings_s": result.timings, "metrics_files": result.metrics_files,
+               "ict_recall": result.ict_recall, "world": dataclasses.asdict(result.world)},
+              f, indent=1)
+  os.replace(path + ".tmp", path)
+  return path
+
+
+def load_result(config: AblationConfig) -> Optional[AblationResult]:
+  """The finished result in `config.output_dir` if it was run with exactly `config`'s
+  settings, else None."""
+  path = os.path.join(config.output_dir, RESULT_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    saved = json.load(f)
+  if saved.get("config") != _settings(config):
+    return None
+  return AblationResult(saved["seed"], saved["rows"], saved["timings_s"],
+                        saved["metrics_files"], saved["ict_recall"],
+                        WorldFiles(**saved["world"]))
 
 
 def full_config(output_dir: str) -> AblationConfig:
@@ -474,17 +513,24 @@ def run_seeds(config: AblationConfig, processes: int = 1,
               log: Callable[[str], None] = print) -> List[AblationResult]:
   """Every seed of `config` (`config.for_seed`), in seed order. With `processes` > 1 the
   seeds run in that many fresh processes at once, each with one intra-op thread (tiny towers
-  use a core each better than two threads share one forward); with 1, in this process."""
-  if os.path.exists(config.output_dir):
-    shutil.rmtree(config.output_dir)
+  use a core each better than two threads share one forward); with 1, in this process.
+  A seed whose directory holds a finished result with the same settings (`load_result`) is
+  reused, not re-run: an interrupted run resumes seed by seed, and seeds can be added later."""
   runs = [config.for_seed(seed) for seed in config.seeds]
+  done = {run.seed: load_result(run) for run in runs}
+  for seed, result in done.items():
+    if result is not None:
+      log(f"[seed {seed}] reusing the finished result in {config.for_seed(seed).output_dir}")
+  todo = [run for run in runs if done[run.seed] is None]
   if processes <= 1:
-    return [run_ablations(run, log) for run in runs]
-  context = multiprocessing.get_context("spawn")
-  with concurrent.futures.ProcessPoolExecutor(min(processes, len(runs)),
-                                              mp_context=context) as pool:
-    futures = [pool.submit(_run_seed_in_process, run, 1) for run in runs]
-    return [future.result() for future in futures]
+    done.update({run.seed: run_ablations(run, log) for run in todo})
+  else:
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(min(processes, len(todo)),
+                                                mp_context=context) as pool:
+      futures = {run.seed: pool.submit(_run_seed_in_process, run, 1) for run in todo}
+      done.update({seed: future.result() for seed, future in futures.items()})
+  return [done[seed] for seed in config.seeds]
 
 
 # Statistics -----------------------------------------------------------------------------------
@@ -625,10 +671,11 @@ def write_report(results: Sequence[AblationResult], config: AblationConfig, resu
   Figure 4, one line per run and seed)."""
   os.makedirs(results_dir, exist_ok=True)
   png = os.path.join(results_dir, f"{name}_ru.png")
-  runs = {f"{run} (seed {r.seed})": path for r in results
-          for run, path in r.metrics_files.items()}
+  runs = {f"{run} (seed {r.seed})": path for run in results[0].metrics_files for r in results
+          if run in r.metrics_files for path in [r.metrics_files[run]]}
   if runs:
-    plot_retrieval_utility(runs, png, smoothing=max(1, config.pretrain_steps // 30))
+    plot_retrieval_utility(runs, png, smoothing=max(1, config.pretrain_steps // 30),
+                           groups={label: label.split(" (")[0] for label in runs})
   rows = summarize(results)
   found = orderings(results)
   seeds = [r.seed for r in results]

@@ -1,6 +1,6 @@
 """The retrieval-utility curve (REALM Figure 4) from a run's `metrics.jsonl`."""
 import json
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import matplotlib
 
@@ -25,20 +25,30 @@ def read_metrics(path: str) -> List[Dict[str, float]]:
 
 
 def plot_retrieval_utility(runs: Dict[str, str], output_png: str, smoothing: int = 1,
-                           metric: str = "retrieval_utility") -> str:
-  """Plots `metric` vs step for each {label: metrics.jsonl} run into `output_png`."""
-  figure, axis = plt.subplots(figsize=(6, 4))
+                           metric: str = "retrieval_utility",
+                           groups: Optional[Dict[str, str]] = None) -> str:
+  """Plots `metric` vs step for each {label: metrics.jsonl} run into `output_png`. Runs with
+  the same `groups[label]` (e.g. one system over seeds) share a colour and differ in line
+  style."""
+  groups = groups or {label: label for label in runs}
+  colours = {g: f"C{i % 10}" for i, g in enumerate(dict.fromkeys(groups.values()))}
+  styles = ("-", "--", ":", "-.")
+  seen: Dict[str, int] = {}
+  figure, axis = plt.subplots(figsize=(7, 4.5))
   for label, path in runs.items():
     records = [r for r in read_metrics(path) if metric in r]
     if not records:
       raise ValueError(f"{path} has no {metric!r} values")
     steps = np.array([r["step"] for r in records])
     values = _smooth(np.array([r[metric] for r in records]), smoothing)
-    axis.plot(steps, values, label=label)
+    group = groups.get(label, label)
+    style = styles[seen.get(group, 0) % len(styles)]
+    seen[group] = seen.get(group, 0) + 1
+    axis.plot(steps, values, label=label, color=colours[group], linestyle=style, linewidth=1)
   axis.axhline(0.0, color="grey", linewidth=0.5)
   axis.set_xlabel("pre-training step")
   axis.set_ylabel("retrieval utility (nats)" if metric == "retrieval_utility" else metric)
-  axis.legend()
+  axis.legend(fontsize="small", ncol=2 if len(runs) > 6 else 1)
   figure.tight_layout()
   figure.savefig(output_png, dpi=120)
   plt.close(figure)
