@@ -1,7 +1,6 @@
 """Asynchronous index refresh: the builder runs in its own process, the trainer never waits,
 and a builder killed mid-build leaves the previous index in use and recovers next time."""
 import os
-import time
 
 import pytest
 
@@ -28,9 +27,13 @@ def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_p
   refresher.start(0, retriever)
   assert refresher.version == "step-00000000"
 
-  started = time.perf_counter()
   assert not refresher.maybe_refresh(5, retriever)  # snapshot + builder launched
-  assert time.perf_counter() - started < 5, "the trainer waited for the builder"
+  # The trainer did not wait: the builder (a Python process importing TensorFlow and Beam) is
+  # still running and the step-0 index is still the published one. (No wall-clock bound: the
+  # machine may be loaded.)
+  builder = refresher._builder  # pylint: disable=protected-access
+  assert builder.poll() is None, "the trainer waited for the builder"
+  assert index_publisher.latest_version(str(tmp_path / "index")) == "step-00000000"
   refresher.wait(timeout=180)
   assert refresher.maybe_refresh(6, retriever)
   assert (refresher.version, refresher.snapshot_step) == ("step-00000005", 5)
