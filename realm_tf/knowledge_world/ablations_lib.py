@@ -118,6 +118,18 @@ _PRETRAINING_RUNS = {"bert": ("random_token", None), "bert_pairs": ("random_toke
                      "realm_random_token": ("random_token", "bert_pairs"),
                      "realm_random_span": ("random_span", "bert_pairs"),
                      "realm_stale_index": ("salient_span", "bert_pairs")}
+
+
+def _lineage(run: str) -> List[str]:
+  """`run` ("ict" or a pre-training run) after the runs its reader starts from, first to last;
+  [] for "ict", which is not a pre-training run."""
+  chain = []
+  while run is not None and run != "ict":
+    chain.append(run)
+    run = _PRETRAINING_RUNS[run][1]
+  return chain[::-1]
+
+
 NULL_CORPUS = "null_corpus.jsonl"
 # The QA system's stand-in for the null document: one block without content. (A block with an
 # empty text cannot go through `RetrieveAndRead`: its span-to-text step gathers from the empty
@@ -207,12 +219,8 @@ class AblationConfig:
     """The pre-training runs the variants need, each after the run its reader starts from."""
     runs = []
     for variant in self.variants:
-      for run in SYSTEMS[variant]:
-        chain = []
-        while run is not None and run != "ict":
-          chain.append(run)
-          run = _PRETRAINING_RUNS[run][1]
-        runs += [r for r in reversed(chain) if r not in runs]
+      for system_run in SYSTEMS[variant]:
+        runs += [run for run in _lineage(system_run) if run not in runs]
     return runs
 
 
@@ -338,16 +346,14 @@ class AblationRunner:
             checkpoint_every=steps, reader_warmup_steps=0 if bert else config.reader_warmup_steps,
             seed=config.seed),
         retriever, reader, self.store, self.tokenizer, refresher).train(verbose=False)
-    tail = history[-max(1, len(history) // 10):]
-    head = history[:max(1, len(history) // 10)]
-    summary = {"mlm_accuracy": float(np.mean([h["mlm_accuracy"] for h in tail])),
-               "loss": float(np.mean([h["loss"] for h in tail]))}
+    tenth = max(1, len(history) // 10)
+    mean = lambda records, key: float(np.mean([h[key] for h in records]))
+    tail = history[-tenth:]
+    summary = {key: mean(tail, key) for key in ("mlm_accuracy", "loss")}
     if not bert:
-      summary["retrieval_utility"] = float(np.mean([h["retrieval_utility"] for h in tail]))
-      summary["null_prior_first"] = float(np.mean([h["null_prior"] for h in head]))
-      summary["null_prior"] = float(np.mean([h["null_prior"] for h in tail]))
-      summary["null_posterior"] = float(np.mean([h["null_posterior"] for h in tail]))
-      summary["source_retrieved"] = float(np.mean([h["source_retrieved"] for h in tail]))
+      summary.update({key: mean(tail, key) for key in (
+          "retrieval_utility", "null_prior", "null_posterior", "source_retrieved")})
+      summary["null_prior_first"] = mean(history[:tenth], "null_prior")
       summary["recall"] = self._recall(retriever)
     self.log(f"[seed {config.seed}] pre-training {run}: " +
              " ".join(f"{k}={v:.3f}" for k, v in summary.items()))
@@ -393,8 +399,7 @@ class AblationRunner:
                       EvalConfig(recall_ks=(config.recall_k,)),
                       predictions_path=os.path.join(model_dir, "test_predictions.jsonl"))
     metrics = {"exact_match": result.metrics["exact_match"],
-               "finetuned_recall": result.metrics.get(f"recall@{config.recall_k}",
-                                                      float("nan"))}
+               "finetuned_recall": result.metrics.get(f"recall@{config.recall_k}", nan)}
     self.log(f"[seed {config.seed}] fine-tuned {variant}: " +
              " ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
     return metrics
@@ -415,23 +420,19 @@ class AblationRunner:
       finetuned = self._timed(f"finetune/{variant}", lambda v=variant: self.finetune(v))
       retriever_run, reader_run = SYSTEMS[variant]
       retrieves = variant != "no_retrieval"
-      realm_run = pretraining.get(retriever_run, {})
+      retriever_pretraining = pretraining.get(retriever_run, {})
       stages = {"ict", f"finetune/{variant}"} | {
-          f"pretrain/{run}" for run in (retriever_run, reader_run)}
-      for run in (retriever_run, reader_run):
-        while run in _PRETRAINING_RUNS and _PRETRAINING_RUNS[run][1]:
-          run = _PRETRAINING_RUNS[run][1]
-          stages.add(f"pretrain/{run}")
+          f"pretrain/{run}" for run in _lineage(retriever_run) + _lineage(reader_run)}
       rows.append({
           "variant": variant, "system": DESCRIPTIONS[variant],
           "exact_match": finetuned["exact_match"],
           "zero_shot_recall": ((self.ict_recall if retriever_run == "ict" else
-                                realm_run["recall"]) if retrieves else nan),
+                                retriever_pretraining["recall"]) if retrieves else nan),
           "finetuned_recall": finetuned["finetuned_recall"] if retrieves else nan,
-          "pretrain_retrieval_utility": realm_run.get("retrieval_utility", nan),
-          "null_prior": realm_run.get("null_prior", nan),
-          "null_posterior": realm_run.get("null_posterior", nan),
-          "source_retrieved": realm_run.get("source_retrieved", nan),
+          "pretrain_retrieval_utility": retriever_pretraining.get("retrieval_utility", nan),
+          "null_prior": retriever_pretraining.get("null_prior", nan),
+          "null_posterior": retriever_pretraining.get("null_posterior", nan),
+          "source_retrieved": retriever_pretraining.get("source_retrieved", nan),
           "minutes": sum(self.timings.get(stage, 0.0) for stage in stages) / 60.0,
       })
     metrics_files = {run: self._path("pretrain", run, "metrics.jsonl")
@@ -671,8 +672,8 @@ def write_report(results: Sequence[AblationResult], config: AblationConfig, resu
   Figure 4, one line per run and seed)."""
   os.makedirs(results_dir, exist_ok=True)
   png = os.path.join(results_dir, f"{name}_ru.png")
-  runs = {f"{run} (seed {r.seed})": path for run in results[0].metrics_files for r in results
-          if run in r.metrics_files for path in [r.metrics_files[run]]}
+  runs = {f"{run} (seed {r.seed})": r.metrics_files[run]
+          for run in results[0].metrics_files for r in results}
   if runs:
     plot_retrieval_utility(runs, png, smoothing=max(1, config.pretrain_steps // 30),
                            groups={label: label.split(" (")[0] for label in runs})
