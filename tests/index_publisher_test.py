@@ -121,3 +121,17 @@ def test_version_names():
   assert index_publisher.version_for_step(99_999_999) == "step-99999999"
   with pytest.raises(ValueError):
     index_publisher.version_for_step(-1)
+
+
+def test_discard_after_deletes_versions_of_a_lost_future_and_repoints_latest(tmp_path):
+  root = str(tmp_path / "index")
+  for step in (0, 5, 10):
+    index_publisher.publish(_index(step), root, index_publisher.version_for_step(step))
+  assert index_publisher.discard_after(root, 8) == ["step-00000010"]
+  assert index_publisher.list_versions(root) == ["step-00000000", "step-00000005"]
+  assert index_publisher.latest_version(root) == "step-00000005"
+  # the resumed run can publish step 10 again
+  index_publisher.publish(_index(10), root, index_publisher.version_for_step(10))
+  assert index_publisher.discard_after(root, 10) == []
+  assert index_publisher.step_of_version("step-00000010") == 10
+  assert index_publisher.step_of_version("manual") is None

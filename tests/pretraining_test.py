@@ -201,6 +201,22 @@ def test_index_of_another_dimension_is_rejected(world, tmp_path):
                     store, tok, refresher).train(verbose=False)
 
 
+def test_restart_rebuilds_indexes_published_after_the_resumed_checkpoint(world, tmp_path):
+  """A run killed after publishing step 10's index but before checkpointing step 10 resumes at
+  8: it uses the index of step 5 and rebuilds step 10 from its own weights."""
+  _, store, tok = world
+  special = (tok.cls_id, tok.sep_id, tok.pad_id)
+  retriever, _ = _models()
+  root = str(tmp_path / "index")
+  killed = SynchronousRefresher(root, 5, store, special, "brute_force", 24)
+  killed.start(0, retriever)
+  assert killed.maybe_refresh(5, retriever) and killed.maybe_refresh(10, retriever)
+  resumed = SynchronousRefresher(root, 5, store, special, "brute_force", 24)
+  resumed.start(8, retriever, resume_version="step-00000005")
+  assert (resumed.version, resumed.snapshot_step) == ("step-00000005", 5)
+  assert resumed.maybe_refresh(10, retriever) and resumed.version == "step-00000010"
+
+
 def test_ict_learns_with_in_batch_negatives(world, tmp_path):
   _, store, tok = world
   # Random tiny towers start with near-identical [CLS] vectors (pre-trained BERT does not);

@@ -38,6 +38,7 @@ LATEST = "LATEST"
 METADATA_KEYS = "metadata_keys"
 _TMP_MARKER = ".tmp-"
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_STEP_VERSION = re.compile(r"^step-(\d+)$")
 
 
 class PublishError(RuntimeError):
@@ -49,6 +50,12 @@ def version_for_step(step: int) -> str:
   if step < 0:
     raise ValueError(f"step must be >= 0, got {step}")
   return f"step-{step:08d}"
+
+
+def step_of_version(version: str) -> Optional[int]:
+  """The snapshot step of a `version_for_step` name, or None for any other version name."""
+  match = _STEP_VERSION.match(version)
+  return int(match.group(1)) if match else None
 
 
 def _check_version(version: str) -> None:
@@ -224,6 +231,28 @@ def cleanup_partial(index_root: str, older_than_s: float = 0.0) -> List[str]:
       tf.io.gfile.remove(path)
     removed.append(name)
   return sorted(removed)
+
+
+def discard_after(index_root: str, step: int) -> List[str]:
+  """Deletes the versions built from snapshots after `step`, and re-points `LATEST`.
+
+  A trainer killed after publishing the index of step S but before checkpointing S resumes
+  from an earlier checkpoint: the versions after its resumed step come from weights it no
+  longer has, and it will build them again. Call this when it starts, before any builder runs.
+
+  Returns:
+    the deleted versions.
+  """
+  doomed = [v for v in list_versions(index_root) if (step_of_version(v) or 0) > step]
+  for version in doomed:
+    tf.io.gfile.rmtree(os.path.join(index_root, version))
+  if latest_version(index_root) in doomed:
+    remaining = list_versions(index_root)
+    if remaining:
+      _write_atomically(os.path.join(index_root, LATEST), remaining[-1] + "\n")
+    else:
+      tf.io.gfile.remove(os.path.join(index_root, LATEST))
+  return doomed
 
 
 def keep_last(index_root: str, n: int) -> List[str]:

@@ -31,14 +31,6 @@ from realm_tf.training.store_embedding import INDEX_KINDS
 from realm_tf.training.store_embedding import build_index
 from realm_tf.training.store_embedding import StoreEmbedder
 
-def version_for_step(step: int) -> str:
-  return f"step-{step:08d}"
-
-
-def step_of_version(version: str) -> int:
-  return int(version.split("-")[-1])
-
-
 class IndexRefresher(abc.ABC):
   """Holds the index in use; subclasses decide when and how a new one is built.
 
@@ -73,7 +65,8 @@ class IndexRefresher(abc.ABC):
     if index.num_docs != len(self.store):
       raise ValueError(f"index {version} in {self.index_root} has {index.num_docs} blocks, "
                        f"the corpus {len(self.store)}")
-    self.index, self.version, self.snapshot_step = index, version, step_of_version(version)
+    self.index, self.version = index, version
+    self.snapshot_step = index_publisher.step_of_version(version) or 0
     self.swaps += 1
     logging.info("Using index %s (snapshot step %d)", version, self.snapshot_step)
 
@@ -84,14 +77,21 @@ class IndexRefresher(abc.ABC):
                                            compute_dtype=self.compute_dtype,
                                            jit_compile=self.jit_compile)
     embeddings = self._store_embedder(self.store)
-    version = version_for_step(step)
+    version = index_publisher.version_for_step(step)
     index_publisher.publish(build_index(embeddings, self.kind), self.index_root, version,
                             {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint})
     self._load(version)
 
   def start(self, step: int, retriever: Retriever, resume_version: str = "") -> None:
-    """Loads the index a resumed run used (or the newest), building one if none exists."""
+    """Loads the index a resumed run used (or the newest), building one if none exists.
+
+    Versions after `step` (published by a killed run after its last checkpoint) are deleted:
+    this run builds them again from its own weights.
+    """
     index_publisher.cleanup_partial(self.index_root)
+    discarded = index_publisher.discard_after(self.index_root, step)
+    if discarded:
+      logging.info("Discarded indexes %s: built after the resumed step %d", discarded, step)
     versions = index_publisher.list_versions(self.index_root)
     if resume_version and resume_version in versions:
       self._load(resume_version)
@@ -141,7 +141,7 @@ class AsynchronousRefresher(IndexRefresher):
     self._pending: Optional[str] = None
 
   def _snapshot(self, step: int, retriever: Retriever) -> str:
-    final = os.path.join(self.snapshot_root, version_for_step(step))
+    final = os.path.join(self.snapshot_root, index_publisher.version_for_step(step))
     tmp = f"{final}.tmp-{uuid.uuid4().hex}"
     export_doc_embedder(retriever, tmp, *self.special_ids, block_length=self.block_length,
                         snapshot_step=step, compute_dtype=self.compute_dtype,
