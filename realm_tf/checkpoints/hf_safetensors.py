@@ -2,10 +2,12 @@
 
 HF `nn.Linear` weights are [out, in]; TF1 kernels are [in, out], so they are transposed.
 Handles both `bert.`-prefixed (BertForX) and bare (BertModel, sentence-transformers) names.
+The MLM head of BertForMaskedLM / BertForPreTraining (`cls.predictions.*`) comes out under
+Google BERT's names (`cls/predictions/...`); its decoder is tied to the word embeddings.
 """
 import os
 import re
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 from safetensors import numpy as safetensors_numpy
@@ -41,8 +43,19 @@ _RULES = (
     (r"pooler\.dense\.weight", "pooler/dense/kernel"),
     (r"pooler\.dense\.bias", "pooler/dense/bias"),
 )
-# Buffers and heads that are not encoder weights.
-IGNORED = (r"position_ids$", r"^cls\.", r"^(bert\.)?embeddings\.token_type_ids$")
+# BertForMaskedLM's MLM head, under Google BERT's `cls/predictions/` names (not `prefix`ed).
+_MLM_RULES = (
+    (r"cls\.predictions\.transform\.dense\.weight", "transform/dense/kernel"),
+    (r"cls\.predictions\.transform\.dense\.bias", "transform/dense/bias"),
+    (r"cls\.predictions\.transform\.LayerNorm\.(weight|gamma)", "transform/LayerNorm/gamma"),
+    (r"cls\.predictions\.transform\.LayerNorm\.(bias|beta)", "transform/LayerNorm/beta"),
+    # The output bias, saved as either or both of these (one tied parameter).
+    (r"cls\.predictions\.(decoder\.)?bias", "output_bias"),
+)
+MLM_PREFIX = "cls/predictions/"
+# Buffers and heads that are not weights of ours (the NSP head).
+IGNORED = (r"position_ids$", r"^cls\.seq_relationship\.",
+           r"^(bert\.)?embeddings\.token_type_ids$")
 
 
 def resolve_safetensors_path(path: str) -> str:
@@ -57,24 +70,36 @@ def resolve_safetensors_path(path: str) -> str:
   return path
 
 
+def _tf1_name(hf_name: str, prefix: str) -> Optional[str]:
+  bare = hf_name[len("bert."):] if hf_name.startswith("bert.") else hf_name
+  for rules, rule_prefix in ((_RULES, prefix), (_MLM_RULES, MLM_PREFIX)):
+    for pattern, template in rules:
+      match = re.fullmatch(pattern, bare)
+      if match:
+        return rule_prefix + template.format(*match.groups())
+  if hf_name == "cls.predictions.decoder.weight":  # The tied decoder: the word embeddings.
+    return prefix + "embeddings/word_embeddings"
+  return None
+
+
 def read_hf_bert(path: str, prefix: str = "bert/") -> Dict[str, np.ndarray]:
-  """Reads HF BERT weights and returns them under TF1 names (`{prefix}encoder/layer_0/...`).
+  """Reads HF BERT weights and returns them under TF1 names (`{prefix}encoder/layer_0/...`,
+  `cls/predictions/...` for an MLM head).
 
   Tensors that match no rule and no IGNORED pattern keep their HF name, so the strict loader
-  reports them as unexpected.
+  reports them as unexpected. So does a second copy of a tied tensor (the MLM decoder's weight
+  or bias) that differs from the first: our decoder is always tied; an equal copy is dropped.
   """
   tensors = safetensors_numpy.load_file(resolve_safetensors_path(path))
   arrays = {}
-  for hf_name, value in tensors.items():
+  # The head last, so that a decoder weight is compared with the word embeddings.
+  for hf_name in sorted(tensors, key=lambda n: n.startswith("cls.")):
+    value = tensors[hf_name]
     if any(re.search(p, hf_name) for p in IGNORED):
       continue
-    bare = hf_name[len("bert."):] if hf_name.startswith("bert.") else hf_name
-    for pattern, template in _RULES:
-      match = re.fullmatch(pattern, bare)
-      if match:
-        name = prefix + template.format(*match.groups())
-        arrays[name] = value.T if name.endswith("/kernel") else value
-        break
-    else:
+    name = _tf1_name(hf_name, prefix)
+    if name is None or (name in arrays and not np.array_equal(arrays[name], value)):
       arrays[hf_name] = value
+    elif name not in arrays:
+      arrays[name] = value.T if name.endswith("/kernel") else value
   return arrays

@@ -2,7 +2,9 @@
 
 Every expected name must be present with a compatible size, and every checkpoint variable must
 be consumed or deliberately ignored (optimizer slots, `global_step`, heads the layout does not
-use); otherwise `CheckpointMismatchError` lists all the offenders at once.
+use); otherwise `CheckpointMismatchError` lists all the offenders at once. An optional part (a
+pre-training head that some checkpoints lack) is loaded with `if_present=True`: a checkpoint
+with none of its names leaves it as it is.
 """
 import os
 import re
@@ -24,7 +26,9 @@ class CheckpointMismatchError(ValueError):
 
 def _check_and_assign(source: str, shapes: Mapping[str, Sequence[int]],
                       get_value: Callable[[str], np.ndarray], variable_map: VariableMap,
-                      ignore: Iterable[str]) -> None:
+                      ignore: Iterable[str], if_present: bool = False) -> bool:
+  if if_present and not any(n in shapes for n in variable_map):
+    return False
   ignore = tuple(OPTIMIZER_STATE) + tuple(ignore)
   missing = sorted(n for n in variable_map if n not in shapes)
   mismatched = []
@@ -50,16 +54,22 @@ def _check_and_assign(source: str, shapes: Mapping[str, Sequence[int]],
     value = np.asarray(get_value(name))
     for variable in variables:
       variable.assign(value.reshape(variable.shape).astype(variable.dtype.as_numpy_dtype))
+  return True
 
 
-def load_tf1_checkpoint(path: str, variable_map: VariableMap,
-                        ignore: Iterable[str] = ()) -> None:
+def load_tf1_checkpoint(path: str, variable_map: VariableMap, ignore: Iterable[str] = (),
+                        if_present: bool = False) -> bool:
   """Assigns the variables of `variable_map` from the TF1 checkpoint at `path`.
 
   Args:
     path: checkpoint prefix (e.g. `.../model.ckpt-100000`) or a directory holding one.
     variable_map: {tf1_name: [variables]} from `variable_maps`.
     ignore: regular expressions of checkpoint names that may stay unused.
+    if_present: when the checkpoint holds none of `variable_map`'s names, assign nothing and
+      return False instead of listing them all as missing.
+
+  Returns:
+    Whether the variables were assigned (always True unless `if_present`).
 
   Raises:
     CheckpointMismatchError: missing, mis-shaped or unexpected variables (all listed).
@@ -70,16 +80,16 @@ def load_tf1_checkpoint(path: str, variable_map: VariableMap,
     reader = tf.train.load_checkpoint(resolved or path)
   except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
     raise FileNotFoundError(f"No readable TF checkpoint at {path}: {e}") from e
-  _check_and_assign(path, reader.get_variable_to_shape_map(), reader.get_tensor,
-                    variable_map, ignore)
+  return _check_and_assign(path, reader.get_variable_to_shape_map(), reader.get_tensor,
+                           variable_map, ignore, if_present)
 
 
 def load_arrays(source: str, arrays: Mapping[str, np.ndarray], variable_map: VariableMap,
-                ignore: Iterable[str] = ()) -> None:
+                ignore: Iterable[str] = (), if_present: bool = False) -> bool:
   """Like `load_tf1_checkpoint` for in-memory arrays keyed by TF1 names (`source` names them
   in errors)."""
-  _check_and_assign(source, {n: a.shape for n, a in arrays.items()}, arrays.__getitem__,
-                    variable_map, ignore)
+  return _check_and_assign(source, {n: a.shape for n, a in arrays.items()}, arrays.__getitem__,
+                           variable_map, ignore, if_present)
 
 
 def tf1_arrays(variable_map: VariableMap,

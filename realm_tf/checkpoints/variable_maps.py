@@ -91,11 +91,18 @@ def realm_embedder_map(retriever) -> VariableMap:
                   for encoder, projection in _towers(retriever)))
 
 
+def mlm_head_map(reader, prefix: str = "cls/predictions/") -> VariableMap:
+  """BERT's MLM head (`{prefix}transform/dense/...`, `{prefix}transform/LayerNorm/...`,
+  `{prefix}output_bias`) of a reader; its decoder is the encoder's word embeddings."""
+  if not reader.masked_lm.weights:
+    raise ValueError(f"Reader {reader.name} has no MLM head variables yet; call build() first")
+  return _head_map(reader.masked_lm, _MLM_NAMES, prefix,
+                   tied=reader.encoder.get_embedding_table())
+
+
 def realm_encoder_map(reader) -> VariableMap:
   """The released REALM pre-trained knowledge-augmented encoder (`cc_news_pretrained/bert`)."""
-  return _merge(encoder_map(reader.encoder, "bert/"),
-                _head_map(reader.masked_lm, _MLM_NAMES, "cls/predictions/",
-                          tied=reader.encoder.get_embedding_table()))
+  return _merge(encoder_map(reader.encoder, "bert/"), mlm_head_map(reader))
 
 
 def orqa_map(retriever, reader) -> VariableMap:
