@@ -1,8 +1,9 @@
 """Typed configs for the BERT towers, the retriever and the reader, with one factory each.
 
 Presets: `EncoderConfig.bert_base()` (REALM's size), `EncoderConfig.minilm_l6()` (the
-all-MiniLM-L6-v2 weights the demo loads) and `EncoderConfig.tiny()` (tests). Build with
-`build_encoder`, `build_retriever`, `build_reader`.
+all-MiniLM-L6-v2 weights the demo loads) and `EncoderConfig.tiny()` (tests); retriever heads
+"realm" and "sentence" (`retriever_config`). Build with `build_encoder`, `build_retriever`,
+`build_reader`.
 """
 import dataclasses
 
@@ -12,6 +13,10 @@ from realm_tf.keras import keras
 from realm_tf.layers import activations
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
+
+
+# 1 / the temperature sentence-transformers trains all-MiniLM-L6-v2-like models with.
+SENTENCE_SCORE_SCALE = 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +60,31 @@ class EncoderConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RetrieverConfig:
-  """Query and document towers: BERT pooled output -> Dense(projection_size) -> LayerNorm."""
+  """Query and document towers: BERT -> pooling -> head (`realm_tf.models.retriever`).
+
+  REALM's head (the defaults): [CLS] pooler -> Dense(projection_size) -> LayerNorm. A
+  sentence-embedding checkpoint's own (`sentence_embedding`): mean pooling -> unit length,
+  projection_size = the hidden size, queries scaled by `score_scale`.
+  """
   encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
   projection_size: int = 128
   share_towers: bool = True
   layer_norm_epsilon: float = 1e-12
+  pooling: str = "cls_pooled"
+  projection: str = "dense_layernorm"
+  score_scale: float = 1.0
+
+  def __post_init__(self):
+    if self.projection == "l2_normalize" and self.projection_size != self.encoder.hidden_size:
+      raise ValueError(f"projection 'l2_normalize' keeps the hidden size: projection_size must "
+                       f"be {self.encoder.hidden_size}, got {self.projection_size}")
+
+  @classmethod
+  def sentence_embedding(cls, encoder: EncoderConfig, share_towers: bool = True,
+                         score_scale: float = SENTENCE_SCORE_SCALE) -> "RetrieverConfig":
+    """The head all-MiniLM-L6-v2 was trained with: mean pooling -> L2 normalisation."""
+    return cls(encoder=encoder, projection_size=encoder.hidden_size, share_towers=share_towers,
+               pooling="mean", projection="l2_normalize", score_scale=score_scale)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +94,21 @@ class ReaderConfig:
   span_hidden_size: int = 256
   max_span_width: int = 10
   span_layer_norm_epsilon: float = 1e-3
+
+
+RETRIEVER_HEADS = ("realm", "sentence")
+
+
+def retriever_config(head: str, encoder: EncoderConfig, share_towers: bool = True,
+                     projection_size: int = 128) -> RetrieverConfig:
+  """"realm": [CLS] pooler -> Dense(projection_size) -> LayerNorm; "sentence": mean pooling
+  -> unit length (`RetrieverConfig.sentence_embedding`, projection_size unused)."""
+  if head == "realm":
+    return RetrieverConfig(encoder=encoder, projection_size=projection_size,
+                           share_towers=share_towers)
+  if head == "sentence":
+    return RetrieverConfig.sentence_embedding(encoder, share_towers)
+  raise ValueError(f"retriever head must be one of {RETRIEVER_HEADS}, got {head!r}")
 
 
 def build_encoder(config: EncoderConfig, name: str = "bert") -> networks.BertEncoderV2:
@@ -94,7 +134,8 @@ def build_retriever(config: RetrieverConfig) -> Retriever:
   doc_encoder = None if config.share_towers else build_encoder(config.encoder, name="doc_bert")
   return Retriever(query_encoder=query_encoder, doc_encoder=doc_encoder,
                    projection_size=config.projection_size,
-                   layer_norm_epsilon=config.layer_norm_epsilon)
+                   layer_norm_epsilon=config.layer_norm_epsilon, pooling=config.pooling,
+                   projection=config.projection, score_scale=config.score_scale)
 
 
 def build_reader(config: ReaderConfig) -> Reader:

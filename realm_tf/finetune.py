@@ -30,6 +30,9 @@ _ENCODER = flags.DEFINE_enum("encoder", "bert_base", list(model_lib.ENCODER_PRES
 _INIT_RANGE = flags.DEFINE_float("initializer_range", None,
                                  "Override of the encoder's initializer range.")
 _PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retrieval embedding size D.")
+_HEAD = flags.DEFINE_enum("retriever_head", "auto", ["auto", "realm", "sentence"],
+                          "Retrieval head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
+                          "(mean pooling, unit length); 'auto': 'sentence' with --init_minilm.")
 _SPAN_HIDDEN = flags.DEFINE_integer("span_hidden_size", 256, "Span head width.")
 _MAX_SPAN = flags.DEFINE_integer("max_span_width", 10, "Longest answer span (wordpieces).")
 _QUERY_LEN = flags.DEFINE_integer("query_length", 64, "Question wordpieces.")
@@ -74,6 +77,8 @@ def config_from_flags() -> finetune_lib.FineTuneConfig:
       vocab_file=_VOCAB.value, dev_data=_DEV.value, dataset=_DATASET.value,
       model=model_lib.ModelConfig(
           encoder=encoder, projection_size=_PROJECTION.value,
+          retriever_head=(_HEAD.value if _HEAD.value != "auto" else
+                          "sentence" if _INIT_MINILM.value else "realm"),
           span_hidden_size=_SPAN_HIDDEN.value, max_span_width=_MAX_SPAN.value,
           query_length=_QUERY_LEN.value, block_length=_BLOCK_LEN.value,
           reader_length=_READER_LEN.value),

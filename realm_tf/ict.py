@@ -20,6 +20,9 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and exports.", re
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
 flags.DEFINE_enum("encoder", "minilm_l6", model_init.ENCODERS, "BERT size.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
+flags.DEFINE_enum("retriever_head", "auto", model_init.HEAD_CHOICES,
+                  "New retrievers' head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
+                  "(mean pooling, unit length); 'auto': 'sentence' for --init_weights=minilm.")
 flags.DEFINE_bool("share_towers", True, "One BERT for queries and blocks.")
 flags.DEFINE_integer("num_steps", 1000, "Training steps.")
 flags.DEFINE_integer("batch_size", 32, "Global batch (in-batch negatives).")
@@ -42,7 +45,7 @@ def main(argv):
   with strategy.scope():
     retriever = model_init.build_retriever(
         model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size), FLAGS.share_towers,
-        FLAGS.init_weights)
+        FLAGS.init_weights, head=FLAGS.retriever_head)
   config = IctConfig(model_dir=FLAGS.model_dir, num_steps=FLAGS.num_steps,
                      batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
                      query_length=FLAGS.query_length, block_length=FLAGS.block_length,

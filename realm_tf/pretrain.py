@@ -32,6 +32,9 @@ flags.DEFINE_string("reader_dir", "", "Saved reader to start from.")
 flags.DEFINE_enum("encoder", "minilm_l6", model_init.ENCODERS, "BERT size for new towers.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
 flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
+flags.DEFINE_enum("retriever_head", "auto", model_init.HEAD_CHOICES,
+                  "New retrievers' head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
+                  "(mean pooling, unit length); 'auto': 'sentence' for --init_weights=minilm.")
 flags.DEFINE_bool("share_towers", True, "One BERT for queries and blocks (new retrievers).")
 flags.DEFINE_integer("num_steps", 1000, "Training steps.")
 flags.DEFINE_integer("batch_size", 16, "Global batch.")
@@ -71,7 +74,7 @@ def main(argv):
   encoder = model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout)
   with strategy.scope():
     retriever = model_init.build_retriever(encoder, FLAGS.share_towers, FLAGS.init_weights,
-                                           FLAGS.retriever_dir)
+                                           FLAGS.retriever_dir, head=FLAGS.retriever_head)
     reader = model_init.build_reader(encoder, FLAGS.init_weights, FLAGS.reader_dir)
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   index_root = os.path.join(FLAGS.model_dir, "index")

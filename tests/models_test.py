@@ -7,6 +7,7 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf.keras import keras
 from realm_tf.layers.embedding_projection import EmbeddingProjection
+from realm_tf.layers.l2_normalization import L2Normalization
 from realm_tf.layers.span_scorer import SpanScorer
 from realm_tf.layers.span_scorer import span_candidates
 from realm_tf.models.reader import Reader
@@ -24,9 +25,8 @@ def _features(shape, seed=0, pad_from=None):
   return dict(input_word_ids=ids, input_mask=mask, input_type_ids=np.zeros(shape, np.int32))
 
 
-def _retriever(share=True):
-  return configs.build_retriever(
-      configs.RetrieverConfig(encoder=TINY, projection_size=8, share_towers=share))
+def _retriever(share=True, head="realm"):
+  return configs.build_retriever(configs.retriever_config(head, TINY, share, projection_size=8))
 
 
 def _reader():
@@ -87,7 +87,33 @@ def test_mlm_decoder_is_tied_to_word_embeddings():
   assert sum("word_embeddings" in n for n in names) == 1
 
 
+def test_sentence_head_is_the_scaled_cosine_of_mean_pooled_tokens():
+  retriever = _retriever(head="sentence")
+  inputs = _retriever_inputs()
+  query, blocks = inputs["query"], {k: v[0] for k, v in inputs["candidates"].items()}
+  sequence = retriever.doc_encoder(blocks)["sequence_output"].numpy()  # [3, 10, 32]
+  mask = blocks["input_mask"][:, :, None]
+  mean = (sequence * mask).sum(1) / mask.sum(1)  # padding (positions 8, 9) excluded
+  expected = mean / np.linalg.norm(mean, axis=1, keepdims=True)
+  np.testing.assert_allclose(retriever.embed_documents(blocks), expected, atol=1e-5)
+  assert retriever.projection_size == TINY.hidden_size and not retriever.doc_projection.weights
+  q = retriever.embed_query(query).numpy()
+  np.testing.assert_allclose(np.linalg.norm(q, axis=1), configs.SENTENCE_SCORE_SCALE, rtol=1e-5)
+  scores = retriever(inputs).numpy()
+  assert (np.abs(scores) <= configs.SENTENCE_SCORE_SCALE + 1e-3).all()
+
+
+def test_retriever_config_validation():
+  with pytest.raises(ValueError, match="projection_size must be 32"):
+    configs.RetrieverConfig(encoder=TINY, projection_size=8, projection="l2_normalize")
+  with pytest.raises(ValueError, match="pooling must be one of"):
+    configs.build_retriever(configs.RetrieverConfig(encoder=TINY, pooling="max"))
+  with pytest.raises(ValueError, match="retriever head must be one of"):
+    configs.retriever_config("dpr", TINY)
+
+
 @pytest.mark.parametrize("layer", [EmbeddingProjection(8, 1e-6, name="p"),
+                                   L2Normalization(name="n"),
                                    SpanScorer(6, 4, 1e-3, name="s")])
 def test_layer_config_round_trip(layer):
   config = keras.layers.serialize(layer)
@@ -98,6 +124,8 @@ def test_layer_config_round_trip(layer):
 
 @pytest.mark.parametrize("build, inputs", [(lambda: _retriever(True), _retriever_inputs),
                                            (lambda: _retriever(False), _retriever_inputs),
+                                           (lambda: _retriever(False, "sentence"),
+                                            _retriever_inputs),
                                            (_reader, _reader_inputs)])
 def test_model_config_round_trip_and_savedmodel_reload(build, inputs, tmp_path):
   model = build()

@@ -116,6 +116,10 @@ def orqa_map(retriever, reader) -> VariableMap:
 
 
 def _towers(retriever):
+  if retriever.projection != "dense_layernorm":
+    raise ValueError(f"REALM and ORQA checkpoints hold a Dense -> LayerNorm retrieval head; "
+                     f"this retriever's is {retriever.projection!r}: build it with "
+                     f"projection='dense_layernorm' and pooling='cls_pooled'")
   if retriever.share_towers:
     return [(retriever.query_encoder, retriever.query_projection)]
   return [(retriever.query_encoder, retriever.query_projection),

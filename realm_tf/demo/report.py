@@ -36,6 +36,11 @@ def _arrow(figures: Dict[str, Any], key: str, digits: int = 3) -> str:
   return f"{figures[f'{key}_first']:.{digits}f} -> {figures[f'{key}_last']:.{digits}f}"
 
 
+def _dev_recall(f: Dict[str, Any]) -> str:
+  return (f"dev recall@5 {f['dev_recall@5_start']:.3f} -> {f['dev_recall@5_end']:.3f} "
+          f"(best {f['dev_recall@5_best']:.3f} at step {f['best_step']}, kept)")
+
+
 def _evaluation(f: Dict[str, Any]) -> str:
   recalls = ", ".join(f"R@{k.split('@')[1]} {v:.3f}" for k, v in f.items()
                       if k.startswith("recall@"))
@@ -57,14 +62,15 @@ _DESCRIBE: Dict[str, Callable[[Dict[str, Any]], str]] = {
                             f"answerable from the corpus: {f['train']:,} train, {f['dev']:,} "
                             f"dev ({f['evaluated']:,} evaluated) -> {f['path']}"),
     "ict": lambda f: (f"{f['steps']} steps x {f['batch_size']}, loss {_arrow(f, 'loss')}, "
-                      f"in-batch accuracy {_arrow(f, 'accuracy')} -> {f['path']}"),
+                      f"in-batch accuracy {_arrow(f, 'accuracy')}, {_dev_recall(f)} "
+                      f"-> {f['path']}"),
     "pretrain": lambda f: (f"{f['steps']} steps x {f['batch_size']} (K={f['num_candidates']}),"
                            f" loss {_arrow(f, 'loss')}, MLM accuracy "
                            f"{_arrow(f, 'mlm_accuracy')}, retrieval utility "
                            f"{_arrow(f, 'retrieval_utility')} nats, "
                            f"the initial index + {f['indexes_published'] - 1} published by "
                            "the asynchronous builder, staleness <= "
-                           f"{f['max_staleness']} steps -> {f['path']}"),
+                           f"{f['max_staleness']} steps, {_dev_recall(f)} -> {f['path']}"),
     "qa_init": lambda f: (f"frozen document index of {f['blocks_indexed']:,} blocks "
                           f"(pre-trained doc tower) -> {f['path']}"),
     "evaluate_before": _evaluation,

@@ -73,6 +73,8 @@ from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.index_refresh import AsynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
+from realm_tf.training.recall_monitor import RecallMonitor
+from realm_tf.training.train_loop import EVAL_LOG
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
 STAGES = ("data", "corpus", "examples", "questions", "ict", "pretrain", "qa_init",
@@ -293,6 +295,21 @@ class Demo:
     dev = datasets.load_examples(self.path("questions", "dev.jsonl"))
     return dev[:self.config.eval_questions or None]
 
+  def _monitor(self, every_n_steps: int) -> RecallMonitor:
+    """Dev recall@5/@20 over the whole demo corpus, the figure every training stage keeps."""
+    return RecallMonitor(self.store, self._dev_examples(), pretrained.minilm_tokenizer(),
+                         every_n_steps, ks=RECALL_KS[1:3], query_length=self.config.query_length,
+                         block_length=self.config.block_length)
+
+  def _dev_recall(self, stage: str) -> Dict[str, Any]:
+    """Start, end and best dev recall@5 of a stage's `eval.jsonl`."""
+    with open(self.path(stage, EVAL_LOG), encoding="utf-8") as f:
+      evaluations = [json.loads(line) for line in f if line.strip()]
+    best = max(evaluations, key=lambda e: (e["recall@5"], -e["step"]))
+    return {"dev_recall@5_start": evaluations[0]["recall@5"],
+            "dev_recall@5_end": evaluations[-1]["recall@5"],
+            "dev_recall@5_best": best["recall@5"], "best_step": int(best["step"])}
+
   # Stages -------------------------------------------------------------------------------------
 
   def data(self) -> Dict[str, Any]:
@@ -356,10 +373,11 @@ class Demo:
                           query_length=config.query_length, block_length=config.block_length,
                           checkpoint_every=_checkpoint_every(config.ict_steps),
                           seed=config.seed),
-                retriever, self.store, tokenizer, verbose=False)
+                retriever, self.store, tokenizer, verbose=False,
+                monitor=self._monitor(max(1, config.ict_steps // 2)))
     figures = _trends(read_step_log(os.path.join(model_dir, "metrics.jsonl")),
                       ("loss", "accuracy"))
-    figures.update(batch_size=config.ict_batch_size, path="ict")
+    figures.update(self._dev_recall("ict"), batch_size=config.ict_batch_size, path="ict")
     return figures
 
   def pretrain(self) -> Dict[str, Any]:
@@ -384,7 +402,8 @@ class Demo:
                           query_length=config.query_length, block_length=config.block_length,
                           checkpoint_every=_checkpoint_every(config.pretrain_steps),
                           seed=config.seed),
-        retriever, reader, self.store, tokenizer, refresher)
+        retriever, reader, self.store, tokenizer, refresher,
+        monitor=self._monitor(config.refresh_every))
     with LogProgress(os.path.join(model_dir, "metrics.jsonl"), config.pretrain_steps,
                      "REALM pre-training", keys=("loss", "retrieval_utility",
                                                  "index_staleness")):
@@ -395,7 +414,7 @@ class Demo:
     figures.update(batch_size=config.pretrain_batch_size, num_candidates=config.num_candidates,
                    indexes_published=len(versions), index_versions=versions,
                    max_staleness=max((int(r["index_staleness"]) for r in records), default=0),
-                   path="realm")
+                   path="realm", **self._dev_recall("realm"))
     return figures
 
   def _finetune_config(self, num_train_steps: int) -> FineTuneConfig:
@@ -404,7 +423,9 @@ class Demo:
     return FineTuneConfig(
         model_dir=self.path("qa"), corpus=self.path("corpus"),
         train_data=self.path("questions", "train.jsonl"), vocab_file=self.vocab_file,
-        model=ModelConfig(encoder=self.encoder(vocab_size), query_length=config.query_length,
+        model=ModelConfig(encoder=self.encoder(vocab_size),
+                          retriever_head=model_init.resolve_head("auto", self.init_weights),
+                          query_length=config.query_length,
                           block_length=config.block_length,
                           reader_length=config.query_length + config.block_length),
         init=InitConfig(checkpoint=self.path("realm", "checkpoints")),

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
+from realm_tf.models.retriever import tower_embedding
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -58,15 +59,14 @@ def vocab_asset(tokenizer: WordpieceTokenizer, directory: str) -> tf.saved_model
   return tf.saved_model.Asset(path)
 
 
-def _encoder_forward(encoder, projection):
+def _encoder_forward(encoder, projection, pooling: str):
   """The doc tower as a plain function of int32 [N, L] features -> float32 [N, D] (a closure,
   so that it can be wrapped as its own, optionally XLA-compiled, tf.function)."""
 
   def forward(input_word_ids, input_mask, input_type_ids):
     features = dict(input_word_ids=input_word_ids, input_mask=input_mask,
                     input_type_ids=input_type_ids)
-    pooled = encoder(features, training=False)["pooled_output"]
-    return tf.cast(projection(pooled), tf.float32)
+    return tower_embedding(encoder, projection, features, pooling, training=False)
 
   return forward
 
@@ -91,7 +91,8 @@ class _DocEmbedderModule(tf.Module):
     self.snapshot_step = scalar(snapshot_step)
     self.length_multiple = scalar(length_multiple)
     self.jit_compile = tf.Variable(jit_compile, trainable=False)
-    self._forward = tf.function(_encoder_forward(self.encoder, self.projection),
+    self._forward = tf.function(_encoder_forward(self.encoder, self.projection,
+                                                 retriever.pooling),
                                 jit_compile=jit_compile, autograph=False)
     self._packer = BertPacker(seq_length=block_length, cls_id=cls_id, sep_id=sep_id,
                               pad_id=pad_id, truncation="waterfall")

@@ -11,7 +11,8 @@ tokenizer's ops; no realm_tf import needed):
                      "input_type_ids": int32 [B, Lq]} (questions truncated to Lq)
 `__call__` (what `hub.KerasLayer(path)` calls): string [B] or the three id tensors as a dict
 -> float32 [B, D].
-Attributes: `vocab_file` (asset), `do_lower_case`, `query_length` (Lq), `embedding_dim` (D).
+Attributes: `vocab_file` (asset), `do_lower_case`, `query_length` (Lq), `embedding_dim` (D),
+`score_scale` (the factor queries are scaled by; 1 for REALM's head).
 """
 import tempfile
 
@@ -20,6 +21,7 @@ import tensorflow as tf
 from realm_tf.export.doc_embedder import Untracked
 from realm_tf.export.doc_embedder import vocab_asset
 from realm_tf.models.retriever import Retriever
+from realm_tf.models.retriever import tower_embedding
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -34,7 +36,7 @@ class _QueryEmbedderModule(tf.Module):
                staging_dir: str):
     super().__init__(name="query_embedder")
     self._layers = Untracked(encoder=retriever.query_encoder,
-                             projection=retriever.query_projection,
+                             projection=retriever.query_projection, pooling=retriever.pooling,
                              featurizer=QueryFeaturizer(tokenizer, seq_length=query_length))
     self.tower_variables = list(retriever.query_encoder.variables +
                                 retriever.query_projection.variables)
@@ -43,11 +45,13 @@ class _QueryEmbedderModule(tf.Module):
     self.query_length = tf.Variable(query_length, dtype=tf.int64, trainable=False)
     self.embedding_dim = tf.Variable(retriever.projection_size, dtype=tf.int64,
                                      trainable=False)
+    self.score_scale = tf.Variable(retriever.score_scale, dtype=tf.float32, trainable=False)
 
   def _embed(self, features):
     features = {n: tf.cast(features[n], tf.int32) for n in ID_SPECS}
-    pooled = self._layers.encoder(features, training=False)["pooled_output"]
-    return tf.cast(self._layers.projection(pooled), tf.float32)  # = Retriever.embed_query
+    embeddings = tower_embedding(self._layers.encoder, self._layers.projection, features,
+                                 self._layers.pooling, training=False)
+    return embeddings * self.score_scale  # = Retriever.embed_query
 
   @tf.function(input_signature=[QUESTIONS_SPEC])
   def tokenize(self, questions):

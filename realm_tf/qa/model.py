@@ -58,7 +58,9 @@ class ModelConfig:
 
   Attributes:
     encoder: the BERT of all three towers (query, doc, reader).
-    projection_size: D of the retrieval embeddings (128).
+    projection_size: D of the retrieval embeddings with the "realm" head (128).
+    retriever_head: "realm" ([CLS] pooler -> Dense -> LayerNorm) or "sentence" (mean pooling
+      -> unit length, D = hidden size; the head of all-MiniLM-L6-v2), `configs.retriever_config`.
     span_hidden_size, max_span_width: the span head (256, 10).
     query_length: `[CLS] x [SEP]` wordpieces (ORQA: 64).
     block_length: `[CLS] title [SEP] body [SEP]` wordpieces (288).
@@ -66,6 +68,7 @@ class ModelConfig:
   """
   encoder: configs.EncoderConfig = dataclasses.field(default_factory=configs.EncoderConfig)
   projection_size: int = 128
+  retriever_head: str = "realm"
   span_hidden_size: int = 256
   max_span_width: int = 10
   query_length: int = 64
@@ -89,9 +92,8 @@ class ModelConfig:
 
 def build_models(config: ModelConfig, share_towers: bool = False) -> Tuple[Retriever, Reader]:
   """A retriever (separate towers unless `share_towers`) and a reader, all variables built."""
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=config.encoder, projection_size=config.projection_size,
-      share_towers=share_towers))
+  retriever = configs.build_retriever(configs.retriever_config(
+      config.retriever_head, config.encoder, share_towers, config.projection_size))
   reader = configs.build_reader(configs.ReaderConfig(
       encoder=config.encoder, span_hidden_size=config.span_hidden_size,
       max_span_width=config.max_span_width))

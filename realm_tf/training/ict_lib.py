@@ -6,9 +6,10 @@ batch), so gradients summed over replicas equal the single-device gradient.
 """
 import dataclasses
 import os
-from typing import Dict
+from typing import Dict, Optional
 
 import tensorflow as tf
+from absl import logging
 
 from realm_tf.data.block_store import BlockStore
 from realm_tf.export.doc_embedder import export_doc_embedder
@@ -18,6 +19,8 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
+from realm_tf.training.recall_monitor import RecallMonitor
+from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
 
 
@@ -57,9 +60,14 @@ def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
 
 
 def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
-              tokenizer: WordpieceTokenizer, strategy=None, verbose: bool = True):
+              tokenizer: WordpieceTokenizer, strategy=None, verbose: bool = True,
+              monitor: Optional[RecallMonitor] = None):
   """Trains `retriever` (built in `strategy.scope()`) with ICT; writes checkpoints, the final
   retriever (`model_dir/retriever`) and a doc-embedder export (`model_dir/doc_embedder`).
+
+  With a `monitor`, held-out recall is measured at the start and every
+  `monitor.every_n_steps` (`TrainLoop`), and the retriever written at the end is the best
+  checkpoint's (the start included: ICT that only loses recall leaves the start).
 
   Returns:
     (last metrics, per-step history).
@@ -86,7 +94,13 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
     return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
             for k, v in per_replica.items()}
 
-  metrics = loop.run(run_step)
+  evaluation = (Evaluation(lambda: monitor(retriever), monitor.every_n_steps, monitor.metric)
+                if monitor else None)
+  metrics = loop.run(run_step, evaluation=evaluation)
+  if monitor:
+    best = loop.best()
+    loop.restore_best()
+    logging.info("ICT keeps the best checkpoint: %s", best)
   save_model(retriever, os.path.join(config.model_dir, "retriever"))
   export_doc_embedder(retriever, os.path.join(config.model_dir, "doc_embedder"),
                       tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,

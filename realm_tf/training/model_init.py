@@ -19,6 +19,17 @@ from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
 
 ENCODERS = ("tiny", "minilm_l6", "bert_base")
+HEAD_CHOICES = ("auto",) + configs.RETRIEVER_HEADS
+
+
+def resolve_head(head: str, init_weights: str) -> str:
+  """"auto" -> the head the weights were trained with: "sentence" (mean pooling, unit length)
+  for all-MiniLM-L6-v2 ("minilm"), "realm" ([CLS] pooler, Dense, LayerNorm) otherwise."""
+  if head == "auto":
+    return "sentence" if init_weights == "minilm" else "realm"
+  if head not in configs.RETRIEVER_HEADS:
+    raise ValueError(f"retriever head must be one of {HEAD_CHOICES}, got {head!r}")
+  return head
 
 
 def encoder_config(name: str, vocab_size: int, dropout_rate: Optional[float] = None,
@@ -55,12 +66,13 @@ def load_bert_weights(encoder, init_weights: str) -> None:
 
 def build_retriever(encoder: configs.EncoderConfig, share_towers: bool = True,
                     init_weights: str = "", saved_dir: str = "",
-                    projection_size: int = 128) -> Retriever:
-  """A saved retriever, or a new one with BERT weights from `init_weights`."""
+                    projection_size: int = 128, head: str = "auto") -> Retriever:
+  """A saved retriever, or a new one with BERT weights from `init_weights` and the retrieval
+  head `resolve_head(head, init_weights)`."""
   if saved_dir:
     return load_model(saved_dir)
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=encoder, projection_size=projection_size, share_towers=share_towers))
+  retriever = configs.build_retriever(configs.retriever_config(
+      resolve_head(head, init_weights), encoder, share_towers, projection_size))
   retriever.build()
   for tower in {id(e): e for e in (retriever.query_encoder, retriever.doc_encoder)}.values():
     load_bert_weights(tower, init_weights)
@@ -69,10 +81,14 @@ def build_retriever(encoder: configs.EncoderConfig, share_towers: bool = True,
 
 def build_reader(encoder: configs.EncoderConfig, init_weights: str = "",
                  saved_dir: str = "") -> Reader:
-  """A saved reader, or a new one with BERT weights from `init_weights`."""
+  """A saved reader, or a new one with BERT weights from `init_weights`, and its MLM head
+  (transform, LayerNorm, output bias) when that checkpoint has one (Google BERT, REALM);
+  without one (all-MiniLM-L6-v2) the head starts fresh and the decoder is tied."""
   if saved_dir:
     return load_model(saved_dir)
   reader = configs.build_reader(configs.ReaderConfig(encoder=encoder))
   reader.build()
-  load_bert_weights(reader.encoder, init_weights)
+  if init_weights:  # the BERT, and the MLM head when the checkpoint has one
+    checkpoints.load_bert_reader(
+        reader, pretrained.minilm_dir() if init_weights == "minilm" else init_weights)
   return reader

@@ -15,7 +15,7 @@ Legend: B batch, K candidates, M masked positions, V vocabulary, D embedding dim
 """
 import dataclasses
 import os
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -33,6 +33,8 @@ from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.pretraining_data import masked_query_dataset
+from realm_tf.training.recall_monitor import RecallMonitor
+from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
 
 
@@ -135,11 +137,15 @@ class RealmPretrainer:
     tokenizer: gives the special ids.
     refresher: an `IndexRefresher` (synchronous or asynchronous).
     strategy: a `tf.distribute` strategy (default: the default strategy).
+    monitor: held-out recall over the store, measured through the MIPS index in use at the
+      start and every `monitor.every_n_steps` (`TrainLoop`: `eval.jsonl`, `best/`).
   """
 
   def __init__(self, config: PretrainingConfig, retriever: Retriever, reader: Reader,
-               store: BlockStore, tokenizer: WordpieceTokenizer, refresher, strategy=None):
+               store: BlockStore, tokenizer: WordpieceTokenizer, refresher, strategy=None,
+               monitor: Optional[RecallMonitor] = None):
     self.config = config
+    self.monitor = monitor
     self.retriever, self.reader, self.store = retriever, reader, store
     self.refresher = refresher
     self.strategy = strategy or tf.distribute.get_strategy()
@@ -209,6 +215,10 @@ class RealmPretrainer:
       metrics["null_posterior"] = sums["null_posterior"] / tokens
     return metrics
 
+  def _search(self, queries: np.ndarray, k: int) -> np.ndarray:
+    """Corpus rows [Q, k] of the index in use for query embeddings [Q, D]."""
+    return self.refresher.index.search(queries, k=k)[1].numpy()
+
   def train(self, verbose: bool = True):
     """Trains to `num_steps` (resuming from the last checkpoint); returns the step history."""
     self.loop.verbose = verbose
@@ -223,8 +233,13 @@ class RealmPretrainer:
       if self.refresher.maybe_refresh(step, self.retriever):
         self.index_version.assign(self.refresher.version)
 
+    evaluation = None
+    if self.monitor:
+      evaluation = Evaluation(lambda: self.monitor(self.retriever, self._search),
+                              self.monitor.every_n_steps, self.monitor.metric)
     try:
-      self.loop.run(lambda _: self._step(next(data)), after_step=after_step)
+      self.loop.run(lambda _: self._step(next(data)), after_step=after_step,
+                    evaluation=evaluation)
     finally:
       self.refresher.close()
     save_model(self.retriever, os.path.join(self.config.model_dir, "retriever"))

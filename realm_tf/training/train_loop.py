@@ -3,20 +3,40 @@
 Each step's metrics also go to `model_dir/metrics.jsonl` (one JSON object per line, with
 "step"), which `realm_tf.training.plots` turns into the retrieval-utility curve.
 
+With an `Evaluation` (e.g. `realm_tf.training.recall_monitor.RecallMonitor`'s held-out
+recall), the loop evaluates before the first step and every `every_n_steps`; each result goes
+to `model_dir/eval.jsonl` and TensorBoard (`eval/<name>`), the checkpoint with the best
+`metric` so far (the start included) is kept in `model_dir/best/`, and a stage that ends below
+its start logs a warning (`ended_below_start`).
+
 Checkpoints hold whatever the trainer puts in its `tf.train.Checkpoint` plus the step counter;
 `CheckpointManager` writes each checkpoint under a new name and only then updates its state
 file, so a `kill -9` at any moment leaves the previous checkpoint intact and the next run
 resumes from it.
 """
+import dataclasses
 import json
 import os
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 from absl import logging
 
 from realm_tf.keras import keras
+
+
+BEST_DIR = "best"
+EVAL_LOG = "eval.jsonl"
+
+
+@dataclasses.dataclass
+class Evaluation:
+  """`fn()` -> metrics, run every `every_n_steps` steps; `metric` (larger is better) picks the
+  best checkpoint."""
+  fn: Callable[[], Dict[str, float]]
+  every_n_steps: int
+  metric: str
 
 
 class TrainLoop:
@@ -45,7 +65,53 @@ class TrainLoop:
         self.checkpoint, os.path.join(model_dir, "checkpoints"), max_to_keep=max_to_keep)
     self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
     self.metrics_path = os.path.join(model_dir, "metrics.jsonl")
+    self.eval_path = os.path.join(model_dir, EVAL_LOG)
+    self.best_manager = tf.train.CheckpointManager(
+        self.checkpoint, os.path.join(model_dir, BEST_DIR), max_to_keep=1)
     self.history = []
+    self.ended_below_start = False
+
+  def evaluations(self) -> List[Dict[str, float]]:
+    """The evaluations recorded in `eval.jsonl` (all runs of this model_dir), in step order."""
+    if not tf.io.gfile.exists(self.eval_path):
+      return []
+    with tf.io.gfile.GFile(self.eval_path, "r") as f:
+      return [json.loads(line) for line in f if line.strip()]
+
+  def _evaluate(self, evaluation: Evaluation, step: int) -> Dict[str, float]:
+    started = time.perf_counter()
+    result = {k: float(v) for k, v in evaluation.fn().items()}
+    if evaluation.metric not in result:
+      raise KeyError(f"evaluation returned {sorted(result)}, not the metric "
+                     f"{evaluation.metric!r} that picks the best checkpoint")
+    previous = [e[evaluation.metric] for e in self.evaluations() if e["step"] < step]
+    record = dict(result, step=step, eval_time_s=time.perf_counter() - started)
+    lines = [e for e in self.evaluations() if e["step"] < step] + [record]
+    with tf.io.gfile.GFile(self.eval_path, "w") as f:  # a resumed run replaces lost futures
+      f.write("".join(json.dumps(e) + "\n" for e in lines))
+    with self.writer.as_default(step=step):
+      for name, value in result.items():
+        tf.summary.scalar(f"eval/{name}", value)
+    if not previous or result[evaluation.metric] > max(previous):
+      self.best_manager.save(checkpoint_number=step)
+    logging.info("Step %d: %s", step, ", ".join(f"{k} {v:.4f}" for k, v in result.items()))
+    return result
+
+  def best(self) -> Optional[Dict[str, float]]:
+    """The evaluation of the checkpoint in `best/`, or None."""
+    latest = self.best_manager.latest_checkpoint
+    if not latest:
+      return None
+    step = int(latest.rsplit("-", 1)[-1])
+    return next((e for e in self.evaluations() if e["step"] == step), None)
+
+  def restore_best(self) -> Optional[int]:
+    """Loads the best checkpoint's weights (e.g. before exporting); returns its step."""
+    latest = self.best_manager.latest_checkpoint
+    if not latest:
+      return None
+    self.checkpoint.read(latest).expect_partial()
+    return int(latest.rsplit("-", 1)[-1])
 
   def restore(self) -> int:
     """Restores the latest checkpoint, if any; returns the step to continue from."""
@@ -59,9 +125,12 @@ class TrainLoop:
     return self.manager.save(checkpoint_number=int(self.step.numpy()))
 
   def run(self, step_fn: Callable[[int], Dict[str, float]],
-          after_step: Optional[Callable[[int], None]] = None) -> Dict[str, float]:
+          after_step: Optional[Callable[[int], None]] = None,
+          evaluation: Optional[Evaluation] = None) -> Dict[str, float]:
     """Trains to `num_steps`; returns the last step's metrics."""
     start_step = self.restore()
+    if evaluation and start_step == 0 and not any(e["step"] == 0 for e in self.evaluations()):
+      self._evaluate(evaluation, 0)
     bar = keras.utils.Progbar(self.num_steps, verbose=1 if self.verbose else 0,
                               stateful_metrics=None)
     bar.update(start_step)
@@ -80,9 +149,28 @@ class TrainLoop:
             tf.summary.scalar(name, value)
       if after_step:
         after_step(step + 1)
+      if evaluation and ((step + 1) % evaluation.every_n_steps == 0 or
+                         step + 1 == self.num_steps):
+        self._evaluate(evaluation, step + 1)
       if (step + 1) % self.checkpoint_every == 0 or step + 1 == self.num_steps:
         self.save()
       bar.update(step + 1, values=[(k, v) for k, v in metrics.items()
                                    if k in ("loss", "retrieval_utility", "index_staleness")])
     self.writer.flush()
+    if evaluation:
+      self._check_progress(evaluation.metric)
     return metrics
+
+  def _check_progress(self, metric: str) -> None:
+    evaluations = self.evaluations()
+    if len(evaluations) < 2 or evaluations[0]["step"] != 0:
+      return
+    start, end = evaluations[0][metric], evaluations[-1][metric]
+    self.ended_below_start = end < start
+    if self.ended_below_start:
+      best = self.best() or {}
+      logging.warning("%s\n%s ENDED BELOW ITS START: %s %.4f at step 0, %.4f at step %d; the "
+                      "best checkpoint (step %s, %.4f) is in %s\n%s", "!" * 72,
+                      self.model_dir, metric, start, end, evaluations[-1]["step"],
+                      best.get("step"), best.get(metric, float("nan")),
+                      os.path.join(self.model_dir, BEST_DIR), "!" * 72)

@@ -1,0 +1,100 @@
+"""Held-out retrieval recall tracked while a stage trains, so that no stage silently forgets.
+
+A stage (ICT, REALM pre-training, Open-QA fine-tuning) that starts from a good retriever can
+end below where it started while its loss falls (overfitting the corpus or questions it trains
+on). `RecallMonitor` measures recall@k of dev questions over the *whole* corpus the model will
+serve, every `every_n_steps` steps and at the start, with the current weights; `TrainLoop`
+logs it (metrics.jsonl, TensorBoard `eval/...`), keeps the best checkpoint in
+`<model_dir>/best/` and warns when the stage ends below its start.
+
+Legend: Q dev questions, N corpus blocks, D embedding dim, k cut-off.
+
+Recall@k = fraction of questions with a top-k block that holds an answer
+(`AnswerMatcher.has_answer`, the criterion `realm_tf.qa.evaluate_lib` uses).
+"""
+from typing import Callable, Dict, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.data.block_store import BlockStore
+from realm_tf.evaluation.retrieval_metrics import recall_at_k
+from realm_tf.models.retriever import Retriever
+from realm_tf.qa.datasets import QAExample
+from realm_tf.qa.supervision import AnswerMatcher
+from realm_tf.tokenization.featurizers import QueryFeaturizer
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf.training.store_embedding import StoreEmbedder
+
+# (query embeddings [Q, D], k) -> corpus rows [Q, k], best first: a search of the index the
+# trainer uses (REALM pre-training's MIPS index) instead of embedding the store every time.
+Search = Callable[[np.ndarray, int], np.ndarray]
+
+
+class RecallMonitor:
+  """recall@k of `examples` over `store` with a retriever's current weights.
+
+  Args:
+    store: the whole corpus the model will serve.
+    examples: dev questions (never test questions).
+    tokenizer: the wordpiece tokenizer.
+    every_n_steps: evaluation period in trainer steps.
+    ks: cut-offs; `metric` ("recall@<k>") picks the one the best checkpoint is chosen by.
+    query_length, block_length: featurization lengths.
+  """
+
+  def __init__(self, store: BlockStore, examples: Sequence[QAExample],
+               tokenizer: WordpieceTokenizer, every_n_steps: int, ks: Sequence[int] = (5, 20),
+               metric: str = "", query_length: int = 64, block_length: int = 288,
+               batch_size: int = 64):
+    if not examples:
+      raise ValueError("RecallMonitor needs at least one dev question")
+    if every_n_steps < 1:
+      raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+    self.store, self.examples, self.every_n_steps = store, list(examples), every_n_steps
+    self.ks = tuple(sorted(set(ks)))
+    self.metric = metric or f"recall@{self.ks[0]}"
+    if self.metric not in {f"recall@{k}" for k in self.ks}:
+      raise ValueError(f"metric {self.metric!r} is not one of the cut-offs {self.ks}")
+    self.tokenizer, self.block_length, self.batch_size = tokenizer, block_length, batch_size
+    self._featurizer = QueryFeaturizer(tokenizer, seq_length=query_length)
+    self._matchers = [AnswerMatcher(e.answers, e.match) for e in self.examples]
+    self._store_embedder: Optional[StoreEmbedder] = None
+
+  def _embed_store(self, retriever: Retriever) -> np.ndarray:
+    if self._store_embedder is None or self._store_embedder.retriever is not retriever:
+      self._store_embedder = StoreEmbedder(retriever, self.tokenizer.cls_id,
+                                           self.tokenizer.sep_id, self.tokenizer.pad_id,
+                                           block_length=self.block_length)
+    return self._store_embedder(self.store)
+
+  def embed_questions(self, retriever: Retriever) -> np.ndarray:
+    """[Q, D] query embeddings (no dropout)."""
+    rows = []
+    for start in range(0, len(self.examples), self.batch_size):
+      questions = [e.question for e in self.examples[start:start + self.batch_size]]
+      features = self._featurizer(tf.constant(questions))
+      rows.append(retriever.embed_query(features, training=False).numpy())
+    return np.concatenate(rows)
+
+  def __call__(self, retriever: Retriever, search: Optional[Search] = None) -> Dict[str, float]:
+    """{"recall@k": ...} for every cut-off, with `retriever`'s current query tower.
+
+    Args:
+      retriever: the model being trained.
+      search: the index the trainer searches (REALM pre-training's MIPS index, whose doc
+        embeddings may be a few steps stale); default: embed the store with the current doc
+        tower and search exactly.
+    """
+    queries = self.embed_questions(retriever)
+    k = min(max(self.ks), len(self.store))
+    if search is not None:
+      top = np.asarray(search(queries, k))
+    else:
+      scores = queries @ self._embed_store(retriever).T  # [Q, N]
+      top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+      order = np.argsort(-np.take_along_axis(scores, top, 1), axis=1, kind="stable")
+      top = np.take_along_axis(top, order, 1)  # [Q, k] best first
+    hits = np.array([[row >= 0 and matcher.has_answer(self.store.texts[row]) for row in rows]
+                     for matcher, rows in zip(self._matchers, top)])
+    return {f"recall@{c}": recall_at_k(hits, min(c, k)) for c in self.ks}
