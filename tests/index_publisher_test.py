@@ -1,5 +1,6 @@
 """Tests for realm_tf.mips.index_publisher: metadata, verification, kills at every step."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import pytest
 from realm_tf.mips import index_publisher
 from realm_tf.mips import manifest as manifest_lib
 from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.training.index_refresh import AsynchronousRefresher
+from realm_tf.training.index_refresh import SynchronousRefresher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -135,3 +138,75 @@ def test_discard_after_deletes_versions_of_a_lost_future_and_repoints_latest(tmp
   assert index_publisher.discard_after(root, 10) == []
   assert index_publisher.step_of_version("step-00000010") == 10
   assert index_publisher.step_of_version("manual") is None
+
+
+def _write_latest(root, content):
+  with open(os.path.join(root, index_publisher.LATEST), "w") as f:
+    f.write(content)
+
+
+@pytest.mark.parametrize("content", ["../elsewhere\n", "/abs/step-00000005", "..",
+                                     "step-00000005/../..", "sub\\step-00000005"])
+def test_latest_naming_a_path_outside_the_root_is_rejected(tmp_path, content):
+  root = str(tmp_path / "index")
+  index_publisher.publish(_index(0), root, "step-00000005")
+  _write_latest(root, content)
+  latest = os.path.join(root, index_publisher.LATEST)
+  for read in (index_publisher.latest_version, index_publisher.load_latest,
+               lambda r: index_publisher.discard_after(r, 0),
+               lambda r: index_publisher.keep_last(r, 1)):
+    with pytest.raises(ValueError) as error:
+      read(root)
+    assert latest in str(error.value) and repr(content) in str(error.value)
+    assert f"write 'step-00000005' into {latest}" in str(error.value)
+  assert index_publisher.list_versions(root) == ["step-00000005"]  # nothing was deleted
+
+
+def test_latest_naming_a_missing_version_names_the_newest_earlier_one(tmp_path):
+  root = str(tmp_path / "index")
+  for step in (0, 5, 20):
+    index_publisher.publish(_index(step), root, index_publisher.version_for_step(step))
+  _write_latest(root, "step-00000010\n")  # e.g. its directory was deleted by hand
+  latest = os.path.join(root, index_publisher.LATEST)
+  for read in (index_publisher.latest_version, index_publisher.load_latest):
+    with pytest.raises(FileNotFoundError) as error:
+      read(root)
+    message = str(error.value)
+    assert f"{latest} names version 'step-00000010', which does not exist" in message
+    assert f"write 'step-00000005' into {latest}" in message
+    assert "newest complete earlier version" in message
+  _write_latest(root, "step-00000005\n")  # the advice works
+  assert index_publisher.load_latest(root)[0] == "step-00000005"
+
+
+def test_repoint_latest_and_the_advice_without_earlier_versions(tmp_path):
+  root = str(tmp_path / "index")
+  index_publisher.publish(_index(5), root, "step-00000005")
+  _write_latest(root, "step-00000001")
+  with pytest.raises(FileNotFoundError, match=r"no complete version precedes it: "
+                     r"index_publisher.repoint_latest\(.*\) publishes the newest, "
+                     "'step-00000005'"):
+    index_publisher.latest_version(root)
+  assert index_publisher.repoint_latest(root) == "step-00000005"
+  assert index_publisher.latest_version(root) == "step-00000005"
+  shutil.rmtree(os.path.join(root, "step-00000005"))
+  with pytest.raises(FileNotFoundError, match="no complete version is left .*: delete .*LATEST"):
+    index_publisher.load_latest(root)
+  assert index_publisher.repoint_latest(root) is None
+  assert not os.path.exists(os.path.join(root, index_publisher.LATEST))
+
+
+def test_refreshers_read_latest_through_the_validated_reader(tmp_path):
+  root = str(tmp_path / "index")
+  index_publisher.publish(_index(0), root, "step-00000000")
+  index_publisher.publish(_index(5), root, "step-00000005")
+  _write_latest(root, "step-00000003")
+  refresher = SynchronousRefresher(root, 10, None, (2, 3, 0), kind="brute_force")
+  with pytest.raises(FileNotFoundError, match="'step-00000003', which does not exist.*write "
+                     "'step-00000000'"):
+    refresher.start(5, None)
+  _write_latest(root, "../step-00000005")
+  refresher = AsynchronousRefresher(root, 10, None, (2, 3, 0), str(tmp_path / "corpus"),
+                                    str(tmp_path / "snapshots"), kind="brute_force")
+  with pytest.raises(ValueError, match="holds '../step-00000005', not the name of a version"):
+    refresher.maybe_refresh(3, None)

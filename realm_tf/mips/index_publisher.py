@@ -16,7 +16,11 @@ at most a `*.tmp-*` directory (`cleanup_partial` removes it) or a complete but u
 version directory.
 
 Versions are named so that they sort by snapshot step: `version_for_step(step)` gives
-"step-%08d". `LATEST` names the most recently published version. Metadata
+"step-%08d". `LATEST` names the most recently published version. It is read only through
+`latest_version` (and `load_latest`), which accept only the name of a version directory inside
+the root (no path separators, no "..", not absolute: ValueError otherwise) that exists
+(FileNotFoundError otherwise); both errors name the `LATEST` file and how to fix it, e.g. the
+newest complete earlier version to write into it, or `repoint_latest`. Metadata
 (`corpus_fingerprint`, `snapshot_step`, ...) is merged into the manifest's `builder`
 parameters (its keys listed under `METADATA_KEYS`), so it lives with the checksummed index and
 `load_latest` returns exactly what `publish` was given.
@@ -58,8 +62,13 @@ def step_of_version(version: str) -> Optional[int]:
   return int(match.group(1)) if match else None
 
 
+def _is_version(name: str) -> bool:
+  """Whether `name` can be a version directory: one path component inside the root."""
+  return bool(_VERSION.match(name)) and _TMP_MARKER not in name and name != LATEST
+
+
 def _check_version(version: str) -> None:
-  if not _VERSION.match(version) or _TMP_MARKER in version or version == LATEST:
+  if not _is_version(version):
     raise ValueError(f"invalid index version {version!r}: use letters, digits, '_', '.', '-' "
                      f"(e.g. {version_for_step(1200)!r}), without {_TMP_MARKER!r}")
 
@@ -145,14 +154,70 @@ def publish(index: mips_index.MipsIndex, index_root: str, version: str,
   return final
 
 
-def latest_version(index_root: str) -> Optional[str]:
-  """The published version (the content of `LATEST`), or None if nothing is published."""
+def _repoint_advice(index_root: str, before: Optional[str] = None) -> str:
+  """How to make `LATEST` name a complete version (older than `before`, if given) again."""
+  path = os.path.join(index_root, LATEST)
+  versions = list_versions(index_root)
+  earlier = [v for v in versions if before is None or v < before]
+  if earlier:
+    advice = (f"write '{earlier[-1]}' into {path} to publish the newest complete "
+              f"{'earlier ' if before else ''}version")
+    if earlier[-1] == versions[-1]:
+      advice += f" (index_publisher.repoint_latest({index_root!r}) does that)"
+    return advice
+  if versions:
+    return (f"no complete version precedes it: index_publisher.repoint_latest({index_root!r}) "
+            f"publishes the newest, {versions[-1]!r}")
+  return f"no complete version is left in {index_root}: delete {path} and build an index"
+
+
+def _read_latest(index_root: str) -> Optional[str]:
+  """The version `LATEST` names (None if there is none), checked to be a name inside the root;
+  the directory may be missing."""
   path = os.path.join(index_root, LATEST)
   if not tf.io.gfile.exists(path):
     return None
   with tf.io.gfile.GFile(path, "r") as f:
-    version = f.read().strip()
+    content = f.read()
+  version = content.strip()
+  if version and not _is_version(version):
+    raise ValueError(f"{path} holds {content[:200]!r}, not the name of a version directory in "
+                     f"{index_root} (one path component such as {version_for_step(1200)!r}: "
+                     f"no path separators, no '..', not absolute); "
+                     f"{_repoint_advice(index_root)}")
   return version or None
+
+
+def latest_version(index_root: str) -> Optional[str]:
+  """The published version (named by `LATEST`), or None if nothing is published.
+
+  Raises:
+    ValueError: `LATEST` does not name a version directory inside `index_root`.
+    FileNotFoundError: the version `LATEST` names does not exist.
+  """
+  version = _read_latest(index_root)
+  if version is not None and not tf.io.gfile.isdir(os.path.join(index_root, version)):
+    path = os.path.join(index_root, LATEST)
+    raise FileNotFoundError(f"{path} names version {version!r}, which does not exist (no "
+                            f"directory {os.path.join(index_root, version)}); "
+                            f"{_repoint_advice(index_root, before=version)}")
+  return version
+
+
+def repoint_latest(index_root: str) -> Optional[str]:
+  """Points `LATEST` at the newest complete version (removes it if none is left).
+
+  Returns:
+    the version now published, or None.
+  """
+  versions = list_versions(index_root)
+  path = os.path.join(index_root, LATEST)
+  if versions:
+    _write_atomically(path, versions[-1] + "\n")
+    return versions[-1]
+  if tf.io.gfile.exists(path):
+    tf.io.gfile.remove(path)
+  return None
 
 
 def load_latest(index_root: str) -> Tuple[str, mips_index.MipsIndex, Dict[str, Any]]:
@@ -163,7 +228,9 @@ def load_latest(index_root: str) -> Tuple[str, mips_index.MipsIndex, Dict[str, A
     `corpus_fingerprint`, `snapshot_step`).
 
   Raises:
-    FileNotFoundError: nothing is published under `index_root`.
+    FileNotFoundError: nothing is published under `index_root`, or `LATEST` names a version
+      that does not exist.
+    ValueError: `LATEST` does not name a version directory inside `index_root`.
     IndexCorruptedError: the published index does not verify.
   """
   version = latest_version(index_root)
@@ -193,7 +260,7 @@ def list_versions(index_root: str) -> List[str]:
   versions = []
   for name in tf.io.gfile.listdir(index_root):
     name = name.rstrip("/")
-    if _TMP_MARKER in name or name == LATEST or not _VERSION.match(name):
+    if not _is_version(name):
       continue
     if tf.io.gfile.exists(os.path.join(index_root, name, manifest_lib.MANIFEST_NAME)):
       versions.append(name)
@@ -243,15 +310,12 @@ def discard_after(index_root: str, step: int) -> List[str]:
   Returns:
     the deleted versions.
   """
+  published = _read_latest(index_root)  # an invalid LATEST fails before anything is deleted
   doomed = [v for v in list_versions(index_root) if (step_of_version(v) or 0) > step]
   for version in doomed:
     tf.io.gfile.rmtree(os.path.join(index_root, version))
-  if latest_version(index_root) in doomed:
-    remaining = list_versions(index_root)
-    if remaining:
-      _write_atomically(os.path.join(index_root, LATEST), remaining[-1] + "\n")
-    else:
-      tf.io.gfile.remove(os.path.join(index_root, LATEST))
+  if published in doomed:
+    repoint_latest(index_root)
   return doomed
 
 
@@ -263,7 +327,7 @@ def keep_last(index_root: str, n: int) -> List[str]:
   """
   if n < 1:
     raise ValueError(f"n must be >= 1, got {n}")
-  published = latest_version(index_root)
+  published = _read_latest(index_root)
   versions = list_versions(index_root)
   doomed = [v for v in versions[:-n] if v != published]
   for version in doomed:

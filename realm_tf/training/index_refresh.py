@@ -83,10 +83,12 @@ class IndexRefresher(abc.ABC):
     self._load(version)
 
   def start(self, step: int, retriever: Retriever, resume_version: str = "") -> None:
-    """Loads the index a resumed run used (or the newest), building one if none exists.
+    """Loads the index a resumed run used (or the published one, else the newest complete),
+    building one if none exists.
 
     Versions after `step` (published by a killed run after its last checkpoint) are deleted:
-    this run builds them again from its own weights.
+    this run builds them again from its own weights. `LATEST` is read as everywhere, by
+    `index_publisher.latest_version` (ValueError / FileNotFoundError naming the fix).
     """
     index_publisher.cleanup_partial(self.index_root)
     discarded = index_publisher.discard_after(self.index_root, step)
@@ -96,7 +98,7 @@ class IndexRefresher(abc.ABC):
     if resume_version and resume_version in versions:
       self._load(resume_version)
     elif versions:
-      self._load(versions[-1])
+      self._load(index_publisher.latest_version(self.index_root) or versions[-1])
     else:
       self._build_now(step, retriever)
 
