@@ -49,6 +49,8 @@ flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")
 flags.DEFINE_integer("refresh_every", 500, "Steps between embedder snapshots / rebuilds.")
 flags.DEFINE_enum("index_kind", "scann", INDEX_KINDS, "MIPS index.")
 flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. Beam runner).")
+flags.DEFINE_integer("max_builder_failures", 2,
+                     "Stop training after this many index builds failed in a row (async).")
 flags.DEFINE_enum("embedding_dtype", "float32", COMPUTE_DTYPES,
                   "Doc-tower precision when embedding the corpus (bfloat16: faster on hardware "
                   "with bfloat16 matmuls; see BENCHMARKS.md).")
@@ -88,7 +90,8 @@ def main(argv):
                                       FLAGS.corpus_dir, os.path.join(FLAGS.model_dir, "snapshots"),
                                       FLAGS.index_kind, FLAGS.block_length, FLAGS.builder_args,
                                       compute_dtype=FLAGS.embedding_dtype,
-                                      jit_compile=FLAGS.embedding_jit_compile)
+                                      jit_compile=FLAGS.embedding_jit_compile,
+                                      max_builder_failures=FLAGS.max_builder_failures)
   config = PretrainingConfig(
       model_dir=FLAGS.model_dir, examples_dir=FLAGS.examples_dir, num_steps=FLAGS.num_steps,
       batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,

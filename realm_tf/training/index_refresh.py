@@ -11,11 +11,23 @@ pointing at the newest; the trainer only ever loads complete, verified indexes.
   embeds and publishes in the background; between steps the trainer swaps in the newest
   published index without pausing. A builder that dies leaves no partial index in use.
 Staleness = current step − snapshot step of the index in use.
+
+The builder is supervised: its stdout and stderr go to `<snapshot_root>/builder-<version>.log`
+(a local temporary directory when `snapshot_root` is a URL), never to an undrained pipe, which a
+chatty builder fills and then blocks on. A failed build
+(non-zero exit, killed, or exit 0 without publishing its version) is logged as an error at once,
+with the end of its log and the command that reproduces it; after `max_builder_failures`
+consecutive failures `maybe_refresh` raises `IndexBuilderError`, so training stops instead of
+going on with an ever staler index. `close()` reports a build that failed since the last check
+and terminates a running one.
 """
 import abc
 import os
+import shlex
+import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from typing import List, Optional, Sequence
 
@@ -30,6 +42,11 @@ from realm_tf.models.retriever import Retriever
 from realm_tf.training.store_embedding import INDEX_KINDS
 from realm_tf.training.store_embedding import build_index
 from realm_tf.training.store_embedding import StoreEmbedder
+
+
+class IndexBuilderError(RuntimeError):
+  """The index builder failed `max_builder_failures` times in a row."""
+
 
 class IndexRefresher(abc.ABC):
   """Holds the index in use; subclasses decide when and how a new one is built.
@@ -128,19 +145,28 @@ class AsynchronousRefresher(IndexRefresher):
     snapshot_root: where doc-embedder snapshots are exported.
     builder_args: extra command-line arguments for the builder (e.g. Beam runner flags to run
       it on Dataflow or Flink in cluster mode).
+    max_builder_failures: consecutive failed builds after which `maybe_refresh` raises
+      `IndexBuilderError`.
   """
 
   def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
                special_ids: Sequence[int], corpus_dir: str, snapshot_root: str,
                kind: str = "scann", block_length: int = 288,
                builder_args: Sequence[str] = (), compute_dtype: str = "float32",
-               jit_compile: bool = False):
+               jit_compile: bool = False, max_builder_failures: int = 2):
     super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length,
                      compute_dtype, jit_compile)
+    if max_builder_failures < 1:
+      raise ValueError(f"max_builder_failures must be >= 1, got {max_builder_failures}")
     self.corpus_dir, self.snapshot_root = corpus_dir, snapshot_root
     self.builder_args = list(builder_args)
+    self.max_builder_failures = max_builder_failures
     self._builder: Optional[subprocess.Popen] = None
+    self._builder_command: List[str] = []
+    self._builder_log = ""
+    self._builder_version = ""
     self._pending: Optional[str] = None
+    self._failures: List[str] = []  # reports of the consecutive failed builds
 
   def _snapshot(self, step: int, retriever: Retriever) -> str:
     final = os.path.join(self.snapshot_root, index_publisher.version_for_step(step))
@@ -158,24 +184,65 @@ class AsynchronousRefresher(IndexRefresher):
             f"--embedder_dir={snapshot_dir}", f"--index_root={self.index_root}",
             f"--kind={self.kind}"] + self.builder_args
 
+  def _log_path(self, version: str) -> str:
+    directory = self.snapshot_root
+    if "://" in directory:  # the builder writes its output to a local file
+      directory = os.path.join(tempfile.gettempdir(), "index-builder-logs")
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, f"builder-{version}.log")
+
   def _launch(self, snapshot_dir: str) -> None:
-    self._builder = subprocess.Popen(self.builder_command(snapshot_dir),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    logging.info("Index builder started on %s (pid %d)", snapshot_dir, self._builder.pid)
+    self._builder_version = os.path.basename(snapshot_dir.rstrip("/"))
+    self._builder_command = self.builder_command(snapshot_dir)
+    self._builder_log = self._log_path(self._builder_version)
+    with open(self._builder_log, "wb") as log:
+      self._builder = subprocess.Popen(self._builder_command, stdout=log,
+                                       stderr=subprocess.STDOUT)
+    logging.info("Index builder started on %s (pid %d), log %s", snapshot_dir,
+                 self._builder.pid, self._builder_log)
+
+  def _check_finished_build(self) -> None:
+    """Counts the finished build as a success or a failure; logs a failure as an error."""
+    code = self._builder.returncode
+    version = self._builder_version
+    if code == 0 and version in index_publisher.list_versions(self.index_root):
+      self._failures = []
+      return
+    if code < 0:
+      what = f"was killed by signal {-code} ({signal.strsignal(-code)})"
+    elif code:
+      what = f"failed with exit status {code}"
+    else:
+      what = f"exited with status 0 but published no index {version} in {self.index_root}"
+    self._failures.append(
+        f"the index builder for {version} {what} (failure {len(self._failures) + 1} in a row, "
+        f"at most {self.max_builder_failures}). Last lines of its log {self._builder_log}:\n"
+        f"{_tail(self._builder_log)}\nReproduce it with:\n  {shlex.join(self._builder_command)}")
+    logging.error("%s", self._failures[-1])
 
   def _poll_builder(self) -> None:
     if self._builder is None or self._builder.poll() is None:
       return
-    if self._builder.returncode:
-      logging.warning("Index builder failed (exit %d): %s", self._builder.returncode,
-                      self._builder.stderr.read().decode(errors="replace")[-2000:])
+    self._check_finished_build()
     self._builder = None
-    if self._pending:
+    if self._pending and len(self._failures) < self.max_builder_failures:
       pending, self._pending = self._pending, None
       self._launch(pending)
 
   def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
+    """See `IndexRefresher`.
+
+    Raises:
+      IndexBuilderError: the last `max_builder_failures` builds failed.
+    """
     self._poll_builder()
+    n = len(self._failures)
+    if n >= self.max_builder_failures:
+      raise IndexBuilderError(
+          f"stopping: {n} consecutive index build{'s' * (n > 1)} failed, and training would "
+          f"go on with the index of step {self.snapshot_step} growing staler. Fix the builder "
+          f"(e.g. --builder_args), then resume from the last checkpoint (or allow more "
+          f"failures with --max_builder_failures). Last failure: {self._failures[-1]}")
     if step % self.every_n_steps == 0:
       snapshot = self._snapshot(step, retriever)
       if self._builder is None:
@@ -195,7 +262,20 @@ class AsynchronousRefresher(IndexRefresher):
       self._poll_builder()
 
   def close(self) -> None:
-    if self._builder is not None and self._builder.poll() is None:
-      self._builder.terminate()
-      self._builder.wait(30)
+    """Terminates a running builder, and reports one that failed since the last check."""
+    if self._builder is not None:
+      if self._builder.poll() is None:
+        self._builder.terminate()
+        self._builder.wait(30)
+        logging.info("Index builder for %s terminated (log %s)", self._builder_version,
+                     self._builder_log)
+      else:
+        self._check_finished_build()
     self._builder = None
+
+
+def _tail(path: str, lines: int = 20, max_bytes: int = 8192) -> str:
+  """The last `lines` lines of file `path` (at most its last `max_bytes` bytes)."""
+  with open(path, "rb") as f:
+    f.seek(max(0, os.path.getsize(path) - max_bytes))
+    return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])

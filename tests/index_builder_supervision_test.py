@@ -1,0 +1,197 @@
+"""Supervision of the asynchronous index builder: its output goes to a log file (never to an
+undrained pipe), a failed build is reported at once with the end of its log and the command that
+reproduces it, consecutive failures stop training, and close() reports and terminates."""
+import logging
+import os
+import shlex
+import signal
+import sys
+
+import numpy as np
+import pytest
+
+import tiny_world
+from realm_tf import configs
+from realm_tf.mips import index_publisher
+from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.training.index_refresh import AsynchronousRefresher
+from realm_tf.training.index_refresh import IndexBuilderError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUM_BLOCKS = 16  # tiny_world's corpus
+
+# Builder scripts, run as `python -c SCRIPT <index_root> <version>`.
+FAIL = """
+import sys
+print("reading blocks", flush=True)
+sys.exit("FATAL Flags parsing error: Unknown command line flag 'runer'")
+"""
+PUBLISH = f"""
+import sys
+import numpy as np
+from realm_tf.mips import index_publisher
+from realm_tf.mips.brute_force_index import BruteForceIndex
+index = BruteForceIndex(np.ones(({NUM_BLOCKS}, 8), np.float32))
+index_publisher.publish(index, sys.argv[1], sys.argv[2])
+"""
+FLOOD = """
+import sys
+for i in range(1024):
+  sys.stderr.write(f"warning {i:04d} " + "x" * 1010 + "\\n")
+"""
+KILLED = """
+import os, signal, sys
+os.makedirs(os.path.join(sys.argv[1], sys.argv[2] + ".tmp-killed"))
+print("embedding shard 1 of 4", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+SLEEP = "import time; time.sleep(600)"
+
+
+class ScriptedRefresher(AsynchronousRefresher):
+  """Runs `scripts` in turn as the builders. Snapshots are empty directories: exporting the doc
+  embedder is covered by async_refresh_test."""
+
+  def __init__(self, tmp_path, scripts, **kwargs):
+    store, tok = tiny_world.write_world(str(tmp_path / "corpus"))
+    super().__init__(str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
+                     corpus_dir=str(tmp_path / "corpus"),
+                     snapshot_root=str(tmp_path / "snapshots"), kind="brute_force", **kwargs)
+    self.scripts = list(scripts)
+    self.commands = []
+    index_publisher.publish(BruteForceIndex(np.zeros((NUM_BLOCKS, 8), np.float32)),
+                            self.index_root, "step-00000000")
+    self.start(0, None)
+
+  def _snapshot(self, step, retriever):
+    directory = os.path.join(self.snapshot_root, index_publisher.version_for_step(step))
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+  def builder_command(self, snapshot_dir):
+    self.commands.append([sys.executable, "-c", self.scripts.pop(0), self.index_root,
+                          os.path.basename(snapshot_dir)])
+    return self.commands[-1]
+
+
+@pytest.fixture(autouse=True)
+def _importable(monkeypatch):
+  monkeypatch.setenv("PYTHONPATH", ROOT)
+
+
+def _errors(caplog):
+  errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+  caplog.clear()
+  return errors
+
+
+def test_failed_builds_are_reported_at_once_and_consecutive_ones_stop_training(tmp_path,
+                                                                               caplog):
+  refresher = ScriptedRefresher(tmp_path, [FAIL, PUBLISH, FAIL, FAIL])
+  caplog.set_level(logging.INFO)
+  assert not refresher.maybe_refresh(5, None)  # builder 1 launched
+  refresher.wait(timeout=60)
+  log = str(tmp_path / "snapshots" / "builder-step-00000005.log")
+  [error] = _errors(caplog)
+  assert "the index builder for step-00000005 failed with exit status 1" in error
+  assert "(failure 1 in a row, at most 2)" in error
+  assert f"Last lines of its log {log}:\nreading blocks\nFATAL Flags parsing error" in error
+  assert f"Reproduce it with:\n  {shlex.join(refresher.commands[0])}" in error
+  with open(log) as f:  # stdout and stderr
+    assert f.read() == ("reading blocks\nFATAL Flags parsing error: Unknown command line flag "
+                        "'runer'\n")
+  assert not refresher.maybe_refresh(6, None)  # one failure: training goes on
+  assert refresher.version == "step-00000000"
+
+  refresher.maybe_refresh(10, None)  # builder 2 publishes: the count starts again
+  refresher.wait(timeout=180)
+  assert refresher.maybe_refresh(11, None) and refresher.version == "step-00000010"
+  assert not _errors(caplog)
+  refresher.maybe_refresh(15, None)
+  refresher.wait(timeout=60)
+  assert len(_errors(caplog)) == 1
+  assert not refresher.maybe_refresh(16, None)
+
+  refresher.maybe_refresh(20, None)
+  refresher.wait(timeout=60)
+  assert "(failure 2 in a row, at most 2)" in _errors(caplog)[0]
+  for step in (21, 22):  # stays stopped
+    with pytest.raises(IndexBuilderError) as stop:
+      refresher.maybe_refresh(step, None)
+    message = str(stop.value)
+    assert "2 consecutive index builds failed" in message and "--max_builder_failures" in message
+    assert "the index of step 10" in message
+    assert str(tmp_path / "snapshots" / "builder-step-00000020.log") in message
+    assert shlex.join(refresher.commands[-1]) in message
+  refresher.close()
+
+
+def test_a_builder_flooding_its_output_does_not_block(tmp_path, caplog):
+  # 1 MiB on stderr: a pipe nobody reads holds 64 KiB, and the builder would block on it.
+  refresher = ScriptedRefresher(tmp_path, [FLOOD], max_builder_failures=1)
+  refresher.maybe_refresh(5, None)
+  refresher.wait(timeout=60)
+  log = tmp_path / "snapshots" / "builder-step-00000005.log"
+  assert log.stat().st_size == 1024 * 1024
+  [error] = _errors(caplog)
+  assert ("the index builder for step-00000005 exited with status 0 but published no index "
+          f"step-00000005 in {refresher.index_root}") in error
+  assert "warning 1023 xxx" in error and "warning 1000 " not in error  # the end of the log
+  assert len(error) < 30_000
+  with pytest.raises(IndexBuilderError, match="1 consecutive index build failed"):
+    refresher.maybe_refresh(6, None)
+
+
+def test_a_builder_killed_mid_build_leaves_the_index_in_use_and_the_next_one_recovers(
+    tmp_path, caplog):
+  refresher = ScriptedRefresher(tmp_path, [KILLED, PUBLISH])
+  refresher.maybe_refresh(5, None)
+  refresher.wait(timeout=60)
+  [error] = _errors(caplog)
+  assert f"step-00000005 was killed by signal {int(signal.SIGKILL)}" in error
+  assert "embedding shard 1 of 4" in error
+  assert not refresher.maybe_refresh(6, None)
+  assert refresher.version == "step-00000000"
+  assert index_publisher.latest_version(refresher.index_root) == "step-00000000"
+  refresher.maybe_refresh(10, None)
+  refresher.wait(timeout=180)
+  assert refresher.maybe_refresh(11, None) and refresher.version == "step-00000010"
+  assert index_publisher.cleanup_partial(refresher.index_root) == ["step-00000005.tmp-killed"]
+
+
+def test_close_reports_a_failed_builder_and_terminates_a_running_one(tmp_path, caplog):
+  refresher = ScriptedRefresher(tmp_path, [FAIL, SLEEP])
+  refresher.maybe_refresh(5, None)
+  refresher._builder.wait(60)  # pylint: disable=protected-access
+  refresher.close()  # the failure was not seen by maybe_refresh
+  [error] = _errors(caplog)
+  assert "the index builder for step-00000005 failed with exit status 1" in error
+
+  refresher.maybe_refresh(10, None)
+  builder = refresher._builder  # pylint: disable=protected-access
+  refresher.close()
+  assert builder.returncode == -signal.SIGTERM
+  assert not _errors(caplog)  # terminated, not failed
+
+
+@pytest.mark.slow
+def test_a_mistyped_builder_flag_is_reported_with_the_real_builder(tmp_path, caplog):
+  store, tok = tiny_world.write_world(str(tmp_path / "corpus"))
+  retriever = configs.build_retriever(configs.RetrieverConfig(
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)), projection_size=8))
+  retriever.build()
+  refresher = AsynchronousRefresher(
+      str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
+      corpus_dir=str(tmp_path / "corpus"), snapshot_root=str(tmp_path / "snapshots"),
+      kind="brute_force", block_length=24, builder_args=["--runer=DataflowRunner"],
+      max_builder_failures=1)
+  index_publisher.publish(BruteForceIndex(np.zeros((NUM_BLOCKS, 8), np.float32)),
+                          refresher.index_root, "step-00000000")
+  refresher.start(0, retriever)
+  refresher.maybe_refresh(5, retriever)
+  refresher.wait(timeout=180)
+  [error] = _errors(caplog)
+  assert "failed with exit status 1" in error and "runer" in error
+  assert "-m pipelines.build_index" in error and "--runer=DataflowRunner" in error
+  with pytest.raises(IndexBuilderError):
+    refresher.maybe_refresh(6, retriever)
