@@ -94,6 +94,10 @@ class _CleanPageFn(beam.DoFn):
     if page.invalid_utf8_bytes:
       yield self._dead(page, f"invalid UTF-8: {page.invalid_utf8_bytes} bytes")
       return
+    if page.invalid_char_refs:
+      yield self._dead(page, f"invalid character references: {page.invalid_char_refs} to "
+                       "characters XML forbids (e.g. &#xD800;, &#xFFFE;) in the title or text")
+      return
     if page.over_long:
       yield self._dead(page, f"over-long page: {page.text_bytes} bytes of wikitext, more than "
                        "--max_page_bytes")

@@ -7,25 +7,34 @@ Multistream `.bz2` dumps (concatenated bz2 streams) are read as one stream.
 Robustness, so that one bad byte never costs a dump:
 - invalid UTF-8 is decoded to U+FDD0 (a Unicode noncharacter, legal in XML) instead of
   failing the XML parser; pages holding it report `invalid_utf8_bytes` > 0;
+- a character reference to a character XML forbids (`&#xD800;` a surrogate, `&#xFFFE;`,
+  `&#1;`), which stops expat for the rest of the file, is read as U+FDD1 instead; pages holding
+  it report `invalid_char_refs` > 0 (the pipeline dead-letters them) and later pages are read;
 - a page whose text exceeds `max_page_bytes` stops accumulating text (memory stays bounded)
   and is reported with `over_long = True`;
 - a dump that ends early (truncated download, partial bz2 stream, cut XML) yields every page
   that was complete before the break and then raises `DumpTruncatedError`, which tells where
   it broke (decompressed byte offset, line, the last complete page).
 
-Offsets are byte offsets into the decompressed XML (where the page's `<page>` tag starts).
+Offsets are byte offsets into the decompressed XML (where the page's `<page>` tag starts); an
+invalid UTF-8 byte or an invalid character reference shorter than 8 bytes (`&#1;`) shifts the
+offsets after it by a few bytes.
 """
 import bz2
 import codecs
 import dataclasses
 import gzip
+import re
 from typing import BinaryIO, Iterator, List, Optional
 import xml.parsers.expat
 
 INVALID_UTF8_CHAR = "\ufdd0"
+INVALID_CHAR_REF_CHAR = "\ufdd1"
 _INVALID_UTF8_ERRORS = "realm_tf_invalid_utf8"
 DEFAULT_CHUNK_BYTES = 1 << 20
 DEFAULT_MAX_PAGE_BYTES = 4 << 20
+_CHAR_REF = re.compile(r"&#(?:x([0-9A-Fa-f]+)|([0-9]+));")
+_PARTIAL_CHAR_REF = re.compile(r"&(?:#(?:x[0-9A-Fa-f]*|[0-9]*))?")
 
 
 def _mark_invalid_utf8(error: UnicodeDecodeError):
@@ -33,6 +42,25 @@ def _mark_invalid_utf8(error: UnicodeDecodeError):
 
 
 codecs.register_error(_INVALID_UTF8_ERRORS, _mark_invalid_utf8)
+
+
+def _is_xml_char(code: int) -> bool:
+  return (code in (0x9, 0xA, 0xD) or 0x20 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or
+          0x10000 <= code <= 0x10FFFF)
+
+
+def _mark_invalid_char_ref(match: re.Match) -> str:
+  """A reference to a character XML forbids -> a reference to U+FDD1 of the same length when
+  it fits (byte offsets stay exact), else U+FDD1 itself; valid references are kept."""
+  digits = (match.group(1) or match.group(2)).lstrip("0") or "0"
+  if len(digits) <= 8 and _is_xml_char(int(digits, 16 if match.group(1) else 10)):
+    return match.group(0)
+  width = len(match.group(0)) - 4  # "&#x" + digits + ";"
+  return f"&#x{'FDD1'.rjust(width, '0')};" if width >= 4 else INVALID_CHAR_REF_CHAR
+
+
+def _mark_invalid_char_refs(text: str) -> str:
+  return _CHAR_REF.sub(_mark_invalid_char_ref, text) if "&#" in text else text
 
 
 @dataclasses.dataclass
@@ -49,6 +77,8 @@ class Page:
     line: 1-based line of `<page>` in the dump.
     text_bytes: UTF-8 size of the whole wikitext, also when it was cut.
     invalid_utf8_bytes: invalid UTF-8 bytes found in the page (each read as U+FDD0).
+    invalid_char_refs: references to characters XML forbids in the page's title and text (each
+      read as U+FDD1).
     over_long: the text exceeded `max_page_bytes` and was cut.
     source: the dump file the page comes from ("" if not known).
   """
@@ -61,6 +91,7 @@ class Page:
   line: int
   text_bytes: int = 0
   invalid_utf8_bytes: int = 0
+  invalid_char_refs: int = 0
   over_long: bool = False
   source: str = ""
 
@@ -160,6 +191,8 @@ class _PageHandler:
           line=page["line"], text_bytes=page["text_bytes"],
           invalid_utf8_bytes=(page["text"].count(INVALID_UTF8_CHAR) +
                               page["title"].count(INVALID_UTF8_CHAR)),
+          invalid_char_refs=(page["text"].count(INVALID_CHAR_REF_CHAR) +
+                             page["title"].count(INVALID_CHAR_REF_CHAR)),
           over_long=page["over_long"]))
 
 
@@ -199,6 +232,7 @@ def iter_pages(stream: BinaryIO, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
   consumed = 0
   pages_read = 0
   last_title = ""
+  held = ""  # the end of the last chunk that may be the start of a character reference
 
   def flush():
     nonlocal pages_read, last_title
@@ -220,9 +254,14 @@ def iter_pages(stream: BinaryIO, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
       raise truncated(f"{type(e).__name__}: {e}") from e
     final = not data
     consumed += len(data)
+    text, held = held + decoder.decode(data, final), ""
+    start = text.rfind("&")
+    if not final and start >= 0 and _PARTIAL_CHAR_REF.fullmatch(text, start):
+      text, held = text[:start], text[start:]
     try:
-      # Re-encoding makes the bytes valid UTF-8 (bad bytes became U+FDD0) for expat.
-      parser.Parse(decoder.decode(data, final).encode("utf-8"), final)
+      # For expat: re-encoding makes the bytes valid UTF-8 (bad bytes became U+FDD0), and
+      # references to characters XML forbids now name U+FDD1.
+      parser.Parse(_mark_invalid_char_refs(text).encode("utf-8"), final)
     except xml.parsers.expat.ExpatError as e:
       yield from flush()
       raise truncated(f"XML error: {xml.parsers.expat.ErrorString(e.code)} at line "

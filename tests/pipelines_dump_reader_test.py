@@ -4,8 +4,14 @@ import importlib.util
 import io
 import os
 
+import apache_beam as beam
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
 import pytest
 
+from pipelines import dead_letter
+from pipelines import document_sources
 from pipelines import dump_reader
 from wiki_dump_xml import dump_xml
 from wiki_dump_xml import page_xml
@@ -106,3 +112,53 @@ def test_several_revisions_keep_the_last_text():
   page = page_xml("P", "old").replace(
       "    </revision>\n", "    </revision>\n    <revision><text>new</text></revision>\n")
   assert read_all(dump_xml(page))[0].text == "new"
+
+
+def _dump_with_invalid_char_refs():
+  """Raw (unescaped) character references as XML writes them: two to characters XML forbids
+  in a title and a text, valid ones that stay, and a short forbidden one in the last page."""
+  data = dump_xml(page_xml("Before", "Fine prose.", page_id=1),
+                  page_xml("Bad TITLEREF", "Prose here.", page_id=2),
+                  page_xml("Bad text", "x TEXTREF y DECREF z", page_id=3),
+                  page_xml("After", "Fine HEXA and DECA prose.", page_id=4),
+                  page_xml("Short", "Prose SHORTREF.", page_id=5))
+  for placeholder, ref in ((b"TITLEREF", b"&#xD800;"), (b"TEXTREF", b"&#xFFFE;"),
+                           (b"DECREF", b"&#0055296;"), (b"HEXA", b"&#x41;"), (b"DECA", b"&#66;"),
+                           (b"SHORTREF", b"&#1;")):
+    data = data.replace(placeholder, ref)
+  return data
+
+
+@pytest.mark.parametrize("chunk_bytes", [3, 7, 1 << 20])  # references split across chunks
+def test_invalid_character_references_mark_their_page_and_later_pages_survive(chunk_bytes):
+  data = _dump_with_invalid_char_refs()
+  pages = read_all(data, chunk_bytes=chunk_bytes)
+  marker = dump_reader.INVALID_CHAR_REF_CHAR
+  assert [(p.title, p.invalid_char_refs) for p in pages] == [
+      ("Before", 0), (f"Bad {marker}", 1), ("Bad text", 2), ("After", 0), ("Short", 1)]
+  assert pages[2].text == f"x {marker} y {marker} z"
+  assert pages[3].text == "Fine A and B prose."
+  assert pages[4].text == f"Prose {marker}."
+  for page in pages:  # same-length replacements: offsets stay exact
+    assert data[page.offset:].startswith(b"<page>")
+  assert not any(p.invalid_utf8_bytes for p in pages)
+
+
+def test_a_page_with_an_invalid_character_reference_is_dead_lettered_alone(tmp_path):
+  path = tmp_path / "refs.xml"
+  path.write_bytes(_dump_with_invalid_char_refs())
+  with test_pipeline.TestPipeline() as p:
+    out = p | document_sources.ReadWikipediaDump([str(path)])
+    assert_that(out["documents"] | beam.Map(lambda d: (d.title, d.text)), equal_to([
+        ("Before", "Fine prose."), ("After", "Fine A and B prose.")]), label="documents")
+    assert_that(out[dead_letter.DEAD_LETTER] | beam.Map(
+        lambda r: (r["source"], r["title"], r["stage"], r["reason"])), equal_to([
+            (str(path), f"Bad {dump_reader.INVALID_CHAR_REF_CHAR}", "clean_page",
+             "invalid character references: 1 to characters XML forbids (e.g. &#xD800;, "
+             "&#xFFFE;) in the title or text"),
+            (str(path), "Bad text", "clean_page",
+             "invalid character references: 2 to characters XML forbids (e.g. &#xD800;, "
+             "&#xFFFE;) in the title or text"),
+            (str(path), "Short", "clean_page",
+             "invalid character references: 1 to characters XML forbids (e.g. &#xD800;, "
+             "&#xFFFE;) in the title or text")]), label="dead")
