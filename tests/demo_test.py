@@ -131,6 +131,13 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
   assert (f"Dev exact match {before['exact_match']:.3f} -> {after['exact_match']:.3f}, "
           f"recall@5 {before['recall@5']:.3f} -> {after['recall@5']:.3f}") in summary
   assert f"{figures['corpus']['blocks']:,} blocks" in summary and answers[0]["text"] in summary
+  assert 0 <= figures["baselines"]["bm25_recall@5"] <= figures["baselines"]["bm25_recall@20"] <= 1
+  for stage in ("ict", "pretrain"):  # monitored: start, end and the best kept
+    recall = figures[stage]
+    assert recall["dev_recall@5_best"] >= max(recall["dev_recall@5_start"],
+                                              recall["dev_recall@5_end"])
+  assert (f"BM25 {figures['baselines']['bm25_recall@5']:.3f}, raw initialisation "
+          f"{figures['ict']['dev_recall@5_start']:.3f}") in summary
 
   second = stages.run_demo(config, log=lambda line: None)
   assert all(s.reused for s in second.stages)

@@ -4,7 +4,7 @@ from typing import Any, Callable, Dict, List
 
 TITLES = {
     "data": "data", "corpus": "corpus (Beam)", "examples": "examples (Beam)",
-    "questions": "questions", "ict": "ICT warm-start", "pretrain": "REALM pre-training",
+    "questions": "questions", "baselines": "baselines (no training)", "ict": "ICT warm-start", "pretrain": "REALM pre-training",
     "qa_init": "QA model", "evaluate_before": "dev, before fine-tuning",
     "finetune": "Open-QA fine-tuning", "evaluate_after": "dev, after fine-tuning",
     "export": "TF Hub export", "ask": "ask",
@@ -61,6 +61,8 @@ _DESCRIBE: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "questions": lambda f: (f"{f['answerable']:,} of {f['nq_dev']:,} NQ-open dev questions "
                             f"answerable from the corpus: {f['train']:,} train, {f['dev']:,} "
                             f"dev ({f['evaluated']:,} evaluated) -> {f['path']}"),
+    "baselines": lambda f: (f"BM25 (bm25s) dev recall@5 {f['bm25_recall@5']:.3f}, "
+                            f"recall@20 {f['bm25_recall@20']:.3f}"),
     "ict": lambda f: (f"{f['steps']} steps x {f['batch_size']}, loss {_arrow(f, 'loss')}, "
                       f"in-batch accuracy {_arrow(f, 'accuracy')}, {_dev_recall(f)} "
                       f"-> {f['path']}"),
@@ -105,4 +107,9 @@ def format_summary(report: DemoReport) -> str:
   lines.append(f"Dev exact match {before['exact_match']:.3f} -> {after['exact_match']:.3f}, "
                f"recall@5 {before['recall@5']:.3f} -> {after['recall@5']:.3f} "
                "(before -> after fine-tuning)")
+  ict, realm = (report.stage(n).figures for n in ("ict", "pretrain"))
+  lines.append(f"Dev recall@5 beside the free baselines: BM25 "
+               f"{report.stage('baselines').figures['bm25_recall@5']:.3f}, raw initialisation "
+               f"{ict['dev_recall@5_start']:.3f}, after ICT {ict['dev_recall@5_best']:.3f} (best kept), after "
+               f"REALM {realm['dev_recall@5_end']:.3f}, fine-tuned {after['recall@5']:.3f}")
   return "\n".join(lines)

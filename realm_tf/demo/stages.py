@@ -58,6 +58,7 @@ from realm_tf.export import export_hub_lib
 from realm_tf.keras import keras
 from realm_tf.mips import index_publisher
 from realm_tf.qa import ask_lib
+from realm_tf.real_data.bm25 import Bm25Index
 from realm_tf.qa import datasets
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
@@ -77,7 +78,7 @@ from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import EVAL_LOG
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
-STAGES = ("data", "corpus", "examples", "questions", "ict", "pretrain", "qa_init",
+STAGES = ("data", "corpus", "examples", "questions", "baselines", "ict", "pretrain", "qa_init",
           "evaluate_before", "finetune", "evaluate_after", "export", "ask")
 NQ_DEV = "pyserini:nq-dev"
 RECALL_KS = (1, 5, 20, 100)
@@ -357,6 +358,14 @@ class Demo:
     return {"nq_dev": len(nq), "answerable": len(kept), "train": len(train), "dev": len(dev),
             "evaluated": len(dev[:self.config.eval_questions or None]),
             "path": "questions"}
+
+  def baselines(self) -> Dict[str, Any]:
+    """Dev recall of what a user gets without training: BM25 (`bm25s`) over the same blocks
+    (the raw initialisation's figure is the ICT stage's step-0 evaluation)."""
+    monitor = self._monitor(1)
+    bm25 = Bm25Index.from_store(self.store)
+    rows, _ = bm25.search([e.question for e in monitor.examples], k=min(20, len(self.store)))
+    return {f"bm25_{name}": value for name, value in monitor.recall_of_rows(rows).items()}
 
   def ict(self) -> Dict[str, Any]:
     config = self.config

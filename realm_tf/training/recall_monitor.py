@@ -95,6 +95,11 @@ class RecallMonitor:
       top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
       order = np.argsort(-np.take_along_axis(scores, top, 1), axis=1, kind="stable")
       top = np.take_along_axis(top, order, 1)  # [Q, k] best first
+    return self.recall_of_rows(top)
+
+  def recall_of_rows(self, top: np.ndarray) -> Dict[str, float]:
+    """{"recall@k": ...} of retrieved corpus rows [Q, K] (best first, -1 = none), from any
+    retriever (e.g. a BM25 baseline)."""
     hits = np.array([[row >= 0 and matcher.has_answer(self.store.texts[row]) for row in rows]
-                     for matcher, rows in zip(self._matchers, top)])
-    return {f"recall@{c}": recall_at_k(hits, min(c, k)) for c in self.ks}
+                     for matcher, rows in zip(self._matchers, np.asarray(top))])
+    return {f"recall@{c}": recall_at_k(hits, min(c, hits.shape[1])) for c in self.ks}
