@@ -5,7 +5,8 @@ r"""Throughput of the corpus pipelines on the real dump, per worker and on Direc
 
 Measures, on gensim 4.4.0's 107-article English Wikipedia dump:
 - per stage in one process (= one Beam worker thread): dump reading (pages/s, MB/s),
-  wikitext cleaning (pages/s), sentence split + tokenize + pack (articles/s, blocks/s),
+  wikitext cleaning (pages/s; seconds for one page of 10k unclosed `<ref>`s),
+  sentence split + tokenize + pack (articles/s, blocks/s),
   the spaCy tagger (tokens/s), doc embedding with all-MiniLM-L6-v2 towers (blocks/s);
 - each pipeline end to end with DirectRunner, 1 vs 2 worker processes (multi_processing);
   the index builder runs a tiny doc embedder there (`--runner_embedder=minilm` for MiniLM),
@@ -102,6 +103,10 @@ def bench_stages(dump: str, embed_blocks: int):
   spent["clean"] = seconds
   rows.append(("clean wikitext (mwparserfromhell)", f"{len(articles) / seconds:,.1f} pages/s",
                f"{sum(len(p.text) for p in articles) / seconds / 1e6:.2f} MB/s"))
+  unclosed = "\n".join(f"Fact {i}.<ref>cite web {i}" for i in range(10_000))
+  _, seconds = timed(lambda: wikitext_cleaner.clean_wikitext(unclosed))
+  rows.append(("clean a page of 10k unclosed <ref>s", f"{seconds:.2f} s",
+               f"{len(unclosed) / 1e6:.2f} MB of wikitext"))
   packer = block_packer.BlockPacker(pretrained.minilm_tokenizer())
   packer.pack(documents[:2])  # warm-up (tokenizer ops)
 

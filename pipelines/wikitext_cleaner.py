@@ -12,6 +12,14 @@ extraction for language-model corpora, e.g. WikiExtractor, REALM/ORQA's blocks):
   comments, magic words, headings, list and indented lines, and the sections that hold no
   prose ("See also", "References", "External links", "Further reading", "Notes", ...).
 
+`<ref>`s are removed before parsing, content included, in one linear pass (mwparserfromhell
+backtracks over the rest of the page at every unclosed tag: quadratic time). As in MediaWiki,
+a `<ref ...>` ends at the first `</ref>` after it (a `<ref>` in between is content) and
+`<ref ... />` stands alone; a `<ref>` with no `</ref>` after it is unclosed: it and the rest
+of its line are dropped (MediaWiki would show the citation as text; its next line is prose
+again); a stray `</ref>` is dropped. Comments are left to the parser, refs in them included; an
+unclosed `<!--` hides the rest of the page, as in MediaWiki.
+
 Real dumps hold local breakage (an unclosed `''` inside a `<ref>`, a table with a stray quote)
 that the parser leaves as text: such lines are dropped, as WikiExtractor does. When they are
 more than `max_unparsed_fraction` of the page, or the parser fails, the page is malformed:
@@ -59,6 +67,8 @@ _DISAMBIGUATION_TEMPLATE = re.compile(
     r"^(disambig(uation)?( .*)?|dab|disamb|disam|.*[ -]disambiguation( .*)?|"
     r"(hn|geo|number|school|math|letter-number ?comb)(dis|dab|disambig)|set index article|sia)$")
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
+_REF_TAG_OR_COMMENT = re.compile(r"<!--|<(/?)ref(?=[\s/>])[^<>]*?(/?)\s*>", re.IGNORECASE)
+_REF_CLOSE = re.compile(r"</ref\s*>", re.IGNORECASE)
 _LEFTOVER_MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}")
 _EMPTY_BRACKETS = re.compile(r"\s*\((?:[\s,;:.\u2013\u2014-]|or|and)*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?%])")
@@ -169,6 +179,34 @@ def _drop_sections(code) -> None:
         pass
 
 
+def _drop_refs(wikitext: str) -> str:
+  """Removes `<ref>`s with their content, and what follows an unclosed `<!--`, in linear time
+  (see the module docstring)."""
+  last_close = max((match.start() for match in _REF_CLOSE.finditer(wikitext)), default=-1)
+  pieces, kept_from = [], 0
+  match = _REF_TAG_OR_COMMENT.search(wikitext)
+  while match:
+    if match.group(0) == "<!--":  # left to the parser
+      resume = wikitext.find("-->", match.end())
+      if resume < 0:  # an unclosed comment hides the rest of the page
+        pieces.append(wikitext[kept_from:match.start()])
+        kept_from = len(wikitext)
+        break
+    else:
+      pieces.append(wikitext[kept_from:match.start()])
+      if match.group(1) or match.group(2):  # a stray </ref>, or <ref ... />
+        resume = match.end()
+      elif match.start() < last_close:
+        resume = _REF_CLOSE.search(wikitext, match.end()).end()
+      else:  # unclosed: the rest of its line goes with it
+        resume = wikitext.find("\n", match.end())
+        resume = len(wikitext) if resume < 0 else resume
+      kept_from = resume
+    match = _REF_TAG_OR_COMMENT.search(wikitext, resume)
+  pieces.append(wikitext[kept_from:])
+  return "".join(pieces)
+
+
 def _paragraphs(text: str) -> Tuple[List[str], int, int]:
   """Splits rendered text into clean paragraphs.
 
@@ -212,7 +250,7 @@ def clean_wikitext(wikitext: str, max_unparsed_fraction: float = 0.25) -> str:
       text is markup it could not resolve (unbalanced `{{`, `[[`, `{|`).
   """
   try:
-    code = mwparserfromhell.parse(_MAGIC_WORD.sub("", wikitext))
+    code = mwparserfromhell.parse(_drop_refs(_MAGIC_WORD.sub("", wikitext)))
     _drop_sections(code)
     text = _render(code)
   except Exception as e:  # pylint: disable=broad-except  (any input, a third-party parser)

@@ -88,7 +88,7 @@ def test_blocks_pipeline_counts(run):
   assert counters["pages_dropped_disambiguation"] == 8
   assert counters["pages_kept"] == 97 and counters["articles_packed"] == 97
   assert counters["dead_letters"] == counters["pages_dead_letter"] == 1
-  assert counters["blocks"] == counters["blocks_packed"] == 2014
+  assert counters["blocks"] == counters["blocks_packed"] == 2021
   assert "blocks_duplicate" not in counters
   with open(os.path.join(run["corpus"], "dead_letter-00000-of-00001.jsonl")) as f:
     (record,) = [json.loads(line) for line in f]
@@ -98,7 +98,7 @@ def test_blocks_pipeline_counts(run):
 
 def test_blocks_reproduce_every_cleaned_article(run):
   store = run["store"]
-  assert len(store) == 2014
+  assert len(store) == 2021
   lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths() + 3).numpy()
   assert lengths.max() <= 288 and lengths.mean() > 250  # packed greedily
   by_title = collections.defaultdict(list)
@@ -152,8 +152,8 @@ def test_examples_pipeline(run):
 def test_index_builder(run):
   build = run["build"]
   store = run["store"]
-  assert build.version == "step-00000100" and build.num_blocks == 2014
+  assert build.version == "step-00000100" and build.num_blocks == 2021
   version, index, metadata = index_publisher.load_latest(run["index_root"])
-  assert version == "step-00000100" and index.num_docs == 2014
+  assert version == "step-00000100" and index.num_docs == 2021
   assert metadata["corpus_fingerprint"] == store.fingerprint
   assert metadata["snapshot_step"] == 100

@@ -53,6 +53,31 @@ def test_local_breakage_is_dropped_but_a_broken_page_is_malformed():
     wikitext_cleaner.clean_wikitext(broken)
 
 
+def test_unclosed_refs_drop_the_rest_of_their_line_only():
+  text = ("Opening prose.\n"
+          "A fact.<ref>{{cite web|title=Source}} Retrieved 2010. A closed one.<ref>x</ref>\n"
+          "Next line is prose.<ref name=a/> Even a stray close</ref> is dropped.\n"
+          "Nested: one ref<ref>outer <ref>inner</ref> reaches the first close. And on.\n"
+          "Late.<ref>unclosed citation at the end")
+  assert wikitext_cleaner.clean_wikitext(text) == (
+      "Opening prose.\nA fact.\nNext line is prose. Even a stray close is dropped.\n"
+      "Nested: one ref reaches the first close. And on.\nLate.")
+  # Refs in comments are left to the parser; an unclosed comment hides the rest of the page.
+  assert wikitext_cleaner.clean_wikitext(
+      "Kept.<!-- <ref>hidden --> Also kept.\nLast prose.<!-- never closed\nHidden.") == (
+          "Kept. Also kept.\nLast prose.")
+
+
+def test_ten_thousand_unclosed_refs_stay_out_of_prose():
+  # mwparserfromhell backtracks over the rest of the page at each unclosed tag (quadratic):
+  # the refs are removed before parsing. Timing is in bench/pipelines_bench.py, not here.
+  lines = [f"Fact number {i} is true.<ref>cite web {i} |title=Source {i}" for i in range(10_000)]
+  cleaned = wikitext_cleaner.clean_wikitext("\n".join(lines))
+  assert cleaned == "\n".join(f"Fact number {i} is true." for i in range(10_000))
+  one_line = wikitext_cleaner.clean_wikitext(" ".join(lines))
+  assert one_line == "Fact number 0 is true."
+
+
 def test_page_without_prose_is_empty():
   assert wikitext_cleaner.clean_wikitext("{{Infobox}}\n* [[a]]\n* [[b]]\n[[Category:X]]") == ""
 
