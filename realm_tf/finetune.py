@@ -49,6 +49,9 @@ _INIT_MINILM = flags.DEFINE_bool("init_minilm", False, "all-MiniLM-L6-v2 BERT we
 _BATCH = flags.DEFINE_integer("batch_size", 4, "Questions per step (global).")
 _STEPS = flags.DEFINE_integer("num_train_steps", 10000, "Training steps.")
 _LR = flags.DEFINE_float("learning_rate", 1e-5, "Peak learning rate.")
+_RETRIEVER_LR = flags.DEFINE_float("retriever_learning_rate", None,
+                                   "The query tower's peak learning rate (default: "
+                                   "--learning_rate).")
 _WARMUP = flags.DEFINE_integer("warmup_steps", None,
                                "Warm-up steps (default min(10000, max(100, steps/10))).")
 _READ_K = flags.DEFINE_integer("reader_top_k", 5, "Blocks read per question.")
@@ -87,6 +90,7 @@ def config_from_flags() -> finetune_lib.FineTuneConfig:
           realm_embedder=_INIT_EMBEDDER.value, realm_encoder=_INIT_ENCODER.value,
           orqa=_INIT_ORQA.value, minilm=_INIT_MINILM.value),
       batch_size=_BATCH.value, num_train_steps=_STEPS.value, learning_rate=_LR.value,
+      retriever_learning_rate=_RETRIEVER_LR.value,
       warmup_steps=_WARMUP.value, reader_top_k=_READ_K.value,
       retriever_top_k=_RETRIEVE_K.value, max_gold_spans=_GOLD.value,
       index_kind=_INDEX.value, index_refresh_steps=_REFRESH.value,

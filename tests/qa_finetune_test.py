@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from realm_tf import configs
 from realm_tf.evaluation import has_answer
+from realm_tf.qa import finetune_lib
 from realm_tf.qa import tiny_world
 from realm_tf.qa.datasets import QAExample
 from realm_tf.qa.finetune_lib import FineTuneConfig
@@ -166,6 +167,20 @@ def test_zero_steps_writes_the_pretrained_model_and_tf2_init(world, tmp_path):
   result = tuner.run()
   assert result.step == 0 and result.losses == [] and result.dev_metrics == {}
   assert ModelInfo.read(os.path.join(config.model_dir, "best")).step == 0
+
+
+def test_per_tower_learning_rates(world, tmp_path):
+  """retriever_learning_rate=0 holds the query tower while the reader trains."""
+  tuner = FineTuner(tiny_config(world, str(tmp_path / "towers"), dev_data="",
+                                num_train_steps=3, retriever_learning_rate=0.0),
+                    log=lambda message: None)
+  query_tower = [v.numpy() for v in finetune_lib.query_tower_variables(tuner.retriever)]
+  reader = [v.numpy() for v in finetune_lib.reader_variables(tuner.reader)]
+  tuner.run()
+  assert all(np.array_equal(a, v.numpy()) for a, v in
+             zip(query_tower, finetune_lib.query_tower_variables(tuner.retriever)))
+  assert not all(np.array_equal(a, v.numpy()) for a, v in
+                 zip(reader, finetune_lib.reader_variables(tuner.reader)))
 
 
 def test_config_errors(world, tmp_path):

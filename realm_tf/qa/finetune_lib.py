@@ -88,6 +88,9 @@ class FineTuneConfig:
     num_train_steps, learning_rate, warmup_steps: the schedule (README "Optimizer"); 0 steps
       writes the pre-trained model as a QA model directory (evaluated on dev when given:
       the "before fine-tuning" figures).
+    retriever_learning_rate: the query tower's peak learning rate (None: `learning_rate`);
+      its own AdamW, so that the tower that must not forget its retrieval geometry can move
+      slower than the reader, which learns its span head from scratch.
     reader_top_k: k, blocks read per question (5).
     retriever_top_k: K, blocks in the retriever loss (reference 5000; capped at N).
     max_gold_spans: A, gold spans kept per block.
@@ -110,6 +113,7 @@ class FineTuneConfig:
   batch_size: int = 4
   num_train_steps: int = 10000
   learning_rate: float = 1e-5
+  retriever_learning_rate: Optional[float] = None
   warmup_steps: Optional[int] = None
   reader_top_k: int = 5
   retriever_top_k: int = 5000
@@ -131,6 +135,9 @@ class FineTuneConfig:
                  "keep_checkpoints", "log_every_steps"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    if self.retriever_learning_rate is not None and self.retriever_learning_rate < 0:
+      raise ValueError(f"retriever_learning_rate must be >= 0, got "
+                       f"{self.retriever_learning_rate}")
     if self.retriever_top_k < self.reader_top_k:
       raise ValueError(f"retriever_top_k {self.retriever_top_k} must be >= reader_top_k "
                        f"{self.reader_top_k}")
@@ -142,9 +149,12 @@ class FineTuneConfig:
                        "needs a pre-trained retriever with shared towers")
     datasets.dataset_spec(self.dataset)
 
-  def optimizer_config(self) -> OptimizerConfig:
-    return OptimizerConfig(learning_rate=self.learning_rate,
-                           num_train_steps=max(1, self.num_train_steps),
+  def optimizer_config(self, tower: str = "reader") -> OptimizerConfig:
+    """The schedule of the "reader" or the "retriever" (query tower) optimizer."""
+    rate = self.learning_rate
+    if tower == "retriever" and self.retriever_learning_rate is not None:
+      rate = self.retriever_learning_rate
+    return OptimizerConfig(learning_rate=rate, num_train_steps=max(1, self.num_train_steps),
                            warmup_steps=self.warmup_steps)
 
 
@@ -200,23 +210,31 @@ def open_qa_losses(retriever, reader, block_embeddings: tf.Variable,
 
 
 def make_replica_step(retriever, reader, optimizer, block_embeddings: tf.Variable,
-                      global_batch_size: int) -> Callable[[Dict[str, tf.Tensor]],
-                                                          Dict[str, tf.Tensor]]:
-  """The replicated training step: Open-QA loss, gradients, AdamW update.
+                      global_batch_size: int, retriever_optimizer=None
+                      ) -> Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
+  """The replicated training step: Open-QA loss, gradients, AdamW updates (the query tower's
+  by `retriever_optimizer` when given, else by `optimizer` with the reader's).
 
   The returned function takes one replica's prepared inputs and returns sums over its
   questions ("loss", "retriever_loss", "reader_loss", "retrieved_answer": questions with an
   answer-bearing block in the top-K, "read_answer": with a gold span in the top-k).
   """
-  variables = trainable_variables(retriever, reader)
+  query_tower = query_tower_variables(retriever)
+  variables = query_tower + reader_variables(reader)
 
   def replica_step(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     with tf.GradientTape() as tape:
       per_question, retriever_loss, reader_loss, correct = open_qa_losses(
           retriever, reader, block_embeddings, inputs, training=True)
       loss = tf.reduce_sum(per_question) / float(global_batch_size)
-    gradients = tape.gradient(loss, variables)
-    optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables) if g is not None])
+    pairs = [(g, v) for g, v in zip(tape.gradient(loss, variables), variables)]
+    updates = [(g, v) for g, v in pairs if g is not None]  # e.g. an unused pooler
+    if retriever_optimizer is None:
+      optimizer.apply_gradients(updates)
+    else:
+      split = len([p for p in pairs[:len(query_tower)] if p[0] is not None])
+      retriever_optimizer.apply_gradients(updates[:split])
+      optimizer.apply_gradients(updates[split:])
     return {
         "loss": tf.reduce_sum(per_question),
         "retriever_loss": tf.reduce_sum(retriever_loss),
@@ -229,12 +247,16 @@ def make_replica_step(retriever, reader, optimizer, block_embeddings: tf.Variabl
   return replica_step
 
 
-def trainable_variables(retriever, reader) -> List[tf.Variable]:
-  """What fine-tuning trains: the query tower and the reader's BERT and span head (not the
-  doc tower, not the MLM head)."""
+def query_tower_variables(retriever) -> List[tf.Variable]:
+  """The retriever variables fine-tuning trains: the query tower (not the doc tower)."""
   return (retriever.query_encoder.trainable_variables +
-          retriever.query_projection.trainable_variables +
-          reader.encoder.trainable_variables + reader.span_scorer.trainable_variables)
+          retriever.query_projection.trainable_variables)
+
+
+def reader_variables(reader) -> List[tf.Variable]:
+  """The reader variables fine-tuning trains: its BERT and span head (not the MLM head)."""
+  return reader.encoder.trainable_variables + reader.span_scorer.trainable_variables
+
 
 
 def _snapshot_dirs(step: int):
@@ -278,11 +300,13 @@ class FineTuner:
 
     with self.strategy.scope():
       self.retriever, self.reader = build_models(config.model)
-      self.optimizer = create_optimizer(config.optimizer_config())
+      self.optimizer = create_optimizer(config.optimizer_config("reader"))
+      self.retriever_optimizer = create_optimizer(config.optimizer_config("retriever"))
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
       self.doc_snapshot_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name="doc_snapshot_step")
     self.checkpoint = model_checkpoint(self.retriever, self.reader, optimizer=self.optimizer,
+                                       retriever_optimizer=self.retriever_optimizer,
                                        step=self.step, doc_snapshot_step=self.doc_snapshot_step)
     self.manager = tf.train.CheckpointManager(self.checkpoint, config.model_dir,
                                               max_to_keep=config.keep_checkpoints)
@@ -304,7 +328,8 @@ class FineTuner:
       self.block_embeddings = tf.Variable(self.doc_index.embeddings, trainable=False,
                                           name="block_embeddings")
     self._replica_step = make_replica_step(self.retriever, self.reader, self.optimizer,
-                                           self.block_embeddings, config.batch_size)
+                                           self.block_embeddings, config.batch_size,
+                                           self.retriever_optimizer)
     self._system = None
     self._embed_fn = tf.function(self._embed_questions, reduce_retracing=True)
     self._reader_inputs_fn = tf.function(self.featurizer.reader_inputs, reduce_retracing=True)
