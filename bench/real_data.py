@@ -44,10 +44,10 @@ from realm_tf.data.block_store import BlockStore  # pylint: disable=wrong-import
 from realm_tf.qa.datasets import QAExample  # pylint: disable=wrong-import-position
 from realm_tf.real_data import corpus  # pylint: disable=wrong-import-position
 from realm_tf.real_data import questions  # pylint: disable=wrong-import-position
-from realm_tf.real_data import recall  # pylint: disable=wrong-import-position
+from realm_tf.evaluation import retrieval_recall as recall  # pylint: disable=wrong-import-position
 from realm_tf.real_data import embedding_cache  # pylint: disable=wrong-import-position
 
-ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0")
+ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0", "finetuned")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "bench/results/real_data",
                                   "Results (<name>.md, <name>.json) and cache/ go here.")
 _CACHE_DIR = flags.DEFINE_string("cache_dir", "", "Prepared corpus and block embeddings "
@@ -66,6 +66,15 @@ _DEV_PERCENT = flags.DEFINE_integer("dev_percent", 50, "Share of the answerable 
 _MAX_QUESTIONS = flags.DEFINE_integer("max_questions", 0, "Evaluate the first dev questions "
                                       "only (0: all).")
 _KS = flags.DEFINE_list("ks", ["5", "20", "100"], "Recall cut-offs.")
+_SEEDS = flags.DEFINE_list("seeds", ["0"], "Seeds of the trained rows (one run each).")
+_FT_STEPS = flags.DEFINE_integer("finetune_steps", 250, "Fine-tuning steps (trained rows).")
+_FT_BATCH = flags.DEFINE_integer("finetune_batch_size", 8, "Questions per fine-tuning step.")
+_FT_LR = flags.DEFINE_float("finetune_learning_rate", 5e-5, "The reader's peak learning rate.")
+_FT_RETRIEVER_LR = flags.DEFINE_float("finetune_retriever_learning_rate", 6e-5,
+                                      "The query tower's peak learning rate.")
+_FT_QUERY_LENGTH = flags.DEFINE_integer("finetune_query_length", 32,
+                                        "Question wordpieces in fine-tuning and its evaluation.")
+_READ_K = flags.DEFINE_integer("reader_top_k", 3, "Blocks read per question (trained rows).")
 _THREADS = flags.DEFINE_integer("threads", 2, "TensorFlow and torch intra-op threads.")
 _SEGMENT_IDS = flags.DEFINE_bool("minilm_segment_ids", True, "raw_minilm reads blocks with "
                                  "realm_tf's type ids (0 title, 1 body); false: all 0.")
@@ -75,6 +84,7 @@ _SEGMENT_IDS = flags.DEFINE_bool("minilm_segment_ids", True, "raw_minilm reads b
 class Context:
   """What every row reads: the blocks, the dev questions and the settings."""
   store: BlockStore
+  train: List[QAExample]
   dev: List[QAExample]
   ks: List[int]
   cache_dir: str
@@ -158,13 +168,78 @@ def realm_tf_step0_row(ctx: Context) -> Dict:
       realm_retriever.query_embed_fn(retriever, tokenizer, ctx.query_length))
 
 
-ROWS = {"bm25": bm25_row, "raw_minilm": raw_minilm_row, "realm_tf_step0": realm_tf_step0_row}
+def _finetuned_seed(ctx: Context, seed: int) -> Dict:
+  """One fine-tuning run from all-MiniLM-L6-v2 (sentence head) on the train split, through
+  `realm_tf.qa.finetune_lib` (resumable), evaluated on dev like a user's model."""
+  # pylint: disable=g-import-not-at-top
+  from realm_tf import pretrained
+  from realm_tf.qa import datasets
+  from realm_tf.qa.evaluate_lib import EvalConfig
+  from realm_tf.qa.evaluate_lib import evaluate
+  from realm_tf.qa.finetune_lib import FineTuneConfig
+  from realm_tf.qa.finetune_lib import run_finetuning
+  from realm_tf.qa.model import InitConfig
+  from realm_tf.qa.model import ModelConfig
+  from realm_tf.qa.model import QAModel
+  from realm_tf.qa.model import find_model_dir
+  from realm_tf.training import model_init
+  run_dir = os.path.join(ctx.cache_dir, f"finetuned-seed{seed}")
+  os.makedirs(run_dir, exist_ok=True)
+  train_path = os.path.join(run_dir, "train.jsonl")
+  datasets.write_jsonl(ctx.train, train_path)
+  tokenizer = pretrained.minilm_tokenizer()
+  query_length = _FT_QUERY_LENGTH.value
+  config = FineTuneConfig(
+      model_dir=os.path.join(run_dir, "model"),
+      corpus=os.path.join(ctx.cache_dir, "corpus", "blocks"), train_data=train_path,
+      vocab_file=os.path.join(pretrained.minilm_dir(), "vocab.txt"),
+      model=ModelConfig(encoder=model_init.encoder_config("minilm_l6", tokenizer.vocab_size),
+                        retriever_head="sentence", query_length=query_length,
+                        block_length=ctx.block_length,
+                        reader_length=query_length + ctx.block_length),
+      init=InitConfig(minilm=True), batch_size=_FT_BATCH.value,
+      num_train_steps=_FT_STEPS.value, learning_rate=_FT_LR.value,
+      retriever_learning_rate=_FT_RETRIEVER_LR.value, reader_top_k=_READ_K.value,
+      retriever_top_k=1000, index_kind="brute_force", checkpoint_every_steps=50,
+      keep_checkpoints=1, log_every_steps=25, seed=seed)
+  started = time.perf_counter()
+  run_finetuning(config, log=lambda message: print(message, flush=True))
+  train_seconds = time.perf_counter() - started
+  started = time.perf_counter()
+  model = QAModel.load(find_model_dir(config.model_dir))
+  result = evaluate(model.system(k=_READ_K.value), ctx.dev, EvalConfig(recall_ks=ctx.ks))
+  return dict(seed=seed, **result.metrics, train_seconds=train_seconds,
+              eval_seconds=time.perf_counter() - started)
+
+
+def finetuned_row(ctx: Context) -> Dict:
+  """Open-QA fine-tuning from the raw initialisation, one run per seed: recall@k and exact
+  match on dev, mean and standard deviation over the seeds."""
+  runs = [_finetuned_seed(ctx, int(seed)) for seed in _SEEDS.value]
+  metrics = {}
+  for key in [k for k in runs[0] if k.startswith("recall@")] + ["exact_match"]:
+    values = np.array([run[key] for run in runs])
+    metrics[key] = float(values.mean())
+    metrics[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+  return dict(row="finetuned", **metrics, runs=runs, num_questions=len(ctx.dev),
+              settings=dict(steps=_FT_STEPS.value, batch_size=_FT_BATCH.value,
+                            learning_rate=_FT_LR.value,
+                            retriever_learning_rate=_FT_RETRIEVER_LR.value,
+                            reader_top_k=_READ_K.value, query_length=_FT_QUERY_LENGTH.value),
+              index_seconds=float("nan"), index_cached=False,
+              search_seconds=sum(r["eval_seconds"] for r in runs))
+
+
+ROWS = {"bm25": bm25_row, "raw_minilm": raw_minilm_row, "realm_tf_step0": realm_tf_step0_row,
+        "finetuned": finetuned_row}
 
 
 def _recall_cell(row: Dict, k: int) -> str:
   value = row.get(f"recall@{k}")
   if value is None:
     return ""
+  if "runs" in row:  # a trained row: mean ± std over seeds
+    return f"{value:.3f} ± {row[f'recall@{k}_std']:.3f}"
   se = math.sqrt(value * (1 - value) / row["num_questions"])
   return f"{value:.3f} ± {se:.3f}"
 
@@ -188,13 +263,20 @@ def markdown(report: Dict) -> str:
       "error (binomial). "
       "index s: BM25 indexing or embedding every block (when a run reuses cached embeddings, "
       "the seconds of the run that computed them); search s: embedding the questions, top-k "
-      "and the answer test.", "",
-      "| row | " + " | ".join(f"recall@{k}" for k in ks) + " | index s | search s |",
-      "|---|" + "---|" * (len(ks) + 2)]
+      "and the answer test. Trained rows (fine-tuned on the train split, evaluated on dev "
+      "through the QA model a user gets): mean ± standard deviation over seeds; search s: "
+      "their dev evaluation (retrieve and read).", "",
+      "| row | " + " | ".join(f"recall@{k}" for k in ks) +
+      " | exact match | seeds | index s | search s |",
+      "|---|" + "---|" * (len(ks) + 4)]
   for row in report["rows"]:
     cached = " (cached)" if row["index_cached"] else ""
+    exact = (f"{row['exact_match']:.3f} ± {row['exact_match_std']:.3f}"
+             if "exact_match" in row else "")
+    seeds = ",".join(str(r["seed"]) for r in row.get("runs", []))
     lines.append(f"| {row['row']} | " + " | ".join(_recall_cell(row, k) for k in ks) +
-                 f" | {row['index_seconds']:.1f}{cached} | {row['search_seconds']:.1f} |")
+                 f" | {exact} | {seeds} | {row['index_seconds']:.1f}{cached} | "
+                 f"{row['search_seconds']:.1f} |")
   lines += ["", "Wall times (s): " + ", ".join(
       f"{part} {seconds:.1f}" for part, seconds in report["wall_seconds"].items()) +
             (" (corpus reused; its preparation took "
@@ -237,7 +319,7 @@ def main(argv):
   rows = []
   for name in _ROWS.value:
     part = time.perf_counter()
-    ctx = Context(store, dev, ks, cache_dir, _BLOCK_LENGTH.value, _QUERY_LENGTH.value,
+    ctx = Context(store, split.train, dev, ks, cache_dir, _BLOCK_LENGTH.value, _QUERY_LENGTH.value,
                   _THREADS.value, recompute=name in _RECOMPUTE.value)
     row = ROWS[name](ctx)
     wall[name] = time.perf_counter() - part

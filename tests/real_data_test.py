@@ -17,7 +17,7 @@ from realm_tf.evaluation import has_answer
 from realm_tf.qa.datasets import QAExample
 from realm_tf.real_data import corpus
 from realm_tf.real_data import questions
-from realm_tf.real_data import recall
+from realm_tf.evaluation import retrieval_recall as recall
 from realm_tf.real_data.bm25 import Bm25Index
 from realm_tf.real_data.embedding_cache import cached_embeddings
 

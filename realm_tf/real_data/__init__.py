@@ -1,9 +1,9 @@
 """Zero-shot retrieval on real data: Wikipedia lead extracts and NQ-open dev questions.
 
 Modules: `corpus` (all lead extracts as blocks, prepared once by the Beam pipeline),
-`questions` (the NQ-open dev questions the corpus answers, train/dev by hash), `recall`
-(recall@k of any ranking or dense retriever, the criterion of Open-QA evaluation), `bm25`
+`questions` (the NQ-open dev questions the corpus answers, train/dev by hash), `bm25`
 (BM25 with `bm25s`), `sentence_minilm` (all-MiniLM-L6-v2 as sentence-transformers runs it, in
 torch), `realm_retriever` (a realm_tf `Retriever` as a query function and block embeddings) and
-`embedding_cache` (block embeddings kept between runs). `bench/real_data.py` runs them.
+`embedding_cache` (block embeddings kept between runs); recall@k is
+`realm_tf.evaluation.retrieval_recall`'s. `bench/real_data.py` runs them.
 """

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.data.block_store import BlockStore
-from realm_tf.real_data.recall import QueryEmbedFn
+from realm_tf.evaluation.retrieval_recall import QueryEmbedFn
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 

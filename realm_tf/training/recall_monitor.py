@@ -10,7 +10,7 @@ logs it (metrics.jsonl, TensorBoard `eval/...`), keeps the best checkpoint in
 Legend: Q dev questions, N corpus blocks, D embedding dim, k cut-off.
 
 Recall@k = fraction of questions with a top-k block that holds an answer
-(`AnswerMatcher.has_answer`, the criterion `realm_tf.qa.evaluate_lib` uses).
+(`realm_tf.evaluation.retrieval_recall`, the criterion `realm_tf.qa.evaluate_lib` uses).
 """
 from typing import Callable, Dict, Optional, Sequence
 
@@ -18,10 +18,9 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.data.block_store import BlockStore
-from realm_tf.evaluation.retrieval_metrics import recall_at_k
+from realm_tf.evaluation import retrieval_recall
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.datasets import QAExample
-from realm_tf.qa.supervision import AnswerMatcher
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training.store_embedding import StoreEmbedder
@@ -52,13 +51,12 @@ class RecallMonitor:
     if every_n_steps < 1:
       raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
     self.store, self.examples, self.every_n_steps = store, list(examples), every_n_steps
-    self.ks = tuple(sorted(set(ks)))
+    self.ks = retrieval_recall.usable_ks(ks, len(store))  # cut-offs above N dropped
     self.metric = metric or f"recall@{self.ks[0]}"
     if self.metric not in {f"recall@{k}" for k in self.ks}:
       raise ValueError(f"metric {self.metric!r} is not one of the cut-offs {self.ks}")
     self.tokenizer, self.block_length, self.batch_size = tokenizer, block_length, batch_size
     self._featurizer = QueryFeaturizer(tokenizer, seq_length=query_length)
-    self._matchers = [AnswerMatcher(e.answers, e.match) for e in self.examples]
     self._store_embedder: Optional[StoreEmbedder] = None
 
   def _embed_store(self, retriever: Retriever) -> np.ndarray:
@@ -87,19 +85,15 @@ class RecallMonitor:
         tower and search exactly.
     """
     queries = self.embed_questions(retriever)
-    k = min(max(self.ks), len(self.store))
+    k = max(self.ks)
     if search is not None:
       top = np.asarray(search(queries, k))
     else:
-      scores = queries @ self._embed_store(retriever).T  # [Q, N]
-      top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-      order = np.argsort(-np.take_along_axis(scores, top, 1), axis=1, kind="stable")
-      top = np.take_along_axis(top, order, 1)  # [Q, k] best first
+      top, _ = retrieval_recall.top_k(queries, self._embed_store(retriever), k)  # [Q, k]
     return self.recall_of_rows(top)
 
   def recall_of_rows(self, top: np.ndarray) -> Dict[str, float]:
     """{"recall@k": ...} of retrieved corpus rows [Q, K] (best first, -1 = none), from any
     retriever (e.g. a BM25 baseline)."""
-    hits = np.array([[row >= 0 and matcher.has_answer(self.store.texts[row]) for row in rows]
-                     for matcher, rows in zip(self._matchers, np.asarray(top))])
-    return {f"recall@{c}": recall_at_k(hits, min(c, hits.shape[1])) for c in self.ks}
+    metrics = retrieval_recall.evaluate_rankings(top, self.examples, self.store, self.ks).metrics
+    return {name: value for name, value in metrics.items() if name.startswith("recall@")}
