@@ -58,6 +58,20 @@ class EncoderConfig:
                intermediate_size=64, max_position_embeddings=512)
 
 
+ENCODER_PRESETS = ("tiny", "minilm_l6", "bert_base")
+
+
+def encoder_preset(name: str, vocab_size: int) -> EncoderConfig:
+  """The named preset ("tiny", "minilm_l6", "bert_base") for a vocabulary of `vocab_size`."""
+  if name == "tiny":
+    return EncoderConfig.tiny(vocab_size=vocab_size)
+  if name == "minilm_l6":
+    return dataclasses.replace(EncoderConfig.minilm_l6(), vocab_size=vocab_size)
+  if name == "bert_base":
+    return EncoderConfig.bert_base(vocab_size=vocab_size)
+  raise ValueError(f"encoder must be one of {ENCODER_PRESETS}, got {name!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class RetrieverConfig:
   """Query and document towers: BERT -> pooling -> head (`realm_tf.models.retriever`).

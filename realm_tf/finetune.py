@@ -12,6 +12,7 @@ from absl import app
 from absl import flags
 import tensorflow as tf
 
+from realm_tf import configs
 from realm_tf.qa import finetune_lib
 from realm_tf.qa import model as model_lib
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -25,7 +26,7 @@ _DEV = flags.DEFINE_string("dev_data", "", "Dev questions for model selection.")
 _VOCAB = flags.DEFINE_string("vocab_file", None, "Wordpiece vocabulary.", required=True)
 _DATASET = flags.DEFINE_enum("dataset", "nq", ["nq", "wq", "curatedtrec"],
                              "Decides string or regex (CuratedTrec) answers.")
-_ENCODER = flags.DEFINE_enum("encoder", "bert_base", list(model_lib.ENCODER_PRESETS),
+_ENCODER = flags.DEFINE_enum("encoder", "bert_base", list(configs.ENCODER_PRESETS),
                              "BERT size of the three towers.")
 _INIT_RANGE = flags.DEFINE_float("initializer_range", None,
                                  "Override of the encoder's initializer range.")
@@ -72,7 +73,7 @@ _STRATEGY = flags.DEFINE_enum("strategy", "default", ["default", "mirrored"],
 
 def config_from_flags() -> finetune_lib.FineTuneConfig:
   vocab_size = WordpieceTokenizer.from_vocab_file(_VOCAB.value).vocab_size
-  encoder = model_lib.encoder_preset(_ENCODER.value, vocab_size)
+  encoder = configs.encoder_preset(_ENCODER.value, vocab_size)
   if _INIT_RANGE.value is not None:
     encoder = dataclasses.replace(encoder, initializer_range=_INIT_RANGE.value)
   return finetune_lib.FineTuneConfig(

@@ -93,7 +93,8 @@ def test_checkpoint_without_mlm_head_keeps_the_initial_head(tmp_path, caplog):
   reader = _reader(seed=2)
   before = _head_values(reader)
   checkpoints.load_bert_checkpoint(reader.encoder, path)
-  with caplog.at_level(logging.INFO):
+  # absl's logger may have been set to WARNING by an earlier test: set it, not only the root.
+  with caplog.at_level(logging.INFO, logger="absl"):
     assert not checkpoints.load_mlm_head(reader, path)
   for value, variable in zip(before, _head(reader)):
     np.testing.assert_array_equal(variable.numpy(), value)

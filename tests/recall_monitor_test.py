@@ -83,7 +83,7 @@ def test_loop_keeps_the_best_checkpoint_and_warns_when_it_ends_below_start(tmp_p
     return {"loss": 1.0 / (step + 1)}
 
   loop = TrainLoop(str(tmp_path), dict(weight=weight), num_steps=6, verbose=False)
-  with caplog.at_level(logging.WARNING):
+  with caplog.at_level(logging.WARNING, logger="absl"):
     loop.run(step_fn, evaluation=Evaluation(lambda: {"recall@5": next(values)}, 2, "recall@5"))
   assert [e["step"] for e in loop.evaluations()] == [0, 2, 4, 6]
   assert loop.best()["step"] == 2 and loop.best()["recall@5"] == 0.6

@@ -38,18 +38,6 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 MODEL_INFO = "model.json"
 VOCAB = "vocab.txt"
-ENCODER_PRESETS = ("bert_base", "minilm_l6", "tiny")
-
-
-def encoder_preset(name: str, vocab_size: int) -> configs.EncoderConfig:
-  """"bert_base", "minilm_l6" or "tiny" for a vocabulary of `vocab_size`."""
-  if name == "bert_base":
-    return configs.EncoderConfig.bert_base(vocab_size=vocab_size)
-  if name == "minilm_l6":
-    return dataclasses.replace(configs.EncoderConfig.minilm_l6(), vocab_size=vocab_size)
-  if name == "tiny":
-    return configs.EncoderConfig.tiny(vocab_size=vocab_size)
-  raise ValueError(f"encoder must be one of {ENCODER_PRESETS}, got {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -143,8 +143,9 @@ def model_config():
   initialiser (0.2, not BERT's 0.02) lets the untrained doc tower tell the blocks apart, as a
   pre-trained one would."""
   # Imported here so that writing the world does not import TensorFlow.
+  from realm_tf import configs  # pylint: disable=g-import-not-at-top
   from realm_tf.qa import model  # pylint: disable=g-import-not-at-top
-  encoder = dataclasses.replace(model.encoder_preset("tiny", len(vocabulary())),
+  encoder = dataclasses.replace(configs.encoder_preset("tiny", len(vocabulary())),
                                 initializer_range=MODEL_FLAGS["initializer_range"])
   return model.ModelConfig(encoder=encoder, **{
       k: v for k, v in MODEL_FLAGS.items() if k != "initializer_range"})

@@ -18,7 +18,7 @@ from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
 
-ENCODERS = ("tiny", "minilm_l6", "bert_base")
+ENCODERS = configs.ENCODER_PRESETS
 HEAD_CHOICES = ("auto",) + configs.RETRIEVER_HEADS
 
 
@@ -35,14 +35,7 @@ def resolve_head(head: str, init_weights: str) -> str:
 def encoder_config(name: str, vocab_size: int, dropout_rate: Optional[float] = None,
                    initializer_range: Optional[float] = None) -> configs.EncoderConfig:
   """The named preset sized for `vocab_size`, with optional dropout / init overrides."""
-  if name == "tiny":
-    config = configs.EncoderConfig.tiny(vocab_size=vocab_size)
-  elif name == "minilm_l6":
-    config = dataclasses.replace(configs.EncoderConfig.minilm_l6(), vocab_size=vocab_size)
-  elif name == "bert_base":
-    config = configs.EncoderConfig.bert_base(vocab_size=vocab_size)
-  else:
-    raise ValueError(f"encoder must be one of {ENCODERS}, got {name!r}")
+  config = configs.encoder_preset(name, vocab_size)
   overrides = {}
   if dropout_rate is not None:
     overrides.update(dropout_rate=dropout_rate, attention_dropout_rate=dropout_rate)
