@@ -52,7 +52,8 @@ def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
       losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
       loss = tf.reduce_sum(losses) / global_batch_size
     variables = retriever.trainable_variables
-    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    gradients = tape.gradient(loss, variables)  # None for a pooler the head does not use
+    optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables) if g is not None])
     correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
     return {"loss": loss, "accuracy": tf.reduce_sum(correct) / global_batch_size}
 
