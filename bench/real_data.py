@@ -152,20 +152,21 @@ def raw_minilm_row(ctx: Context) -> Dict:
 
 def realm_tf_step0_row(ctx: Context) -> Dict:
   """realm_tf's Retriever as `pretrained.minilm_retriever()` builds it, before any training
-  (a fresh projection, seed 0). A trained retriever is a row the same way: its
-  `realm_retriever.doc_embeddings` and `realm_retriever.query_embed_fn` into `dense_row`."""
+  (seed 0). A trained retriever is a row the same way: `embed_store` and
+  `recall_monitor.query_embed_fn` into `dense_row`."""
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
   from realm_tf.keras import keras
-  from realm_tf.real_data import realm_retriever
+  from realm_tf.training.recall_monitor import query_embed_fn
+  from realm_tf.training.store_embedding import embed_store
   keras.utils.set_random_seed(0)
   retriever = pretrained.minilm_retriever()
   tokenizer = pretrained.minilm_tokenizer()
   return dense_row(
       ctx, "realm_tf_step0", {"model": "pretrained.minilm_retriever", "seed": 0},
-      lambda: realm_retriever.doc_embeddings(retriever, ctx.store, tokenizer,
-                                             ctx.block_length),
-      realm_retriever.query_embed_fn(retriever, tokenizer, ctx.query_length))
+      lambda: embed_store(retriever, ctx.store, tokenizer.cls_id, tokenizer.sep_id,
+                          tokenizer.pad_id, block_length=ctx.block_length),
+      query_embed_fn(retriever, tokenizer, ctx.query_length))
 
 
 def _finetuned_seed(ctx: Context, seed: int) -> Dict:

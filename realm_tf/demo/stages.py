@@ -304,8 +304,7 @@ class Demo:
 
   def _dev_recall(self, stage: str) -> Dict[str, Any]:
     """Start, end and best dev recall@5 of a stage's `eval.jsonl`."""
-    with open(self.path(stage, EVAL_LOG), encoding="utf-8") as f:
-      evaluations = [json.loads(line) for line in f if line.strip()]
+    evaluations = read_step_log(self.path(stage, EVAL_LOG))
     best = max(evaluations, key=lambda e: (e["recall@5"], -e["step"]))
     return {"dev_recall@5_start": evaluations[0]["recall@5"],
             "dev_recall@5_end": evaluations[-1]["recall@5"],

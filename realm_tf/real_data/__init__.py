@@ -3,7 +3,6 @@
 Modules: `corpus` (all lead extracts as blocks, prepared once by the Beam pipeline),
 `questions` (the NQ-open dev questions the corpus answers, train/dev by hash), `bm25`
 (BM25 with `bm25s`), `sentence_minilm` (all-MiniLM-L6-v2 as sentence-transformers runs it, in
-torch), `realm_retriever` (a realm_tf `Retriever` as a query function and block embeddings) and
-`embedding_cache` (block embeddings kept between runs); recall@k is
+torch) and `embedding_cache` (block embeddings kept between runs); recall@k is
 `realm_tf.evaluation.retrieval_recall`'s. `bench/real_data.py` runs them.
 """

@@ -12,7 +12,7 @@ Legend: Q dev questions, N corpus blocks, D embedding dim, k cut-off.
 Recall@k = fraction of questions with a top-k block that holds an answer
 (`realm_tf.evaluation.retrieval_recall`, the criterion `realm_tf.qa.evaluate_lib` uses).
 """
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -24,6 +24,17 @@ from realm_tf.qa.datasets import QAExample
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training.store_embedding import StoreEmbedder
+
+
+def query_embed_fn(retriever: Retriever, tokenizer: WordpieceTokenizer,
+                   query_length: int = 64) -> retrieval_recall.QueryEmbedFn:
+  """Q questions -> float32 [Q, D] by `retriever.embed_query` with its current weights (no
+  dropout; traced once per batch shape)."""
+  featurize = QueryFeaturizer(tokenizer, seq_length=query_length)
+  embed = tf.function(lambda f: tf.cast(retriever.embed_query(f, training=False), tf.float32),
+                      reduce_retracing=True)
+  return lambda questions: embed(featurize(tf.constant(list(questions)))).numpy()
+
 
 # (query embeddings [Q, D], k) -> corpus rows [Q, k], best first: a search of the index the
 # trainer uses (REALM pre-training's MIPS index) instead of embedding the store every time.
@@ -56,8 +67,9 @@ class RecallMonitor:
     if self.metric not in {f"recall@{k}" for k in self.ks}:
       raise ValueError(f"metric {self.metric!r} is not one of the cut-offs {self.ks}")
     self.tokenizer, self.block_length, self.batch_size = tokenizer, block_length, batch_size
-    self._featurizer = QueryFeaturizer(tokenizer, seq_length=query_length)
+    self.query_length = query_length
     self._store_embedder: Optional[StoreEmbedder] = None
+    self._query_embedder: Optional[Tuple[Retriever, retrieval_recall.QueryEmbedFn]] = None
 
   def _embed_store(self, retriever: Retriever) -> np.ndarray:
     if self._store_embedder is None or self._store_embedder.retriever is not retriever:
@@ -68,12 +80,13 @@ class RecallMonitor:
 
   def embed_questions(self, retriever: Retriever) -> np.ndarray:
     """[Q, D] query embeddings (no dropout)."""
-    rows = []
-    for start in range(0, len(self.examples), self.batch_size):
-      questions = [e.question for e in self.examples[start:start + self.batch_size]]
-      features = self._featurizer(tf.constant(questions))
-      rows.append(retriever.embed_query(features, training=False).numpy())
-    return np.concatenate(rows)
+    if self._query_embedder is None or self._query_embedder[0] is not retriever:
+      self._query_embedder = (retriever, query_embed_fn(retriever, self.tokenizer,
+                                                        self.query_length))
+    embed = self._query_embedder[1]
+    questions = [e.question for e in self.examples]
+    return np.concatenate([embed(questions[start:start + self.batch_size])
+                           for start in range(0, len(questions), self.batch_size)])
 
   def __call__(self, retriever: Retriever, search: Optional[Search] = None) -> Dict[str, float]:
     """{"recall@k": ...} for every cut-off, with `retriever`'s current query tower.

@@ -84,9 +84,9 @@ class TrainLoop:
     if evaluation.metric not in result:
       raise KeyError(f"evaluation returned {sorted(result)}, not the metric "
                      f"{evaluation.metric!r} that picks the best checkpoint")
-    previous = [e[evaluation.metric] for e in self.evaluations() if e["step"] < step]
-    record = dict(result, step=step, eval_time_s=time.perf_counter() - started)
-    lines = [e for e in self.evaluations() if e["step"] < step] + [record]
+    earlier = [e for e in self.evaluations() if e["step"] < step]
+    previous = [e[evaluation.metric] for e in earlier]
+    lines = earlier + [dict(result, step=step, eval_time_s=time.perf_counter() - started)]
     with tf.io.gfile.GFile(self.eval_path, "w") as f:  # a resumed run replaces lost futures
       f.write("".join(json.dumps(e) + "\n" for e in lines))
     with self.writer.as_default(step=step):
