@@ -1,18 +1,25 @@
 """Reading and writing TF1 name-based checkpoints into variable maps, with strict checking.
 
-Every expected name must be present with a compatible size, and every checkpoint variable must
-be consumed or deliberately ignored (optimizer slots, `global_step`, heads the layout does not
+Every expected name must be present with exactly the model's shape, and every checkpoint
+variable must be consumed or deliberately ignored (optimizer slots, `global_step`, heads the layout does not
 use); otherwise `CheckpointMismatchError` lists all the offenders at once. An optional part (a
 pre-training head that some checkpoints lack) is loaded with `if_present=True`: a checkpoint
 with none of its names leaves it as it is.
+
+Shapes are compared exactly. The one reshape allowed is the released layout of the attention
+projections: TF1 BERT stores the query/key/value kernels as [H, heads * head_dim] and their
+biases as [heads * head_dim], the output kernel as [heads * head_dim, H], where Model Garden has
+[H, heads, head_dim], [heads, head_dim] and [heads, head_dim, H] (same element order). A kernel
+stored transposed ([intermediate, H] for [H, intermediate]) is a mismatch, not a reshape.
 """
 import os
 import re
-from typing import Callable, Dict, Iterable, Mapping, Sequence
+from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import errors
 from realm_tf.checkpoints.variable_maps import VariableMap
 
 # Optimizer state in the released checkpoints: never model weights.
@@ -20,8 +27,23 @@ OPTIMIZER_STATE = (r"(^|/)adam_[mv]$", r"(^|/)Adam(WeightDecayOptimizer)?(_\d+)?
                    r"^global_step$")
 
 
-class CheckpointMismatchError(ValueError):
-  """The checkpoint does not fit the model; the message lists every problem."""
+class CheckpointMismatchError(errors.InputError):
+  """The checkpoint does not fit the model: a one-line summary naming the checkpoint and the
+  first problem, then every problem on its own line."""
+
+
+def allowed_shapes(name: str, model_shape: Sequence[int]) -> List[Tuple[int, ...]]:
+  """The checkpoint shapes that load into a model variable of `model_shape` under TF1 `name`:
+  the model's own, and for attention projections the TF1 layout (see the module docstring)."""
+  shape = tuple(int(d) for d in model_shape)
+  allowed = [shape]
+  if re.search(r"attention/self/(query|key|value)/kernel$", name) and len(shape) == 3:
+    allowed.append((shape[0], shape[1] * shape[2]))
+  elif re.search(r"attention/self/(query|key|value)/bias$", name) and len(shape) == 2:
+    allowed.append((shape[0] * shape[1],))
+  elif re.search(r"attention/output/dense/kernel$", name) and len(shape) == 3:
+    allowed.append((shape[0] * shape[1], shape[2]))
+  return allowed
 
 
 def _check_and_assign(source: str, shapes: Mapping[str, Sequence[int]],
@@ -35,17 +57,24 @@ def _check_and_assign(source: str, shapes: Mapping[str, Sequence[int]],
   for name, variables in sorted(variable_map.items()):
     if name not in shapes:
       continue
+    found = tuple(int(d) for d in shapes[name])
     for variable in variables:
-      if int(np.prod(shapes[name])) != int(np.prod(variable.shape)):
-        mismatched.append(f"{name}: checkpoint {list(shapes[name])} vs model "
+      if found not in allowed_shapes(name, variable.shape.as_list()):
+        mismatched.append(f"{name}: checkpoint {list(found)} vs model "
                           f"{variable.shape.as_list()} ({variable.name})")
   unexpected = sorted(n for n in shapes if n not in variable_map and
                       not any(re.search(p, n) for p in ignore))
   if missing or mismatched or unexpected:
-    lines = [f"Checkpoint {source} does not fit the model:"]
-    for title, names in (("missing from the checkpoint", missing),
-                         ("shape mismatch", mismatched),
-                         ("unexpected in the checkpoint", unexpected)):
+    problems = (("missing from the checkpoint", missing), ("shape mismatch", mismatched),
+                ("unexpected in the checkpoint", unexpected))
+    title, names = next(p for p in problems if p[1])
+    count = len(missing) + len(mismatched) + len(unexpected)
+    lines = [errors.describe(
+        source, f"checkpoint does not fit the model ({title}: {names[0]}; {count} problem"
+        f"{'s' if count > 1 else ''} in all, listed below)",
+        "Load it into a model of the checkpoint's own configuration (encoder size, vocabulary, "
+        "heads) with the loader of its layout, or convert it to the model's layout")]
+    for title, names in problems:
       if names:
         lines.append(f"  {title} ({len(names)}):")
         lines.extend(f"    {n}" for n in names)
@@ -72,7 +101,8 @@ def load_tf1_checkpoint(path: str, variable_map: VariableMap, ignore: Iterable[s
     Whether the variables were assigned (always True unless `if_present`).
 
   Raises:
-    CheckpointMismatchError: missing, mis-shaped or unexpected variables (all listed).
+    CheckpointMismatchError: missing, mis-shaped (any shape but the model's or its allowed
+      TF1 attention layout) or unexpected variables (all listed).
     FileNotFoundError: no checkpoint at `path`.
   """
   resolved = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
