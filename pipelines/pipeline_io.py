@@ -1,0 +1,95 @@
+"""What every pipeline checks before it starts and does after it ran: input files that exist
+and can be read, an output directory that is not a file, the shards' manifest
+(`realm_tf.data.shards`), and an error (`InputError`, one line naming the file) instead of a
+misleading empty output or an exception wrapped by the runner.
+"""
+import os
+import re
+from typing import Any, Dict, List
+
+from absl import logging
+import apache_beam as beam
+from apache_beam.io import filesystems
+import tensorflow as tf
+
+from pipelines import beam_runner
+from pipelines import dead_letter
+from realm_tf import errors
+from realm_tf.data import shards
+
+_WHILE_RUNNING = re.compile(r" \[while running '[^']*'\]")
+_WRAPPED = re.compile(r"(?:InputError|ShardError|IndexBuildError|DataLossError)[^:\n]*: ([^\n]+)")
+
+
+def check_input_files(patterns: List[str], what: str = "--input") -> List[str]:
+  """The files `patterns` match; raises FileNotFoundError / InputError naming the pattern or
+  file if one matches nothing, or a file is a directory, empty or unreadable."""
+  paths = []
+  for pattern in patterns:
+    matched = [m.path for m in filesystems.FileSystems.match([pattern])[0].metadata_list]
+    if not matched:
+      raise FileNotFoundError(errors.describe(
+          pattern, f"no such file ({what} matches nothing)", "Check the path or pattern"))
+    for path in sorted(matched):
+      if tf.io.gfile.isdir(path):
+        raise errors.InputError(errors.describe(
+            path, f"is a directory, not a file ({what})",
+            f"Pass the files inside it, e.g. {path.rstrip('/')}/*"))
+      try:
+        with filesystems.FileSystems.open(path) as f:
+          empty = not f.read(1)
+      except (OSError, IOError) as e:
+        raise errors.InputError(errors.describe(
+            path, f"cannot be read ({type(e).__name__}: {errors.one_line(e)})",
+            "Check its permissions")) from e
+      if empty:
+        raise errors.InputError(errors.describe(path, f"is empty ({what})",
+                                                "Pass a non-empty file"))
+      paths.append(path)
+  return paths
+
+
+def check_output_dir(output_dir: str) -> None:
+  """Raises InputError if `output_dir` is an existing file."""
+  if not output_dir:
+    raise errors.InputError(errors.describe("''", "no --output_dir given",
+                                            "Pass the directory to write"))
+  if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
+    raise errors.InputError(errors.describe(output_dir, "is a file, not a directory "
+                                            "(--output_dir)", "Pass a directory"))
+
+
+def finish_output(output_dir: str, prefix: str, count_name: str, counters: Dict[str, int],
+                  config: Dict[str, Any], inputs: str) -> None:
+  """Writes the shards' manifest; with no records, removes the empty shards and raises
+  InputError. Warns about dead letters."""
+  dead = counters.get("dead_letters", 0)
+  letters = os.path.join(output_dir, f"{dead_letter.FILE_PREFIX}-*{dead_letter.FILE_SUFFIX}")
+  if dead:
+    logging.warning("%d records could not be used; they are in %s with file, offset and "
+                    "reason", dead, letters)
+  if not counters.get(count_name, 0):
+    for path in filesystems.FileSystems.match(
+        [os.path.join(output_dir, f"{prefix}-*{shards.TFRECORD_SUFFIX}")])[0].metadata_list:
+      filesystems.FileSystems.delete([path.path])
+    raise errors.InputError(errors.describe(
+        inputs, f"no {prefix} came out ({dead} dead letters)",
+        f"See why in {letters}" if dead else "Check the input's format"))
+  shards.write_manifest(output_dir, prefix, config)
+
+
+def run(pipeline: beam.Pipeline) -> Dict[str, int]:
+  """`beam_runner.run`, re-raising a bad-input error from inside the pipeline (which runners
+  wrap or extend with the stage name) as a one-line `InputError`."""
+  try:
+    return beam_runner.run(pipeline)
+  except Exception as e:  # pylint: disable=broad-except
+    cause = e
+    while cause is not None and not isinstance(cause, errors.InputError):
+      cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+      raise errors.InputError(_WHILE_RUNNING.sub("", errors.one_line(cause))) from e
+    wrapped = _WRAPPED.search(str(e))
+    if wrapped:
+      raise errors.InputError(_WHILE_RUNNING.sub("", wrapped.group(1))) from e
+    raise
