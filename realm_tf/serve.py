@@ -1,0 +1,75 @@
+"""`realm-serve`: a fine-tuned REALM behind an HTTP API and a web page.
+
+    realm-serve --model_dir=/tmp/qa/model [--corpus=...] [--port=8080] [--host=127.0.0.1]
+
+Loads the model directory once (as `realm-ask` does) and serves `GET /` (a page),
+`POST /v1/ask`, `GET /v1/info` and `GET /healthz` on 127.0.0.1 unless `--host` says
+otherwise. Concurrent questions are answered in batches (`--max_batch_size`,
+`--max_wait_ms`, `--max_queue`). See `serving/`.
+"""
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from realm_tf import errors
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
+                                 "(default $REALM_TF_QA_MODEL).")
+_CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
+                              "directory, JSONL or DPR TSV.")
+_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
+                                  "(verified against the doc embedder).")
+_INDEX = flags.DEFINE_enum("index_kind", "", ["", "scann", "brute_force"],
+                           "MIPS index for --corpus (default: the model's).")
+_K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question when a request has no "
+                          "top_k.", lower_bound=1)
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind; the default serves this "
+                            "machine only.")
+_PORT = flags.DEFINE_integer("port", 8080, "Port to listen on.", lower_bound=1,
+                             upper_bound=65535)
+_MAX_BATCH = flags.DEFINE_integer("max_batch_size", 16, "Most questions answered in one "
+                                  "forward pass.", lower_bound=1)
+_MAX_WAIT = flags.DEFINE_float("max_wait_ms", 5.0, "How long a batch waits to fill after its "
+                               "first question (ms).", lower_bound=0)
+_MAX_QUEUE = flags.DEFINE_integer("max_queue", 256, "Most questions waiting; more get 503.",
+                                  lower_bound=1)
+_MAX_CHARS = flags.DEFINE_integer("max_question_chars", 1000, "Longest question (characters).",
+                                  lower_bound=1)
+_MAX_BODY = flags.DEFINE_integer("max_body_bytes", 65536, "Largest request body (bytes); "
+                                 "larger ones get 413.", lower_bound=1)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  # Imported here so that `--help` does not import TensorFlow.
+  from realm_tf.qa import ask_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf.serving import server  # pylint: disable=g-import-not-at-top
+  from realm_tf.serving import app as app_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf.serving.batcher import Batcher  # pylint: disable=g-import-not-at-top
+  from realm_tf.serving.service import AskService  # pylint: disable=g-import-not-at-top
+  from realm_tf.serving.validation import Limits  # pylint: disable=g-import-not-at-top
+
+  model_dir = _MODEL_DIR.value or os.environ.get(ask_lib.MODEL_ENV, "")
+  if not model_dir:
+    raise errors.InputError(errors.describe("--model_dir", "no model directory", "Pass "
+                            f"--model_dir=<fine-tuned model> or set ${ask_lib.MODEL_ENV}"))
+  service = AskService.load(model_dir, _CORPUS.value, _EMBEDDINGS.value, _K.value,
+                            _INDEX.value, batch_size=_MAX_BATCH.value)
+  service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions
+  limits = Limits(max_body_bytes=_MAX_BODY.value, max_question_chars=_MAX_CHARS.value,
+                  num_blocks=service.num_blocks, default_top_k=service.default_top_k)
+  batcher = Batcher(service.answer_batch, _MAX_BATCH.value, _MAX_WAIT.value, _MAX_QUEUE.value)
+  print(f"realm-serve: {service.model.directory} ({service.num_blocks} blocks) on "
+        f"http://{_HOST.value}:{_PORT.value}/", file=sys.stderr, flush=True)
+  server.serve(app_lib.create_app(service, batcher, limits), _HOST.value, _PORT.value)
+
+
+def run():
+  app.run(errors.run_main("realm-serve", main))
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,37 @@
+"""`Answer` -> the JSON of `POST /v1/ask`.
+
+    {"question", "answer", "score": p(best block and span), "answer_block": index into
+     "evidence" (-1: no span), "top_k", "latency_ms",
+     "evidence": [{"block_id", "title", "text", "score": p(z | x) among the top_k blocks,
+                   "answer_start", "answer_end": the answer's character offsets in "text"
+                   (null outside the answer block)}], best retrieval score first}
+"""
+from typing import Any, Dict, Optional, Tuple
+
+
+def answer_span(answer: str, text: str) -> Optional[Tuple[int, int]]:
+  """Character offsets [start, end) of `answer` in its block's `text`: its first occurrence,
+  else its first case-insensitive one (a span detokenized from wordpieces); None when the
+  text does not hold it."""
+  if not answer:
+    return None
+  start = text.find(answer)
+  if start < 0:
+    start = text.lower().find(answer.lower())
+    if start < 0 or len(text.lower()) != len(text):
+      return None
+  return start, start + len(answer)
+
+
+def answer_json(answer, top_k: int, latency_ms: float) -> Dict[str, Any]:
+  """The response to one question."""
+  evidence = []
+  for i, block in enumerate(answer.evidence):
+    span = answer_span(answer.answer, block.text) if i == answer.block else None
+    evidence.append({"block_id": block.block_id, "title": block.title, "text": block.text,
+                     "score": block.probability,
+                     "answer_start": span[0] if span else None,
+                     "answer_end": span[1] if span else None})
+  return {"question": answer.question, "answer": answer.answer, "score": answer.probability,
+          "answer_block": answer.block, "top_k": top_k, "latency_ms": round(latency_ms, 3),
+          "evidence": evidence}

@@ -1,0 +1,71 @@
+"""The served model: one `Asker` loaded at start, answering batches of questions.
+
+`answer_batch(questions [B], top_k)` runs one retrieval and one reader pass over the B
+questions (`RetrieveAndRead.answer`, the path of `realm-ask`), reading `top_k` blocks each;
+`info()` names the model, its corpus and its index.
+"""
+import os
+from typing import Any, Dict, List, Sequence
+
+from realm_tf.errors import InputError
+from realm_tf.errors import describe
+from realm_tf.errors import one_line
+
+
+class AskService:
+  """A loaded QA model.
+
+  Args:
+    asker: a `realm_tf.qa.ask_lib.Asker`.
+    batch_size: most questions per forward pass.
+  """
+
+  def __init__(self, asker, batch_size: int = 16):
+    self.asker, self.batch_size = asker, int(batch_size)
+    self.model = asker.model
+
+  @classmethod
+  def load(cls, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
+           index_kind: str = "", batch_size: int = 16) -> "AskService":
+    """Loads a model directory as `realm-ask` does.
+
+    Raises:
+      InputError: the directory (or the corpus) does not load; the message says why.
+    """
+    from realm_tf.qa import ask_lib  # pylint: disable=g-import-not-at-top (TensorFlow)
+    try:
+      asker = ask_lib.Asker(model_dir, corpus, embeddings_dir, k, index_kind)
+    except Exception as e:  # pylint: disable=broad-except
+      raise InputError(describe(model_dir or "--model_dir", f"does not load as a QA model "
+                                f"({one_line(e)})", "Pass --model_dir=<a directory written "
+                                "by realm-finetune>")) from e
+    return cls(asker, batch_size)
+
+  @property
+  def num_blocks(self) -> int:
+    return len(self.model.corpus)
+
+  @property
+  def default_top_k(self) -> int:
+    return self.asker.system.k
+
+  def answer_batch(self, questions: Sequence[str], top_k: int) -> List[Any]:
+    """`Answer`s of the questions, each read from its `top_k` best blocks."""
+    return self.model.system(k=top_k, batch_size=self.batch_size).answer(questions)
+
+  def info(self) -> Dict[str, Any]:
+    """The model, corpus and index identity (`GET /v1/info`)."""
+    info, index = self.model.info, self.model.doc_index
+    return {
+        "model_dir": os.path.abspath(self.model.directory),
+        "step": info.step,
+        "config": info.model.to_dict(),
+        "metrics": info.metrics,
+        "corpus": {"source": self.model.corpus.source,
+                   "fingerprint": self.model.corpus.fingerprint,
+                   "num_blocks": self.num_blocks},
+        "index": {"version": f"{index.kind}@{index.snapshot_step}:{index.corpus_fingerprint[:12]}",
+                  "kind": index.kind, "snapshot_step": index.snapshot_step,
+                  "corpus_fingerprint": index.corpus_fingerprint, "dim": index.dim},
+        "default_top_k": self.default_top_k,
+    }

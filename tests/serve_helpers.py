@@ -1,0 +1,31 @@
+"""Shared by the `realm-serve` tests: the tiny-world QA model directory and its served app."""
+from realm_tf.qa import tiny_world
+from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.serving import app as app_lib
+from realm_tf.serving.batcher import Batcher
+from realm_tf.serving.service import AskService
+from realm_tf.serving.validation import Limits
+
+QUESTIONS = ["who wrote hamlet?", "what is the capital of france?",
+             "who painted the mona lisa?", "who walked on the moon in 1969?"]
+
+
+def build_model_dir(directory: str) -> str:
+  """The (untrained) tiny-world model written as a QA model directory, as in ask_test."""
+  world = tiny_world.write_tiny_world(directory + "/world")
+  model_dir = directory + "/model"
+  FineTuner(FineTuneConfig(model_dir=model_dir, corpus=world.corpus, train_data=world.train,
+                           vocab_file=world.vocab_file, model=tiny_world.model_config(),
+                           num_train_steps=0, retriever_top_k=24, index_kind="brute_force"),
+            log=lambda message: None).run()
+  return model_dir
+
+
+def make_app(service: AskService, max_batch_size: int = 16, max_wait_ms: float = 20.0,
+             **limits):
+  """(app, batcher) over `service` with the binary's defaults unless overridden."""
+  batcher = Batcher(service.answer_batch, max_batch_size, max_wait_ms)
+  limits = Limits(num_blocks=service.num_blocks, default_top_k=service.default_top_k,
+                  **limits)
+  return app_lib.create_app(service, batcher, limits), batcher
