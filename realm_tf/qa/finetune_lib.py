@@ -58,6 +58,7 @@ from realm_tf.qa.model import build_models
 from realm_tf.qa.model import initialize
 from realm_tf.qa.model import make_system
 from realm_tf.qa.model import model_checkpoint
+from realm_tf.training import run_config
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.qa.supervision import AnswerMatcher
@@ -314,8 +315,14 @@ class FineTuner:
         model_checkpoint(self.retriever, self.reader, step=self.step,
                          doc_snapshot_step=self.doc_snapshot_step),
         os.path.join(config.model_dir, BEST_DIR), max_to_keep=1)
+    self.run_config = dict(task="finetune", dataset=self.dataset, model=config.model.to_dict(),
+                           vocab_fingerprint=run_config.vocab_fingerprint(
+                               self.tokenizer.vocabulary),
+                           corpus_fingerprint=self.corpus.fingerprint)
+    self._save_run_config = not self.manager.latest_checkpoint
     if self.manager.latest_checkpoint:
-      self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+      run_config.check(config.model_dir, self.run_config)
+      run_config.restore_checked(self.checkpoint, self.manager.latest_checkpoint)
       self.log(f"resumed from {self.manager.latest_checkpoint} at step {self._step()}")
     else:
       initialize(self.retriever, self.reader, config.model, config.init)
@@ -415,6 +422,9 @@ class FineTuner:
                      metrics=dict(metrics or {}))
 
   def _save_checkpoint(self) -> None:
+    if self._save_run_config:  # before the first checkpoint: never a checkpoint without it
+      run_config.save(self.config.model_dir, self.run_config)
+      self._save_run_config = False
     self.manager.save(checkpoint_number=self._step())
     self._info().write(self.config.model_dir)
 

@@ -19,6 +19,7 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
+from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
@@ -81,8 +82,12 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
   with strategy.scope():
     optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
                                                 num_train_steps=config.num_steps))
+  structure = dict(task="ict", retriever=run_config.retriever_structure(retriever),
+                   vocab_fingerprint=run_config.vocab_fingerprint(tokenizer.vocabulary),
+                   corpus_fingerprint=store.fingerprint)
   loop = TrainLoop(config.model_dir, dict(retriever=retriever, optimizer=optimizer),
-                   config.num_steps, checkpoint_every=config.checkpoint_every, verbose=verbose)
+                   config.num_steps, checkpoint_every=config.checkpoint_every, verbose=verbose,
+                   run_config=structure)
   start = loop.restore()
   dataset = corpus.dataset(config.batch_size, seed=config.seed + start,
                            remove_prob=config.remove_prob, query_length=config.query_length,

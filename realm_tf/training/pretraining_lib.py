@@ -33,6 +33,7 @@ from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.pretraining_data import masked_query_dataset
+from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
@@ -161,7 +162,13 @@ class RealmPretrainer:
     self.loop = TrainLoop(config.model_dir, dict(retriever=retriever, reader=reader,
                                                  optimizer=self.optimizer,
                                                  index_version=self.index_version),
-                          config.num_steps, checkpoint_every=config.checkpoint_every)
+                          config.num_steps, checkpoint_every=config.checkpoint_every,
+                          run_config=dict(
+                              task="pretrain", retriever=run_config.retriever_structure(retriever),
+                              reader=run_config.reader_structure(reader),
+                              vocab_fingerprint=run_config.vocab_fingerprint(
+                                  tokenizer.vocabulary),
+                              corpus_fingerprint=store.fingerprint))
     self._train_step = tf.function(pretraining_step(retriever, reader, self.optimizer,
                                                     config.null_document))
     self._embed_query = tf.function(lambda f: retriever.embed_query(f, training=False))

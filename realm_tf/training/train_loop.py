@@ -10,6 +10,8 @@ to `model_dir/eval.jsonl` and TensorBoard (`eval/<name>`), the checkpoint with t
 its start logs a warning (`ended_below_start`).
 
 Checkpoints hold whatever the trainer puts in its `tf.train.Checkpoint` plus the step counter;
+the run's structural configuration (`run_config`) is saved beside the first one, and a resume
+checks it and that every variable was restored (`realm_tf.training.run_config`);
 `CheckpointManager` writes each checkpoint under a new name and only then updates its state
 file, so a `kill -9` at any moment leaves the previous checkpoint intact and the next run
 resumes from it.
@@ -24,6 +26,7 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf.keras import keras
+from realm_tf.training import run_config as run_configs
 
 
 BEST_DIR = "best"
@@ -49,12 +52,16 @@ class TrainLoop:
     checkpoint_every: steps between checkpoints (and one at the end).
     summary_every: steps between TensorBoard scalars.
     max_to_keep: checkpoints kept.
+    run_config: the run's structural configuration (`run_config.retriever_structure` ...),
+      saved with the first checkpoint and compared on resume.
   """
 
   def __init__(self, model_dir: str, checkpoint_items: Dict[str, object], num_steps: int,
                checkpoint_every: int = 100, summary_every: int = 1, max_to_keep: int = 3,
-               verbose: bool = True):
+               verbose: bool = True, run_config: Optional[Dict[str, object]] = None):
     self.model_dir = model_dir
+    self.run_config = run_config
+    self._save_run_config = run_config is not None
     self.num_steps = num_steps
     self.checkpoint_every = max(1, checkpoint_every)
     self.summary_every = max(1, summary_every)
@@ -110,18 +117,29 @@ class TrainLoop:
     latest = self.best_manager.latest_checkpoint
     if not latest:
       return None
-    self.checkpoint.read(latest).expect_partial()
+    run_configs.restore_checked(self.checkpoint, latest, read=True)
     return int(latest.rsplit("-", 1)[-1])
 
   def restore(self) -> int:
-    """Restores the latest checkpoint, if any; returns the step to continue from."""
+    """Restores the latest checkpoint, if any; returns the step to continue from.
+
+    Raises:
+      errors.InputError: the run's configuration differs from the checkpoints', or a
+        checkpoint leaves a model variable unrestored.
+    """
     latest = self.manager.latest_checkpoint
     if latest:
-      self.checkpoint.restore(latest).expect_partial()
+      if self.run_config is not None:
+        run_configs.check(self.manager.directory, self.run_config, self.model_dir)
+      self._save_run_config = False
+      run_configs.restore_checked(self.checkpoint, latest)
       logging.info("Resumed from %s at step %d", latest, int(self.step.numpy()))
     return int(self.step.numpy())
 
   def save(self) -> str:
+    if self._save_run_config:  # before the first checkpoint: never a checkpoint without it
+      run_configs.save(self.manager.directory, self.run_config)
+      self._save_run_config = False
     return self.manager.save(checkpoint_number=int(self.step.numpy()))
 
   def run(self, step_fn: Callable[[int], Dict[str, float]],
