@@ -28,6 +28,7 @@ from typing import Iterable, Iterator, List, Sequence, Tuple
 
 import tensorflow as tf
 
+from realm_tf import errors
 from realm_tf.evaluation import InvalidAnswerPattern
 from realm_tf.evaluation import regex_match
 
@@ -57,7 +58,7 @@ DATASETS = {
 }
 
 
-class MalformedRecordError(ValueError):
+class MalformedRecordError(errors.InputError):
   """A question-set record cannot be read; the message names the file and line.
 
   Attributes:
