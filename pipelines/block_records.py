@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.data import formats
+from realm_tf.data import shards
 
 
 @dataclasses.dataclass
@@ -44,11 +45,14 @@ def parse_block_record(serialized: bytes) -> BlockRecord:
 
 
 def block_files(corpus_dir: str) -> List[str]:
-  """The block shards of `corpus_dir`, sorted; raises FileNotFoundError if there are none."""
-  files = sorted(tf.io.gfile.glob(os.path.join(corpus_dir, formats.BLOCKS_PATTERN)))
-  if not files:
-    raise FileNotFoundError(f"no {formats.BLOCKS_PATTERN} shards in {corpus_dir}")
-  return files
+  """The block shards of `corpus_dir`, sorted, verified by `shards.check_shards` (against
+  `blocks.manifest.json` where there is one).
+
+  Raises:
+    FileNotFoundError: no such directory, or no shards in it.
+    InputError: a missing, damaged or miscounted shard, named.
+  """
+  return shards.check_shards(corpus_dir, "blocks").files
 
 
 class ReadBlocks(beam.PTransform):
@@ -56,13 +60,17 @@ class ReadBlocks(beam.PTransform):
 
   Args:
     corpus_dir: the directory pipeline 1 wrote.
+    verify: check the shards (`block_files`) when the pipeline is built.
   """
 
-  def __init__(self, corpus_dir: str):
+  def __init__(self, corpus_dir: str, verify: bool = True):
     super().__init__()
     self.corpus_dir = corpus_dir
+    self.verify = verify
 
   def expand(self, pbegin):
+    if self.verify:
+      block_files(self.corpus_dir)
     return (pbegin
             | "ReadRecords" >> beam.io.ReadFromTFRecord(
                 os.path.join(self.corpus_dir, formats.BLOCKS_PATTERN))

@@ -17,7 +17,9 @@ global sort. They are written to `embeddings_dir` (kept), or to a `<version>.tmp
 embeddings` work directory under `index_root` that is removed after publication (and by
 `index_publisher.cleanup_partial` if the builder is killed).
 
-Checks before publishing: every corpus block has exactly one embedding, the ids read back are
+The launching process verifies the block shards (`realm_tf.data.shards`, against
+`blocks.manifest.json`) before the pipeline starts, and writes `embeddings.manifest.json`
+beside the embedding shards. Checks before publishing: every corpus block has exactly one embedding, the ids read back are
 the corpus's canonical ids (`block_records.corpus_fingerprint`, equal to
 `BlockStore.load(corpus_dir).fingerprint`), all embeddings finite with the export's dimension.
 The manifest's builder parameters carry `corpus_fingerprint`, `snapshot_step` (from the
@@ -38,7 +40,10 @@ import tensorflow as tf
 
 from pipelines import beam_runner
 from pipelines import block_records
+from pipelines import pipeline_io
+from realm_tf import errors
 from realm_tf.data import formats
+from realm_tf.data import shards
 from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.export.doc_embedder import export_attributes
 from realm_tf.mips import index_publisher
@@ -54,7 +59,7 @@ BATCHES_PER_GROUP = 64  # build_index: ~N / (64 batches) groups per length bucke
 _ID_SPACE = 1 << 63
 
 
-class IndexBuildError(RuntimeError):
+class IndexBuildError(errors.InputError):
   """The embeddings do not match the corpus (missing, duplicate or foreign block ids, wrong
   dimension, non-finite values); nothing was published."""
 
@@ -212,18 +217,25 @@ class WriteEmbeddingShards(beam.PTransform):
 
 
 def read_embedding_shards(directory: str, num_shards: int) -> Tuple[np.ndarray, np.ndarray]:
-  """Concatenates the shards in order.
+  """Concatenates the shards in order, verified by `shards.check_shards` (against
+  `embeddings.manifest.json` where there is one).
 
   Returns:
     (block_ids int64 [N], embeddings float32 [N, D]).
+
+  Raises:
+    ShardError: a missing, damaged or miscounted shard.
   """
   ids, rows = [], []
   spec = {"block_id": formats.EMBEDDING_FEATURES["block_id"],
           "embedding": formats.EMBEDDING_FEATURES["embedding"]}
-  files = [shard_path(directory, s, num_shards) for s in range(num_shards)]
-  missing = [f for f in files if not tf.io.gfile.exists(f)]
-  if missing:
-    raise IndexBuildError(f"embedding shards missing: {missing[:5]}")
+  files = shards.check_shards(directory, EMBEDDINGS_PREFIX).files
+  expected = [shard_path(directory, s, num_shards) for s in range(num_shards)]
+  if files != expected:
+    raise shards.ShardError(errors.describe(
+        directory, f"{len(files)} embedding shards, expected {num_shards} "
+        f"({os.path.basename(expected[0])} ...)", "Rerun the index builder into an empty "
+        "--embeddings_dir"))
   for batch in tf.data.TFRecordDataset(files).batch(4096).map(
       lambda records: tf.io.parse_example(records, spec)):
     lengths = batch["embedding"].row_lengths().numpy()
@@ -268,10 +280,11 @@ def make_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
 
 def build_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
                    embeddings_dir: str, num_shards: int, blocks_per_batch: int = 128,
-                   groups_per_bucket: int = 1):
-  """Adds the embedding stage to `pipeline`; returns the (shard, count) PCollection."""
+                   groups_per_bucket: int = 1, verify: bool = True):
+  """Adds the embedding stage to `pipeline`; returns the (shard, count) PCollection.
+  `verify`: check the block shards (`block_records.block_files`)."""
   return (pipeline
-          | "ReadBlocks" >> block_records.ReadBlocks(corpus_dir)
+          | "ReadBlocks" >> block_records.ReadBlocks(corpus_dir, verify)
           | "EmbedBlocks" >> EmbedBlocks(embedder_dir, num_shards, blocks_per_batch,
                                          groups_per_bucket)
           | "WriteEmbeddingShards" >> WriteEmbeddingShards(embeddings_dir, num_shards))
@@ -279,11 +292,17 @@ def build_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
 
 def run_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
                  embeddings_dir: str, num_shards: int, blocks_per_batch: int = 128,
-                 groups_per_bucket: int = 1) -> Dict[str, int]:
-  """Builds the embedding stage on `pipeline`, runs it and returns its counters."""
+                 groups_per_bucket: int = 1, verify: bool = True) -> Dict[str, int]:
+  """Builds the embedding stage on `pipeline`, runs it, writes the embeddings' manifest
+  (`embeddings.manifest.json`) and returns its counters."""
+  shards.remove_manifest(embeddings_dir, EMBEDDINGS_PREFIX)
   build_pipeline(pipeline, corpus_dir, embedder_dir, embeddings_dir, num_shards,
-                 blocks_per_batch, groups_per_bucket)
-  return beam_runner.run(pipeline)
+                 blocks_per_batch, groups_per_bucket, verify)
+  counters = pipeline_io.run(pipeline)
+  shards.write_manifest(embeddings_dir, EMBEDDINGS_PREFIX, {
+      "corpus_dir": corpus_dir, "embedder_dir": embedder_dir, "num_shards": num_shards,
+      "blocks_per_batch": blocks_per_batch})
+  return counters
 
 
 def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str = "scann",
@@ -312,14 +331,17 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
   """
   if kind not in KINDS:
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+  shards.check_directory(embedder_dir, "the doc-embedder export, --embedder_dir",
+                         "Pass a directory written by `export_doc_embedder`")
+  corpus_ids = block_records.corpus_block_ids(corpus_dir)  # [N], canonical order; verified
+  if len(corpus_ids) == 0:
+    raise IndexBuildError(errors.describe(
+        corpus_dir, "the corpus has no blocks", "Pass the output of pipelines.wikipedia_to_blocks"))
   attributes = export_attributes(embedder_dir)
   snapshot_step, dim = attributes.snapshot_step, attributes.embedding_dim
   version = version or index_publisher.version_for_step(max(0, snapshot_step))
   if tf.io.gfile.exists(os.path.join(index_root, version)):
     raise FileExistsError(f"index version {version} exists already in {index_root}")
-  corpus_ids = block_records.corpus_block_ids(corpus_dir)  # [N], canonical order
-  if len(corpus_ids) == 0:
-    raise IndexBuildError(f"the corpus {corpus_dir} has no blocks")
   num_shards = num_shards or max(1, math.ceil(len(corpus_ids) / BLOCKS_PER_SHARD))
   work_dir = embeddings_dir or os.path.join(
       index_root, f"{version}.tmp-{uuid.uuid4().hex}-{EMBEDDINGS_PREFIX}")
@@ -328,7 +350,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
     pipeline = beam.Pipeline(options=beam_runner.pipeline_options(pipeline_options))
     groups_per_bucket = max(1, len(corpus_ids) // (blocks_per_batch * BATCHES_PER_GROUP))
     counters = run_pipeline(pipeline, corpus_dir, embedder_dir, work_dir, num_shards,
-                            blocks_per_batch, groups_per_bucket)
+                            blocks_per_batch, groups_per_bucket, verify=False)
     block_ids, embeddings = read_embedding_shards(work_dir, num_shards)
     check_embeddings(block_ids, embeddings, corpus_ids, dim)
     metadata = {"corpus_fingerprint": block_records.fingerprint(corpus_ids),

@@ -9,6 +9,7 @@ from typing import Any, Dict, List
 
 from absl import logging
 import apache_beam as beam
+from apache_beam.io import filesystem
 from apache_beam.io import filesystems
 import tensorflow as tf
 
@@ -36,7 +37,8 @@ def check_input_files(patterns: List[str], what: str = "--input") -> List[str]:
             path, f"is a directory, not a file ({what})",
             f"Pass the files inside it, e.g. {path.rstrip('/')}/*"))
       try:
-        with filesystems.FileSystems.open(path) as f:
+        with filesystems.FileSystems.open(
+            path, compression_type=filesystem.CompressionTypes.UNCOMPRESSED) as f:
           empty = not f.read(1)
       except (OSError, IOError) as e:
         raise errors.InputError(errors.describe(

@@ -20,7 +20,9 @@ is a query candidate. Per `masking`:
 Output in `output_dir`: `examples-SSSSS-of-NNNNN.tfrecord` exactly as
 `realm_tf.data.formats.pretraining_example` (query_ids = the sentence's wordpieces without
 specials, cut to `max_query_wordpieces`; span_start/span_end inclusive, 0-based in query_ids;
-the trainer adds the `[CLS]` offset and masks), and `dead_letter-*.jsonl`.
+the trainer adds the `[CLS]` offset and masks), `examples.manifest.json` (counts, sizes,
+checksums and this config, `realm_tf.data.shards`) and `dead_letter-*.jsonl`. The block
+shards are verified against their manifest before the pipeline starts.
 
 Counters: `blocks_read`, `sentences`, `sentences_too_short`, `sentences_truncated`,
 `tagger_tokens` (whitespace tokens tagged), `spans_found`, `spans_misaligned` (cutting a
@@ -40,10 +42,12 @@ import tensorflow as tf
 from pipelines import beam_runner
 from pipelines import block_records
 from pipelines import dead_letter
+from pipelines import pipeline_io
 from pipelines import salient_span_tagger
 from pipelines import sentence_splitter
 from pipelines import wikipedia_to_blocks_lib
 from realm_tf.data import formats
+from realm_tf.data import shards
 from realm_tf.tokenization import masking
 
 EXAMPLES_PREFIX = "examples"
@@ -334,13 +338,14 @@ class WriteExamples(beam.PTransform):
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
-                   tagger: Optional[salient_span_tagger.Tagger] = None) -> None:
+                   tagger: Optional[salient_span_tagger.Tagger] = None,
+                   verify: bool = True) -> None:
   """Adds pipeline 2's transforms to `pipeline`; `tagger` defaults to
-  `load_tagger(config.tagger)` for salient-span masking."""
+  `load_tagger(config.tagger)` for salient-span masking; `verify`: check the block shards."""
   if tagger is None and config.masking == "salient_span":
     tagger = salient_span_tagger.load_tagger(config.tagger)
   sentences = (pipeline
-               | "ReadBlocks" >> block_records.ReadBlocks(config.corpus_dir)
+               | "ReadBlocks" >> block_records.ReadBlocks(config.corpus_dir, verify)
                | "BlocksToSentences" >> BlocksToSentences()
                | "SpreadSentences" >> beam.Reshuffle())  # tagging is the costly stage
   examples = sentences | "SentencesToExamples" >> SentencesToExamples(config, tagger)
@@ -352,6 +357,19 @@ def build_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
 
 def run_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
                  tagger: Optional[salient_span_tagger.Tagger] = None) -> Dict[str, int]:
-  """Builds pipeline 2 on `pipeline`, runs it to completion and returns its counters."""
-  build_pipeline(pipeline, config, tagger)
-  return beam_runner.run(pipeline)
+  """Verifies the block shards, builds pipeline 2 on `pipeline`, runs it to completion, writes
+  the examples' manifest and returns its counters.
+
+  Raises:
+    FileNotFoundError, InputError: a missing or damaged corpus (`shards.check_shards`), an
+      output directory that is a file, or no example came out.
+  """
+  corpus = shards.check_shards(config.corpus_dir, wikipedia_to_blocks_lib.BLOCKS_PREFIX)
+  pipeline_io.check_output_dir(config.output_dir)
+  shards.remove_manifest(config.output_dir, EXAMPLES_PREFIX)
+  build_pipeline(pipeline, config, tagger, verify=False)
+  counters = pipeline_io.run(pipeline)
+  pipeline_io.finish_output(
+      config.output_dir, EXAMPLES_PREFIX, "examples", counters,
+      dict(dataclasses.asdict(config), corpus_records=corpus.num_records), config.corpus_dir)
+  return counters

@@ -8,7 +8,13 @@ Output, in `output_dir`:
   `realm_tf.data.formats.block_example` (block_id, title, text, title_ids, body_ids); the
   shards together are the block-records file retrieval reads (`BlockStore.load(output_dir)`,
   canonical order = ascending block id);
+- `blocks.manifest.json`: the shards' record counts, sizes and checksums and this config
+  (`realm_tf.data.shards`), written last; readers verify the shards against it;
 - `dead_letter-SSSSS-of-NNNNN.jsonl`: records that failed (see `pipelines.dead_letter`).
+
+`run_pipeline` checks the inputs before it starts (every pattern matches readable, non-empty
+files) and fails with `InputError` when no block comes out (every document a dead letter),
+removing the empty block shards; bad records never fail the run, they are dead letters.
 
 Counters (besides the sources'): `articles_packed`, `articles_dead_letter`, `blocks_packed`,
 `blocks_duplicate`, `blocks_id_collision`, `blocks` (written), `block_wordpieces`, and
@@ -24,7 +30,9 @@ from pipelines import beam_runner
 from pipelines import block_packer
 from pipelines import dead_letter
 from pipelines import document_sources
+from pipelines import pipeline_io
 from realm_tf.data import formats
+from realm_tf.data import shards
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 BLOCKS_PREFIX = "blocks"
@@ -232,6 +240,18 @@ def build_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> None:
 
 
 def run_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> Dict[str, int]:
-  """Builds pipeline 1 on `pipeline`, runs it to completion and returns its counters."""
+  """Builds pipeline 1 on `pipeline`, runs it to completion, writes the blocks' manifest and
+  returns its counters.
+
+  Raises:
+    FileNotFoundError, InputError: an input pattern matches nothing, or a directory, empty or
+      unreadable file; the output directory is a file; no block came out.
+  """
+  pipeline_io.check_input_files(config.input_patterns)
+  pipeline_io.check_output_dir(config.output_dir)
+  shards.remove_manifest(config.output_dir, BLOCKS_PREFIX)
   build_pipeline(pipeline, config)
-  return beam_runner.run(pipeline)
+  counters = pipeline_io.run(pipeline)
+  pipeline_io.finish_output(config.output_dir, BLOCKS_PREFIX, "blocks", counters,
+                            dataclasses.asdict(config), ",".join(config.input_patterns))
+  return counters

@@ -162,6 +162,7 @@ def test_generate_binary(tmp_path):
   assert json.loads(out.stdout[out.stdout.index("{"):])["num_blocks"] == 12
   assert sorted(os.listdir(tmp_path)) == sorted(
       ["vocab.txt", "blocks-00000-of-00001.tfrecord", "examples-00000-of-00001.tfrecord",
+       "blocks.manifest.json", "examples.manifest.json",
        "train.jsonl", "dev.jsonl", "test.jsonl", "world.json"])
 
 

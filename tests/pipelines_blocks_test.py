@@ -18,6 +18,7 @@ from pipelines import block_packer
 from pipelines import dead_letter
 from pipelines import document_sources
 from pipelines import wikipedia_to_blocks_lib
+from realm_tf.data import shards
 from realm_tf.data.block_store import BlockStore
 from realm_tf.tokenization import WordpieceTokenizer
 from wiki_dump_xml import dump_xml
@@ -196,7 +197,10 @@ def test_run_pipeline_writes_the_block_store(tmp_path):
   store = BlockStore.load(out)
   assert sorted(os.listdir(out)) == ["blocks-00000-of-00002.tfrecord",
                                      "blocks-00001-of-00002.tfrecord",
+                                     "blocks.manifest.json",
                                      "dead_letter-00000-of-00001.jsonl"]
+  manifest = shards.check_shards(out, "blocks").manifest
+  assert manifest["num_records"] == len(store) and manifest["config"]["num_shards"] == 2
   blocks = sorted(zip(store.texts, store.body_ids.to_list(), store.title_ids.to_list()),
                   key=lambda b: text.index(b[0]))
   assert len(blocks) > 2 and all(len(t) + len(b) + 3 <= 288 for _, b, t in blocks)

@@ -138,7 +138,8 @@ def test_build_index_publishes_versions(corpus, tmp_path):
                                        version="step-00002400",
                                        embeddings_dir=str(tmp_path / "kept"))
   assert index_publisher.latest_version(root) == second.version == "step-00002400"
-  assert os.listdir(str(tmp_path / "kept")) == ["embeddings-00000-of-00001.tfrecord"]
+  assert sorted(os.listdir(str(tmp_path / "kept"))) == ["embeddings-00000-of-00001.tfrecord",
+                                                        "embeddings.manifest.json"]
   _, approximate, _ = index_publisher.load_latest(root)
   queries = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
   np.testing.assert_array_equal(approximate.search(queries, 5)[1], exact.search(queries, 5)[1])

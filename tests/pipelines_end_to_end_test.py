@@ -62,7 +62,8 @@ def run(tmp_path_factory):
   # block shards (~500 real blocks) to keep the suite fast; the README command reads all.
   part = str(base / "corpus_part")
   os.makedirs(part)
-  shutil.copy(os.path.join(corpus, "blocks-00000-of-00004.tfrecord"), part)
+  shutil.copy(os.path.join(corpus, "blocks-00000-of-00004.tfrecord"),  # a one-shard corpus
+              os.path.join(part, "blocks-00000-of-00001.tfrecord"))
   examples_counters = pretraining_examples_lib.run_pipeline(
       beam.Pipeline(), pretraining_examples_lib.ExamplesConfig(part, examples, num_shards=2))
   tokenizer = pretrained.minilm_tokenizer()

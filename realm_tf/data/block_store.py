@@ -6,13 +6,13 @@ Legend: N blocks, T wordpieces.
 """
 import dataclasses
 import hashlib
-import os
 from typing import List, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from realm_tf.data import formats
+from realm_tf.data import shards
 
 
 def _ragged(rows: Sequence[Sequence[int]]) -> tf.RaggedTensor:
@@ -78,10 +78,14 @@ class BlockStore:
 
   @classmethod
   def load(cls, corpus_dir: str) -> "BlockStore":
-    """Reads every `blocks-*.tfrecord` shard of `corpus_dir`."""
-    files = sorted(tf.io.gfile.glob(os.path.join(corpus_dir, formats.BLOCKS_PATTERN)))
-    if not files:
-      raise FileNotFoundError(f"no {formats.BLOCKS_PATTERN} shards in {corpus_dir}")
+    """Reads every `blocks-*.tfrecord` shard of `corpus_dir`, verified by
+    `shards.check_shards` (against `blocks.manifest.json` where there is one).
+
+    Raises:
+      FileNotFoundError: no such directory, or no shards in it.
+      InputError: a missing, damaged or miscounted shard, named with expected vs found.
+    """
+    files = shards.check_shards(corpus_dir, "blocks").files
     ids, titles, texts, title_ids, body_ids = [], [], [], [], []
     for record in tf.data.TFRecordDataset(files).map(formats.parse_block):
       ids.append(int(record["block_id"]))

@@ -3,6 +3,7 @@
     <directory>/vocab.txt                           the world's whole-word vocabulary
     <directory>/blocks-00000-of-00001.tfrecord      Z as blocks (`realm_tf.data.formats`)
     <directory>/examples-00000-of-00001.tfrecord    X as salient-span pre-training examples
+    <directory>/{blocks,examples}.manifest.json     their counts and checksums (`data.shards`)
     <directory>/{train,dev,test}.jsonl              ORQA JSONL questions {"question", "answer"}
     <directory>/world.json                          the config, the people and their facts
 
@@ -20,6 +21,7 @@ from typing import List, Optional
 import tensorflow as tf
 
 from realm_tf.data import formats
+from realm_tf.data import shards
 from realm_tf.data.block_store import BlockStore
 from realm_tf.knowledge_world.world import World
 from realm_tf.knowledge_world.world import WorldConfig
@@ -112,6 +114,9 @@ def write_world(directory: str, config: WorldConfig = WorldConfig(),
   for rows in (titles, bodies, whole):
     if any(tokenizer.unk_id in row for row in rows):
       raise ValueError("a world text has a word outside its vocabulary")
+  for prefix in ("blocks", "examples"):
+    shards.write_manifest(directory, prefix, dataclasses.asdict(world.config),
+                          producer="realm_tf.knowledge_world")
 
   paths = {}
   for split, questions in world.questions.items():

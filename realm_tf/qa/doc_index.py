@@ -24,7 +24,9 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import errors
 from realm_tf.data import formats
+from realm_tf.data import shards
 from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.mips_index import MipsIndex
@@ -39,7 +41,7 @@ _VERIFY_SAMPLE = 8
 _VERIFY_ATOL = 1e-3
 
 
-class EmbeddingMismatchError(ValueError):
+class EmbeddingMismatchError(errors.InputError):
   """Block embeddings do not belong to the corpus or were not made by the doc embedder."""
 
 
@@ -95,11 +97,10 @@ def load_pipeline_embeddings(directory: str, corpus: Corpus) -> np.ndarray:
 
   Raises:
     FileNotFoundError: no shards in `directory`.
+    ShardError: a missing, damaged or miscounted shard (`realm_tf.data.shards`).
     EmbeddingMismatchError: blocks of the corpus without an embedding, or unknown blocks.
   """
-  files = sorted(tf.io.gfile.glob(os.path.join(directory, formats.EMBEDDINGS_PATTERN)))
-  if not files:
-    raise FileNotFoundError(f"no {formats.EMBEDDINGS_PATTERN} shards in {directory}")
+  files = shards.check_shards(directory, "embeddings").files  # verified, or a warning
   ids, vectors = [], []
   for record in tf.data.TFRecordDataset(files).map(formats.parse_embedding):
     ids.append(int(record["block_id"]))

@@ -9,12 +9,12 @@ An example whose span cannot be masked (cut by truncation, say) keeps all-zero w
 counted in "unmaskable" and contributes nothing to the loss.
 Legend: B batch, Lq query length, M max predictions.
 """
-import os
 from typing import Dict
 
 import tensorflow as tf
 
 from realm_tf.data import formats
+from realm_tf.data import shards
 from realm_tf.tokenization import masking
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -33,9 +33,7 @@ def masked_query_dataset(examples_dir: str, tokenizer: WordpieceTokenizer, batch
   """
   if masking_strategy not in MASKING:
     raise ValueError(f"masking_strategy must be one of {MASKING}, got {masking_strategy!r}")
-  files = sorted(tf.io.gfile.glob(os.path.join(examples_dir, formats.EXAMPLES_PATTERN)))
-  if not files:
-    raise FileNotFoundError(f"no {formats.EXAMPLES_PATTERN} shards in {examples_dir}")
+  files = shards.check_shards(examples_dir, "examples").files  # verified, or a warning
   packer = BertPacker(query_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   special = [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id]
 
