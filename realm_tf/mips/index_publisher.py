@@ -18,9 +18,9 @@ version directory.
 Versions are named so that they sort by snapshot step: `version_for_step(step)` gives
 "step-%08d". `LATEST` names the most recently published version. It is read only through
 `latest_version` (and `load_latest`), which accept only the name of a version directory inside
-the root (no path separators, no "..", not absolute: ValueError otherwise) that exists
-(FileNotFoundError otherwise); both errors name the `LATEST` file and how to fix it, e.g. the
-newest complete earlier version to write into it, or `repoint_latest`. Metadata
+the root (no path separators, no "..", not absolute: `InputError`, a ValueError, otherwise)
+that exists (FileNotFoundError otherwise); both errors name the `LATEST` file and how to fix
+it, e.g. the newest complete earlier version to write into it, or `repoint_latest`. Metadata
 (`corpus_fingerprint`, `snapshot_step`, ...) is merged into the manifest's `builder`
 parameters (its keys listed under `METADATA_KEYS`), so it lives with the checksummed index and
 `load_latest` returns exactly what `publish` was given.
@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import errors
 from realm_tf.mips import manifest as manifest_lib
 from realm_tf.mips import mips_index
 
@@ -181,10 +182,10 @@ def _read_latest(index_root: str) -> Optional[str]:
     content = f.read()
   version = content.strip()
   if version and not _is_version(version):
-    raise ValueError(f"{path} holds {content[:200]!r}, not the name of a version directory in "
-                     f"{index_root} (one path component such as {version_for_step(1200)!r}: "
-                     f"no path separators, no '..', not absolute); "
-                     f"{_repoint_advice(index_root)}")
+    raise errors.InputError(
+        f"{path} holds {content[:200]!r}, not the name of a version directory in "
+        f"{index_root} (one path component such as {version_for_step(1200)!r}: "
+        f"no path separators, no '..', not absolute); {_repoint_advice(index_root)}")
   return version or None
 
 

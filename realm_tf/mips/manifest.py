@@ -18,13 +18,15 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import errors
+
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
 KINDS = ("brute_force", "scann")
 _READ_BLOCK_BYTES = 1 << 24
 
 
-class IndexCorruptedError(ValueError):
+class IndexCorruptedError(errors.InputError):
   """A saved index directory is incomplete or does not match its manifest.
 
   Attributes:
@@ -33,7 +35,10 @@ class IndexCorruptedError(ValueError):
   """
 
   def __init__(self, directory: str, file_name: str, reason: str):
-    super().__init__(f"MIPS index {directory!r} is corrupted: {file_name}: {reason}")
+    super().__init__(errors.describe(
+        os.path.join(directory, file_name), f"MIPS index is corrupted: {reason}",
+        "Rebuild it (python -m pipelines.build_index), or publish an earlier complete version "
+        "(index_publisher.repoint_latest)"))
     self.directory = directory
     self.file_name = file_name
 

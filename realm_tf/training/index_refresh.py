@@ -34,6 +34,7 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
+from realm_tf import errors
 from realm_tf.data.block_store import BlockStore
 from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips import index_publisher
@@ -79,9 +80,15 @@ class IndexRefresher(abc.ABC):
 
   def _load(self, version: str) -> None:
     index = index_publisher.load_version(self.index_root, version)
-    if index.num_docs != len(self.store):
-      raise ValueError(f"index {version} in {self.index_root} has {index.num_docs} blocks, "
-                       f"the corpus {len(self.store)}")
+    where = os.path.join(self.index_root, version)
+    built_from = index_publisher.read_metadata(self.index_root, version).get(
+        "corpus_fingerprint", self.store.fingerprint)
+    if index.num_docs != len(self.store) or built_from != self.store.fingerprint:
+      raise errors.InputError(errors.describe(
+          where, f"index built from another corpus: {index.num_docs} blocks, corpus "
+          f"fingerprint {str(built_from)[:12]}; the corpus has {len(self.store)} blocks, "
+          f"fingerprint {self.store.fingerprint[:12]}", "Pass the --corpus_dir it was built "
+          "from, or a new --index_root for this corpus"))
     self.index, self.version = index, version
     self.snapshot_step = index_publisher.step_of_version(version) or 0
     self.swaps += 1
