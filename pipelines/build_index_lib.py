@@ -331,7 +331,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
   """
   if kind not in KINDS:
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-  shards.check_directory(embedder_dir, "the doc-embedder export, --embedder_dir",
+  shards.check_directory(embedder_dir, "a doc-embedder export (--embedder_dir)",
                          "Pass a directory written by `export_doc_embedder`")
   corpus_ids = block_records.corpus_block_ids(corpus_dir)  # [N], canonical order; verified
   if len(corpus_ids) == 0:

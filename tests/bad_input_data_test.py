@@ -142,11 +142,12 @@ def test_a_bz2_dump_cut_mid_way_keeps_complete_pages(tmp_path):
 
 EXAMPLES_INPUT_CASES = {
     "corpus_dir_missing": (lambda t: str(t / "nope"), FileNotFoundError,
-                           r"/nope: no such directory \(the blocks shards' directory\)\. Pass "
+                           r"/nope: no such directory \(expected a directory of blocks-\*\.tfrecord "
+                           r"shards\)\. Pass "
                            r"the directory that `python -m pipelines\.wikipedia_to_blocks` "
                            r"wrote\.$"),
     "corpus_dir_is_a_file": (lambda t: str((t / "f").write_text("x") and t / "f"),
-                             errors.InputError, r"/f: is a file, not a directory"),
+                             errors.InputError, r"/f: is a file, not a directory of blocks-\*\.tfrecord shards\. Pass"),
     "corpus_dir_without_shards": (lambda t: str(t), FileNotFoundError,
                                   r": no blocks-\*\.tfrecord shards\. Pass the directory"),
 }
@@ -175,8 +176,8 @@ def test_examples_output_dir_is_a_file(tmp_path):
 
 def test_index_builder_without_an_embedder_export(tmp_path):
   corpus_dir = write_shards(str(tmp_path / "corpus"), "blocks")
-  with pytest.raises(FileNotFoundError, match=r"/nope: no such directory \(the doc-embedder "
-                     r"export, --embedder_dir\)"):
+  with pytest.raises(FileNotFoundError, match=r"/nope: no such directory \(expected a "
+                     r"doc-embedder export \(--embedder_dir\)\)"):
     build_index_lib.build_index(corpus_dir, str(tmp_path / "nope"), str(tmp_path / "index"))
 
 
@@ -210,7 +211,7 @@ def test_an_index_of_another_corpus_is_rejected(tmp_path, corpus_ids):
   refresher = SynchronousRefresher(root, 10, _store(corpus_ids), (2, 3, 0), kind="brute_force")
   with pytest.raises(errors.InputError, match=r"/index/step-00000001: index built from another "
                      r"corpus: 3 blocks, corpus fingerprint \w{12}; the corpus has \d blocks, "
-                     r"fingerprint \w{12}\. Pass the --corpus_dir it was built from, or a new "
+                     r"fingerprint \w{12}\. Pass the --corpus it was built from, or a new "
                      r"--index_root for this corpus\.$"):
     refresher.start(1, None)
 

@@ -158,19 +158,20 @@ def remove_manifest(directory: str, prefix: str) -> None:
 
 
 def check_directory(directory: str, what: str, fix: str) -> None:
-  """Raises FileNotFoundError / InputError unless `directory` is an existing directory."""
+  """Raises FileNotFoundError / InputError unless `directory` is an existing directory;
+  `what` says what it should be ("a directory of blocks-*.tfrecord shards")."""
   if not directory:
-    raise errors.InputError(errors.describe("''", f"no {what} given", fix))
+    raise errors.InputError(errors.describe("''", f"empty path, expected {what}", fix))
   if tf.io.gfile.isdir(directory):
     return
   if tf.io.gfile.exists(directory):
-    raise errors.InputError(errors.describe(
-        directory, f"is a file, not a directory ({what} is a directory)", fix))
-  raise FileNotFoundError(errors.describe(directory, f"no such directory ({what})", fix))
+    raise errors.InputError(errors.describe(directory, f"is a file, not {what}", fix))
+  raise FileNotFoundError(errors.describe(directory, f"no such directory (expected {what})",
+                                          fix))
 
 
 def _shard_files(directory: str, prefix: str) -> List[str]:
-  check_directory(directory, f"the {prefix} shards' directory",
+  check_directory(directory, f"a directory of {prefix}-*{TFRECORD_SUFFIX} shards",
                   f"Pass the directory that `python -m {PRODUCERS.get(prefix, '...')}` wrote")
   files = sorted(tf.io.gfile.glob(os.path.join(directory, f"{prefix}-*{TFRECORD_SUFFIX}")))
   if not files:

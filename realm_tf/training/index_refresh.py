@@ -87,8 +87,8 @@ class IndexRefresher(abc.ABC):
       raise errors.InputError(errors.describe(
           where, f"index built from another corpus: {index.num_docs} blocks, corpus "
           f"fingerprint {str(built_from)[:12]}; the corpus has {len(self.store)} blocks, "
-          f"fingerprint {self.store.fingerprint[:12]}", "Pass the --corpus_dir it was built "
-          "from, or a new --index_root for this corpus"))
+          f"fingerprint {self.store.fingerprint[:12]}", "Pass the --corpus it was built from, "
+          "or a new --index_root for this corpus"))
     self.index, self.version = index, version
     self.snapshot_step = index_publisher.step_of_version(version) or 0
     self.swaps += 1
