@@ -144,7 +144,7 @@ EXAMPLES_INPUT_CASES = {
     "corpus_dir_missing": (lambda t: str(t / "nope"), FileNotFoundError,
                            r"/nope: no such directory \(expected a directory of blocks-\*\.tfrecord "
                            r"shards\)\. Pass "
-                           r"the directory that `python -m pipelines\.wikipedia_to_blocks` "
+                           r"the directory that python -m pipelines\.wikipedia_to_blocks "
                            r"wrote\.$"),
     "corpus_dir_is_a_file": (lambda t: str((t / "f").write_text("x") and t / "f"),
                              errors.InputError, r"/f: is a file, not a directory of blocks-\*\.tfrecord shards\. Pass"),

@@ -70,7 +70,7 @@ def manifest_path(directory: str, prefix: str) -> str:
 
 def _fix(prefix: str) -> str:
   producer = PRODUCERS.get(prefix)
-  rerun = f"rerun `python -m {producer}` into an empty directory" if producer else "rewrite it"
+  rerun = f"rerun python -m {producer} into an empty directory" if producer else "rewrite it"
   return f"Restore the shard from a good copy or {rerun}"
 
 
@@ -172,12 +172,12 @@ def check_directory(directory: str, what: str, fix: str) -> None:
 
 def _shard_files(directory: str, prefix: str) -> List[str]:
   check_directory(directory, f"a directory of {prefix}-*{TFRECORD_SUFFIX} shards",
-                  f"Pass the directory that `python -m {PRODUCERS.get(prefix, '...')}` wrote")
+                  f"Pass the directory that python -m {PRODUCERS.get(prefix, '...')} wrote")
   files = sorted(tf.io.gfile.glob(os.path.join(directory, f"{prefix}-*{TFRECORD_SUFFIX}")))
   if not files:
     raise FileNotFoundError(errors.describe(
         directory, f"no {prefix}-*{TFRECORD_SUFFIX} shards",
-        f"Pass the directory that `python -m {PRODUCERS.get(prefix, '...')}` wrote"))
+        f"Pass the directory that python -m {PRODUCERS.get(prefix, '...')} wrote"))
   return files
 
 
@@ -193,7 +193,7 @@ def _check_shard_count(directory: str, prefix: str, files: List[str]) -> None:
     counts = ", ".join(f"-of-{n:05d}" for n in sorted(numbered))
     raise ShardError(errors.describe(
         directory, f"{prefix} shards of different sets ({counts}): output of several runs",
-        f"Keep one run's shards, or rerun `python -m {PRODUCERS.get(prefix, '...')}` into an "
+        f"Keep one run's shards, or rerun python -m {PRODUCERS.get(prefix, '...')} into an "
         "empty directory"))
   for total, present in numbered.items():
     missing = sorted(set(range(total)) - present)
@@ -266,5 +266,5 @@ def check_shards(directory: str, prefix: str) -> ShardSet:
     logging.warning("%s", errors.describe(
         directory, f"no {os.path.basename(manifest_path(directory, prefix))}: read "
         f"{total} records from {len(files)} {prefix} shards without a completeness check",
-        f"Shards written by `python -m {PRODUCERS.get(prefix, '...')}` carry one"))
+        f"Shards written by python -m {PRODUCERS.get(prefix, '...')} carry one"))
   return ShardSet(directory, prefix, [found[n] for n in sorted(found)], total, manifest)
