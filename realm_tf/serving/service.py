@@ -36,9 +36,9 @@ class AskService:
     try:
       asker = ask_lib.Asker(model_dir, corpus, embeddings_dir, k, index_kind)
     except Exception as e:  # pylint: disable=broad-except
-      raise InputError(describe(model_dir or "--model_dir", f"does not load as a QA model "
-                                f"({one_line(e)})", "Pass --model_dir=<a directory written "
-                                "by realm-finetune>")) from e
+      problem = f"does not load as a QA model ({one_line(e).rstrip('.')})"
+      raise InputError(describe(model_dir or "--model_dir", problem, "Pass --model_dir=<a "
+                                "directory written by realm-finetune>")) from e
     return cls(asker, batch_size)
 
   @property
