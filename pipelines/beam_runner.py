@@ -1,15 +1,16 @@
 """Running a Beam pipeline from absl flags, and reading its counters back.
 
-Every binary of `pipelines/` takes its own absl flags plus `--pipeline_options`, a string of
-Beam options passed through unchanged (runner, project, workers, ...):
+Every binary of `pipelines/` takes its own absl flags; the flags it does not know are Beam's
+(runner, project, workers, ...), as are those of `--pipeline_options`, a string passed through
+unchanged:
 
-    --pipeline_options="--runner=DataflowRunner --project=P --region=R --temp_location=gs://..."
+    --runner=DataflowRunner --project=P --region=R --temp_location=gs://... --setup_file=./setup.py
     --pipeline_options="--direct_num_workers=2 --direct_running_mode=multi_processing"
 
 Counters of all stages share the namespace `COUNTER_NAMESPACE`.
 """
 import shlex
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
@@ -23,10 +24,11 @@ def counter(name: str):
   return beam.metrics.Metrics.counter(COUNTER_NAMESPACE, name)
 
 
-def pipeline_options(passthrough: Optional[str] = None) -> PipelineOptions:
-  """Beam options from a `--pipeline_options` string (shell-quoted flags); default runner:
-  DirectRunner."""
-  flags = shlex.split(passthrough or "")
+def pipeline_options(passthrough: Optional[str] = None,
+                     beam_args: Sequence[str] = ()) -> PipelineOptions:
+  """Beam options from `beam_args` (a binary's flags absl did not know) and a
+  `--pipeline_options` string (shell-quoted flags); default runner: DirectRunner."""
+  flags = list(beam_args) + shlex.split(passthrough or "")
   if not any(f.startswith("--runner") for f in flags):
     flags.append("--runner=DirectRunner")
   return PipelineOptions(flags)

@@ -2,26 +2,28 @@ r"""Pipeline 3, the index builder: blocks -> embeddings -> published MIPS index.
 
 See `build_index_lib`. Local (DirectRunner), as the trainer's asynchronous refresh runs it:
 
-    python -m pipelines.build_index --corpus_dir=/tmp/corpus \
-      --embedder_dir=/tmp/snapshots/step-00001200 --index_root=/tmp/index --kind=scann
+    python -m pipelines.build_index --corpus=/tmp/corpus \
+      --embedder_dir=/tmp/snapshots/step-00001200 --index_root=/tmp/index --index_kind=scann
 
 Prints the published version and directory; the index is then `load_latest(index_root)`.
 """
-from absl import app
+import shlex
+
 from absl import flags
 from absl import logging
 
-from pipelines import build_index_lib
-from pipelines.build_index_lib import build_index  # the builder as a function, for local mode
+from realm_tf import cli
 
-_CORPUS_DIR = flags.DEFINE_string("corpus_dir", None, "Block shards of pipeline 1.",
+_CORPUS_DIR = flags.DEFINE_string("corpus", None, "Block shards of pipeline 1.",
                                   required=True)
+flags.DEFINE_alias("corpus_dir", "corpus")
 _EMBEDDER_DIR = flags.DEFINE_string("embedder_dir", None, "Doc-embedder export (SavedModel).",
                                     required=True)
 _INDEX_ROOT = flags.DEFINE_string("index_root", None, "Versioned index directory.",
                                   required=True)
-_KIND = flags.DEFINE_enum("kind", "scann", list(build_index_lib.KINDS),
+_KIND = flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS,
                           "ScaNN (approximate) or brute force (exact).")
+flags.DEFINE_alias("kind", "index_kind")
 _VERSION = flags.DEFINE_string("version", "",
                                "Version to publish; empty: step-<export's snapshot step>.")
 _EMBEDDINGS_DIR = flags.DEFINE_string("embeddings_dir", "",
@@ -30,14 +32,16 @@ _NUM_SHARDS = flags.DEFINE_integer("num_shards", 0,
                                    "Embedding shards; 0: one per 100k blocks.")
 _BLOCKS_PER_BATCH = flags.DEFINE_integer("blocks_per_batch", 128, "Blocks per embedder call.")
 _PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
-                                        "Beam pipeline options, passed through.")
+                                        "More Beam options (one shell-quoted string).")
 
 
 def main(argv):
-  del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
+  from pipelines.build_index_lib import build_index  # the builder as a function, for local mode
   result = build_index(
       _CORPUS_DIR.value, _EMBEDDER_DIR.value, _INDEX_ROOT.value, kind=_KIND.value,
-      version=_VERSION.value, pipeline_options=_PIPELINE_OPTIONS.value,
+      version=_VERSION.value,
+      pipeline_options=" ".join([shlex.join(argv[1:]), _PIPELINE_OPTIONS.value]),
       embeddings_dir=_EMBEDDINGS_DIR.value, num_shards=_NUM_SHARDS.value,
       blocks_per_batch=_BLOCKS_PER_BATCH.value)
   for name, value in sorted(result.counters.items()):
@@ -46,5 +50,9 @@ def main(argv):
   print(f"published: {result.version} ({result.num_blocks} blocks) -> {result.directory}")
 
 
+def run():
+  cli.run("pipelines.build_index", main, beam_pipeline=True)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  run()

@@ -2,26 +2,24 @@ r"""Pipeline 2: blocks -> pre-training examples. See `pretraining_examples_lib`.
 
 Local (DirectRunner):
 
-    python -m pipelines.pretraining_examples --corpus_dir=/tmp/corpus \
+    python -m pipelines.pretraining_examples --corpus=/tmp/corpus \
       --output_dir=/tmp/examples \
       --pipeline_options="--direct_num_workers=2 --direct_running_mode=multi_processing"
 
 `--masking=random_span|random_token` writes the ablations' examples; `--tagger=dates` tags
 dates only, `--tagger=my.module:make_tagger` plugs in any tagger (e.g. a BERT CoNLL tagger).
 """
-from absl import app
 from absl import flags
 from absl import logging
-import apache_beam as beam
 
-from pipelines import beam_runner
-from pipelines import pretraining_examples_lib
+from realm_tf import cli
 
-_CORPUS_DIR = flags.DEFINE_string("corpus_dir", None, "Block shards of pipeline 1.",
+_CORPUS_DIR = flags.DEFINE_string("corpus", None, "Block shards of pipeline 1.",
                                   required=True)
+flags.DEFINE_alias("corpus_dir", "corpus")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the example shards go.",
                                   required=True)
-_MASKING = flags.DEFINE_enum("masking", "salient_span", list(pretraining_examples_lib.MASKINGS),
+_MASKING = flags.DEFINE_enum("masking", "salient_span", cli.MASKINGS,
                              "Salient spans (REALM) or the random ablations.")
 _TAGGER = flags.DEFINE_string("tagger", "spacy",
                               "'spacy', 'spacy:<model>', 'dates' or '<module>:<factory>'.")
@@ -35,23 +33,30 @@ _MAX_SPAN_WORDPIECES = flags.DEFINE_integer("max_span_wordpieces", 10,
                                             "Longer spans are skipped.")
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Example shards; 0: the runner decides.")
 _PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
-                                        "Beam pipeline options, passed through.")
+                                        "More Beam options (one shell-quoted string).")
 
 
 def main(argv):
-  del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
+  import apache_beam as beam
+  from pipelines import beam_runner
+  from pipelines import pretraining_examples_lib
   config = pretraining_examples_lib.ExamplesConfig(
       corpus_dir=_CORPUS_DIR.value, output_dir=_OUTPUT_DIR.value, masking=_MASKING.value,
       tagger=_TAGGER.value, vocab_file=_VOCAB_FILE.value,
       max_query_wordpieces=_MAX_QUERY_WORDPIECES.value,
       min_sentence_wordpieces=_MIN_SENTENCE_WORDPIECES.value,
       max_span_wordpieces=_MAX_SPAN_WORDPIECES.value, num_shards=_NUM_SHARDS.value)
-  pipeline = beam.Pipeline(options=beam_runner.pipeline_options(_PIPELINE_OPTIONS.value))
+  pipeline = beam.Pipeline(options=beam_runner.pipeline_options(_PIPELINE_OPTIONS.value, argv[1:]))
   counters = pretraining_examples_lib.run_pipeline(pipeline, config)
   for name, value in counters.items():
     logging.info("%s: %d", name, value)
     print(f"{name}: {value}")
 
 
+def run():
+  cli.run("pipelines.pretraining_examples", main, beam_pipeline=True)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  run()

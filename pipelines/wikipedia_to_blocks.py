@@ -9,13 +9,10 @@ Local (DirectRunner):
 
 Full English Wikipedia on Dataflow: see README.md, "Corpus pipelines".
 """
-from absl import app
 from absl import flags
 from absl import logging
-import apache_beam as beam
 
-from pipelines import beam_runner
-from pipelines import wikipedia_to_blocks_lib
+from realm_tf import cli
 
 _INPUT = flags.DEFINE_list("input", None, "Input file patterns (comma-separated).",
                            required=True)
@@ -36,23 +33,30 @@ _MAX_UNPARSED_FRACTION = flags.DEFINE_float(
     "Pages with more unresolvable markup than this are malformed (dead letters).")
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Block shards; 0: the runner decides.")
 _PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
-                                        "Beam pipeline options, passed through.")
+                                        "More Beam options (one shell-quoted string).")
 
 
 def main(argv):
-  del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
+  import apache_beam as beam
+  from pipelines import beam_runner
+  from pipelines import wikipedia_to_blocks_lib
   config = wikipedia_to_blocks_lib.BlocksConfig(
       input_patterns=_INPUT.value, output_dir=_OUTPUT_DIR.value,
       input_format=_INPUT_FORMAT.value, vocab_file=_VOCAB_FILE.value,
       block_length=_BLOCK_LENGTH.value, max_title_wordpieces=_MAX_TITLE_WORDPIECES.value,
       max_page_bytes=_MAX_PAGE_BYTES.value,
       max_unparsed_fraction=_MAX_UNPARSED_FRACTION.value, num_shards=_NUM_SHARDS.value)
-  pipeline = beam.Pipeline(options=beam_runner.pipeline_options(_PIPELINE_OPTIONS.value))
+  pipeline = beam.Pipeline(options=beam_runner.pipeline_options(_PIPELINE_OPTIONS.value, argv[1:]))
   counters = wikipedia_to_blocks_lib.run_pipeline(pipeline, config)
   for name, value in counters.items():
     logging.info("%s: %d", name, value)
     print(f"{name}: {value}")
 
 
+def run():
+  cli.run("pipelines.wikipedia_to_blocks", main, beam_pipeline=True)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  run()

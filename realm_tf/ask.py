@@ -9,18 +9,18 @@ embedded with the model's doc embedder, without retraining. See `qa/ask_lib.py`.
 """
 import sys
 
-from absl import app
 from absl import flags
 
-from realm_tf.qa import ask_lib
+from realm_tf import cli
+from realm_tf import errors
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
-                                 f"(default ${ask_lib.MODEL_ENV}).")
+                                 "(default $REALM_TF_QA_MODEL).")
 _CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
                               "directory, JSONL or DPR TSV.")
 _EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
                                   "(verified against the doc embedder).")
-_INDEX = flags.DEFINE_enum("index_kind", "", ["", "scann", "brute_force"],
+_INDEX = flags.DEFINE_enum("index_kind", "", ("",) + cli.INDEX_KINDS,
                            "MIPS index for --corpus (default: the model's).")
 _K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question.")
 _QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable); positional "
@@ -28,18 +28,20 @@ _QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable); 
 
 
 def main(argv):
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf.qa import ask_lib
   questions = list(_QUESTION.value) + ([" ".join(argv[1:])] if len(argv) > 1 else [])
   try:
     asker = ask_lib.get_asker(_MODEL_DIR.value, _CORPUS.value, _EMBEDDINGS.value, _K.value,
                               _INDEX.value)
-    ask_lib.answer_or_interact(asker, questions, sys.stdin,
-                               lambda text: print(text, end="", flush=True))
-  except (ValueError, FileNotFoundError) as e:
-    sys.exit(f"realm-ask: {e}")
+  except ValueError as e:  # a model directory or corpus that does not fit: the user's to fix
+    raise errors.InputError(errors.one_line(e)) from e
+  ask_lib.answer_or_interact(asker, questions, sys.stdin,
+                             lambda text: print(text, end="", flush=True))
 
 
 def run():
-  app.run(main)
+  cli.run("realm-ask", main)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,22 @@
 """`realm-evaluate`: exact match, retriever recall@k and a predictions file with provenance.
 
-    python -m realm_tf.evaluate --model_dir=/tmp/qa/model --data=pyserini:nq-test \
+    python -m realm_tf.evaluate --model_dir=/tmp/qa/model --data=pyserini:nq-test \\
         --predictions=/tmp/qa/predictions.jsonl
 
 Prints the metrics as JSON (and writes them to --metrics_output). See `qa/evaluate_lib.py`.
 """
 import json
 
-from absl import app
 from absl import flags
-import tensorflow as tf
 
-from realm_tf.qa import datasets
-from realm_tf.qa import evaluate_lib
-from realm_tf.qa.ask_lib import Asker
+from realm_tf import cli
+
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned model directory (its best/ "
                                  "is used when present).", required=True)
 _DATA = flags.DEFINE_string("data", None, "Questions: ORQA JSONL, DPR TSV or pyserini:<name>.",
                             required=True)
-_DATASET = flags.DEFINE_enum("dataset", "nq", ["nq", "wq", "curatedtrec"],
+_DATASET = flags.DEFINE_enum("dataset", "nq", cli.DATASETS,
                              "Decides string or regex (CuratedTrec) answers.")
 _CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus (default: the model's).")
 _EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus.")
@@ -33,6 +30,11 @@ _BATCH = flags.DEFINE_integer("batch_size", 16, "Questions per batch.")
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  import tensorflow as tf
+  from realm_tf.qa import datasets
+  from realm_tf.qa import evaluate_lib
+  from realm_tf.qa.ask_lib import Asker
   dataset = datasets.dataset_of(_DATA.value, _DATASET.value)
   examples = datasets.load_examples(_DATA.value, dataset)
   asker = Asker(_MODEL_DIR.value, corpus=_CORPUS.value, embeddings_dir=_EMBEDDINGS.value,
@@ -50,7 +52,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  cli.run("realm-evaluate", main)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
-"""`realm-export-hub`: a fine-tuned QA model as TF Hub SavedModels (query embedder, doc
-embedder, reader, end-to-end realm_qa); see `export/export_hub_lib.py`.
+"""`realm-export-hub`: a fine-tuned QA model as TF Hub SavedModels.
+
+Four modules: query embedder, doc embedder, reader and the end-to-end realm_qa; see
+`export/export_hub_lib.py`.
 
     python -m realm_tf.export_hub --model_dir=/tmp/qa/model --export_dir=/tmp/qa/hub
 """
-from absl import app
 from absl import flags
 
-from realm_tf.export import export_hub_lib
+from realm_tf import cli
+
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned model directory (its best/ "
                                  "is used when present).", required=True)
@@ -19,6 +21,8 @@ _K = flags.DEFINE_integer("k", 5, "Evidence blocks per question in realm_qa.")
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf.export import export_hub_lib
   paths = export_hub_lib.run_export(export_hub_lib.HubExportConfig(
       model_dir=_MODEL_DIR.value, export_dir=_EXPORT_DIR.value, corpus=_CORPUS.value,
       embeddings_dir=_EMBEDDINGS.value, k=_K.value))
@@ -27,7 +31,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  cli.run("realm-export-hub", main)
 
 
 if __name__ == "__main__":

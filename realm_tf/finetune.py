@@ -1,21 +1,17 @@
 """`realm-finetune`: Open-QA fine-tuning of a pre-trained REALM (see `qa/finetune_lib.py`).
 
-    python -m realm_tf.finetune --model_dir=/tmp/qa/model --corpus=/data/blocks \
-        --train_data=pyserini:nq-dev --dev_data=dev.jsonl --vocab_file=vocab.txt \
-        --encoder=bert_base --init_checkpoint=/tmp/realm/ckpt
+    python -m realm_tf.finetune --model_dir=/tmp/qa/model --corpus=/data/blocks \\
+        --train_data=pyserini:nq-dev --dev_data=dev.jsonl \\
+        --encoder=minilm_l6 --init_checkpoint=/tmp/realm/ckpt
 
 A restarted job resumes from the latest checkpoint in --model_dir.
 """
 import dataclasses
+import os
 
-from absl import app
 from absl import flags
-import tensorflow as tf
 
-from realm_tf import configs
-from realm_tf.qa import finetune_lib
-from realm_tf.qa import model as model_lib
-from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf import cli
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Output directory.", required=True)
 _CORPUS = flags.DEFINE_string("corpus", None, "Knowledge corpus: blocks-*.tfrecord directory, "
@@ -23,17 +19,19 @@ _CORPUS = flags.DEFINE_string("corpus", None, "Knowledge corpus: blocks-*.tfreco
 _TRAIN = flags.DEFINE_string("train_data", None, "Training questions (ORQA JSONL, DPR TSV, "
                              "or pyserini:<name>).", required=True)
 _DEV = flags.DEFINE_string("dev_data", "", "Dev questions for model selection.")
-_VOCAB = flags.DEFINE_string("vocab_file", None, "Wordpiece vocabulary.", required=True)
-_DATASET = flags.DEFINE_enum("dataset", "nq", ["nq", "wq", "curatedtrec"],
+_VOCAB = flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased "
+                             "vocab).")
+_DATASET = flags.DEFINE_enum("dataset", "nq", cli.DATASETS,
                              "Decides string or regex (CuratedTrec) answers.")
-_ENCODER = flags.DEFINE_enum("encoder", "bert_base", list(configs.ENCODER_PRESETS),
+_ENCODER = flags.DEFINE_enum("encoder", "minilm_l6", cli.ENCODERS,
                              "BERT size of the three towers.")
 _INIT_RANGE = flags.DEFINE_float("initializer_range", None,
                                  "Override of the encoder's initializer range.")
 _PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retrieval embedding size D.")
-_HEAD = flags.DEFINE_enum("retriever_head", "auto", ["auto", "realm", "sentence"],
+_HEAD = flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
                           "Retrieval head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
-                          "(mean pooling, unit length); 'auto': 'sentence' with --init_minilm.")
+                          "(mean pooling, unit length); 'auto': 'sentence' with "
+                          "--init_weights=minilm.")
 _SPAN_HIDDEN = flags.DEFINE_integer("span_hidden_size", 256, "Span head width.")
 _MAX_SPAN = flags.DEFINE_integer("max_span_width", 10, "Longest answer span (wordpieces).")
 _QUERY_LEN = flags.DEFINE_integer("query_length", 64, "Question wordpieces.")
@@ -46,9 +44,12 @@ _INIT_SHARED = flags.DEFINE_bool("init_checkpoint_share_towers", True,
 _INIT_EMBEDDER = flags.DEFINE_string("init_realm_embedder", "", "Released REALM embedder.")
 _INIT_ENCODER = flags.DEFINE_string("init_realm_encoder", "", "Released REALM encoder.")
 _INIT_ORQA = flags.DEFINE_string("init_orqa", "", "Released ORQA checkpoint.")
-_INIT_MINILM = flags.DEFINE_bool("init_minilm", False, "all-MiniLM-L6-v2 BERT weights.")
+_INIT_WEIGHTS = flags.DEFINE_enum("init_weights", "", ["", "minilm"],
+                                  "'minilm': all-MiniLM-L6-v2 BERT weights in every tower.")
 _BATCH = flags.DEFINE_integer("batch_size", 4, "Questions per step (global).")
-_STEPS = flags.DEFINE_integer("num_train_steps", 10000, "Training steps.")
+_STEPS = flags.DEFINE_integer("num_steps", 10000, "Training steps (0: export the "
+                             "initialisation as a QA model).")
+flags.DEFINE_alias("num_train_steps", "num_steps")
 _LR = flags.DEFINE_float("learning_rate", 1e-5, "Peak learning rate.")
 _RETRIEVER_LR = flags.DEFINE_float("retriever_learning_rate", None,
                                    "The query tower's peak learning rate (default: "
@@ -58,38 +59,51 @@ _WARMUP = flags.DEFINE_integer("warmup_steps", None,
 _READ_K = flags.DEFINE_integer("reader_top_k", 5, "Blocks read per question.")
 _RETRIEVE_K = flags.DEFINE_integer("retriever_top_k", 5000, "Blocks in the retriever loss.")
 _GOLD = flags.DEFINE_integer("max_gold_spans", 32, "Gold spans kept per block.")
-_INDEX = flags.DEFINE_enum("index_kind", "scann", ["scann", "brute_force"], "MIPS index.")
-_REFRESH = flags.DEFINE_integer("index_refresh_steps", 0,
+_INDEX = flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
+_REFRESH = flags.DEFINE_integer("refresh_every", 0,
                                 "Refresh the index every N steps (0: frozen index).")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", 1000, "Dev evaluation cadence.")
+flags.DEFINE_alias("index_refresh_steps", "refresh_every")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 1000, "Dev evaluation cadence.")
+flags.DEFINE_alias("eval_every_steps", "eval_every")
 _EVAL_MAX = flags.DEFINE_integer("eval_max_examples", 0, "Dev questions evaluated (0: all).")
-_CKPT_EVERY = flags.DEFINE_integer("checkpoint_every_steps", 1000, "Checkpoint cadence.")
+_CKPT_EVERY = flags.DEFINE_integer("checkpoint_every", 1000, "Steps between checkpoints.")
+flags.DEFINE_alias("checkpoint_every_steps", "checkpoint_every")
 _KEEP = flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept.")
-_LOG_EVERY = flags.DEFINE_integer("log_every_steps", 100, "Log cadence.")
+_LOG_EVERY = flags.DEFINE_integer("log_every", 100, "Log cadence.")
+flags.DEFINE_alias("log_every_steps", "log_every")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
-_STRATEGY = flags.DEFINE_enum("strategy", "default", ["default", "mirrored"],
+_STRATEGY = flags.DEFINE_enum("strategy", "default", cli.STRATEGIES,
                               "tf.distribute strategy.")
+_TPU = flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 
 
-def config_from_flags() -> finetune_lib.FineTuneConfig:
-  vocab_size = WordpieceTokenizer.from_vocab_file(_VOCAB.value).vocab_size
+def config_from_flags():
+  """The `FineTuneConfig` the flags describe."""
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf import configs
+  from realm_tf import pretrained
+  from realm_tf.qa import finetune_lib
+  from realm_tf.qa import model as model_lib
+  from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+  vocab_file = _VOCAB.value or os.path.join(pretrained.minilm_dir(), "vocab.txt")
+  vocab_size = WordpieceTokenizer.from_vocab_file(vocab_file).vocab_size
   encoder = configs.encoder_preset(_ENCODER.value, vocab_size)
   if _INIT_RANGE.value is not None:
     encoder = dataclasses.replace(encoder, initializer_range=_INIT_RANGE.value)
   return finetune_lib.FineTuneConfig(
       model_dir=_MODEL_DIR.value, corpus=_CORPUS.value, train_data=_TRAIN.value,
-      vocab_file=_VOCAB.value, dev_data=_DEV.value, dataset=_DATASET.value,
+      vocab_file=vocab_file, dev_data=_DEV.value, dataset=_DATASET.value,
       model=model_lib.ModelConfig(
           encoder=encoder, projection_size=_PROJECTION.value,
           retriever_head=(_HEAD.value if _HEAD.value != "auto" else
-                          "sentence" if _INIT_MINILM.value else "realm"),
+                          "sentence" if _INIT_WEIGHTS.value == "minilm" else "realm"),
           span_hidden_size=_SPAN_HIDDEN.value, max_span_width=_MAX_SPAN.value,
           query_length=_QUERY_LEN.value, block_length=_BLOCK_LEN.value,
           reader_length=_READER_LEN.value),
       init=model_lib.InitConfig(
           checkpoint=_INIT_CKPT.value, checkpoint_share_towers=_INIT_SHARED.value,
           realm_embedder=_INIT_EMBEDDER.value, realm_encoder=_INIT_ENCODER.value,
-          orqa=_INIT_ORQA.value, minilm=_INIT_MINILM.value),
+          orqa=_INIT_ORQA.value, minilm=_INIT_WEIGHTS.value == "minilm"),
       batch_size=_BATCH.value, num_train_steps=_STEPS.value, learning_rate=_LR.value,
       retriever_learning_rate=_RETRIEVER_LR.value,
       warmup_steps=_WARMUP.value, reader_top_k=_READ_K.value,
@@ -102,15 +116,17 @@ def config_from_flags() -> finetune_lib.FineTuneConfig:
 
 def main(argv):
   del argv
-  strategy = (tf.distribute.MirroredStrategy() if _STRATEGY.value == "mirrored"
-              else tf.distribute.get_strategy())
+  # pylint: disable=g-import-not-at-top
+  from realm_tf.qa import finetune_lib
+  from realm_tf.training import distribute
+  strategy = distribute.build_strategy(_STRATEGY.value, _TPU.value)
   result = finetune_lib.run_finetuning(config_from_flags(), strategy,
                                        log=lambda message: print(message, flush=True))
   print(f"trained to step {result.step}; best dev exact match {result.best_exact_match:.4f}")
 
 
 def run():
-  app.run(main)
+  cli.run("realm-finetune", main)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,19 @@
 """`realm-ict`: ICT warm-start of the retriever over a block corpus.
 
-  realm-ict --corpus_dir=corpus --model_dir=runs/ict --encoder=minilm_l6 --init_weights=minilm
+  realm-ict --corpus=corpus --model_dir=runs/ict --encoder=minilm_l6 --init_weights=minilm
 """
-from absl import app
 from absl import flags
 
-from realm_tf.data.block_store import BlockStore
-from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-from realm_tf.training import distribute
-from realm_tf.training import model_init
-from realm_tf.training.ict_lib import IctConfig
-from realm_tf.training.ict_lib import train_ict
-from realm_tf import pretrained
-from realm_tf.keras import keras
+from realm_tf import cli
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("corpus_dir", None, "Directory of blocks-*.tfrecord shards.", required=True)
+flags.DEFINE_string("corpus", None, "Directory of blocks-*.tfrecord shards.", required=True)
+flags.DEFINE_alias("corpus_dir", "corpus")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and exports.", required=True)
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
-flags.DEFINE_enum("encoder", "minilm_l6", model_init.ENCODERS, "BERT size.")
+flags.DEFINE_enum("encoder", "minilm_l6", cli.ENCODERS, "BERT size.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
-flags.DEFINE_enum("retriever_head", "auto", model_init.HEAD_CHOICES,
+flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
                   "New retrievers' head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
                   "(mean pooling, unit length); 'auto': 'sentence' for --init_weights=minilm.")
 flags.DEFINE_bool("share_towers", True, "One BERT for queries and blocks.")
@@ -31,13 +24,22 @@ flags.DEFINE_integer("query_length", 64, "Pseudo-query length.")
 flags.DEFINE_integer("block_length", 288, "Block length.")
 flags.DEFINE_float("remove_prob", 0.9, "Probability of removing the query from its block.")
 flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
-flags.DEFINE_enum("strategy", "default", distribute.STRATEGIES, "tf.distribute strategy.")
+flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
 
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf import pretrained
+  from realm_tf.data.block_store import BlockStore
+  from realm_tf.keras import keras
+  from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+  from realm_tf.training import distribute
+  from realm_tf.training import model_init
+  from realm_tf.training.ict_lib import IctConfig
+  from realm_tf.training.ict_lib import train_ict
   keras.utils.set_random_seed(FLAGS.seed)
   tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
                else pretrained.minilm_tokenizer())
@@ -51,13 +53,13 @@ def main(argv):
                      query_length=FLAGS.query_length, block_length=FLAGS.block_length,
                      remove_prob=FLAGS.remove_prob, checkpoint_every=FLAGS.checkpoint_every,
                      seed=FLAGS.seed)
-  metrics, _ = train_ict(config, retriever, BlockStore.load(FLAGS.corpus_dir), tokenizer,
+  metrics, _ = train_ict(config, retriever, BlockStore.load(FLAGS.corpus), tokenizer,
                          strategy)
   print({k: round(v, 4) for k, v in metrics.items()})
 
 
 def run():
-  app.run(main)
+  cli.run("realm-ict", main)
 
 
 if __name__ == "__main__":

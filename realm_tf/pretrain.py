@@ -1,38 +1,26 @@
 """`realm-pretrain`: REALM pre-training with an asynchronously refreshed MIPS index.
 
-  realm-pretrain --corpus_dir=corpus --examples_dir=corpus --model_dir=runs/realm \\
+  realm-pretrain --corpus=corpus --examples_dir=corpus --model_dir=runs/realm \\
       --retriever_dir=runs/ict/retriever --encoder=minilm_l6 --init_weights=minilm
 """
 import os
 
-from absl import app
 from absl import flags
 
-from realm_tf import pretrained
-from realm_tf.keras import keras
-from realm_tf.data.block_store import BlockStore
-from realm_tf.models.precision import COMPUTE_DTYPES
-from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-from realm_tf.training import distribute
-from realm_tf.training import model_init
-from realm_tf.training.index_refresh import AsynchronousRefresher
-from realm_tf.training.index_refresh import SynchronousRefresher
-from realm_tf.training.pretraining_data import MASKING
-from realm_tf.training.pretraining_lib import PretrainingConfig
-from realm_tf.training.pretraining_lib import RealmPretrainer
-from realm_tf.training.store_embedding import INDEX_KINDS
+from realm_tf import cli
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("corpus_dir", None, "Directory of blocks-*.tfrecord shards.", required=True)
+flags.DEFINE_string("corpus", None, "Directory of blocks-*.tfrecord shards.", required=True)
+flags.DEFINE_alias("corpus_dir", "corpus")
 flags.DEFINE_string("examples_dir", None, "Directory of examples-*.tfrecord.", required=True)
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, indexes.", required=True)
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
 flags.DEFINE_string("retriever_dir", "", "Saved retriever to start from (ICT output).")
 flags.DEFINE_string("reader_dir", "", "Saved reader to start from.")
-flags.DEFINE_enum("encoder", "minilm_l6", model_init.ENCODERS, "BERT size for new towers.")
+flags.DEFINE_enum("encoder", "minilm_l6", cli.ENCODERS, "BERT size for new towers.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
 flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
-flags.DEFINE_enum("retriever_head", "auto", model_init.HEAD_CHOICES,
+flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
                   "New retrievers' head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
                   "(mean pooling, unit length); 'auto': 'sentence' for --init_weights=minilm.")
 flags.DEFINE_bool("share_towers", True, "One BERT for queries and blocks (new retrievers).")
@@ -42,23 +30,23 @@ flags.DEFINE_float("learning_rate", 3e-5, "Peak learning rate.")
 flags.DEFINE_integer("num_candidates", 8, "K, null document included.")
 flags.DEFINE_bool("null_document", True, "Put the null document among the candidates.")
 flags.DEFINE_bool("exclude_source", True, "Drop the query's own block (trivial retrieval).")
-flags.DEFINE_enum("masking", "salient_span", MASKING, "Masking strategy.")
+flags.DEFINE_enum("masking", "salient_span", cli.MASKINGS, "Masking strategy.")
 flags.DEFINE_integer("query_length", 96, "Query length.")
 flags.DEFINE_integer("block_length", 288, "Block length.")
 flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")
 flags.DEFINE_integer("refresh_every", 500, "Steps between embedder snapshots / rebuilds.")
-flags.DEFINE_enum("index_kind", "scann", INDEX_KINDS, "MIPS index.")
+flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
 flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. Beam runner).")
 flags.DEFINE_integer("max_builder_failures", 2,
                      "Stop training after this many index builds failed in a row (async).")
-flags.DEFINE_enum("embedding_dtype", "float32", COMPUTE_DTYPES,
+flags.DEFINE_enum("embedding_dtype", "float32", cli.COMPUTE_DTYPES,
                   "Doc-tower precision when embedding the corpus (bfloat16: faster on hardware "
                   "with bfloat16 matmuls; see BENCHMARKS.md).")
 flags.DEFINE_bool("embedding_jit_compile", False,
                   "XLA-compile the doc tower when embedding the corpus (faster at BERT-base; "
                   "compiles once per length bucket; see BENCHMARKS.md §1).")
 flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
-flags.DEFINE_enum("strategy", "default", distribute.STRATEGIES, "tf.distribute strategy.")
+flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical devices.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
@@ -66,12 +54,23 @@ flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf import pretrained
+  from realm_tf.data.block_store import BlockStore
+  from realm_tf.keras import keras
+  from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+  from realm_tf.training import distribute
+  from realm_tf.training import model_init
+  from realm_tf.training.index_refresh import AsynchronousRefresher
+  from realm_tf.training.index_refresh import SynchronousRefresher
+  from realm_tf.training.pretraining_lib import PretrainingConfig
+  from realm_tf.training.pretraining_lib import RealmPretrainer
   if FLAGS.num_cpu_devices:
     distribute.split_cpu(FLAGS.num_cpu_devices)
   keras.utils.set_random_seed(FLAGS.seed)
   tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
                else pretrained.minilm_tokenizer())
-  store = BlockStore.load(FLAGS.corpus_dir)
+  store = BlockStore.load(FLAGS.corpus)
   strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
   encoder = model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout)
   with strategy.scope():
@@ -87,7 +86,7 @@ def main(argv):
                                      jit_compile=FLAGS.embedding_jit_compile)
   else:
     refresher = AsynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
-                                      FLAGS.corpus_dir, os.path.join(FLAGS.model_dir, "snapshots"),
+                                      FLAGS.corpus, os.path.join(FLAGS.model_dir, "snapshots"),
                                       FLAGS.index_kind, FLAGS.block_length, FLAGS.builder_args,
                                       compute_dtype=FLAGS.embedding_dtype,
                                       jit_compile=FLAGS.embedding_jit_compile,
@@ -106,7 +105,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  cli.run("realm-pretrain", main)
 
 
 if __name__ == "__main__":

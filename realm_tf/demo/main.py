@@ -2,26 +2,20 @@
 
     realm-demo                   # the default run: ~13 min on 2 CPU cores, in results/demo
     realm-demo --question="who painted the mona lisa?"   # ask your own (re-runs `ask` only)
-    realm-demo --output_dir=results/demo_full --num_docs=0 --block_length=288 \
-        --ict_steps=1000 --pretrain_steps=2000 --pretrain_batch_size=16 \
+    realm-demo --output_dir=results/demo_full --num_docs=0 --block_length=288 \\
+        --ict_steps=1000 --pretrain_steps=2000 --pretrain_batch_size=16 \\
         --refresh_every=100 --finetune_steps=2000 --eval_questions=0   # every stage scaled up
 
 Everything goes to --output_dir; a re-run reuses the completed stages and resumes an
 interrupted one, --overwrite starts over.
 """
-import os
-import sys
+from absl import flags
+from absl import logging
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no C++ INFO, WARNING, ERROR logs
+from realm_tf import cli
+from realm_tf.demo.config import DemoConfig
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from realm_tf.demo import report  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.demo import stages  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-_DEFAULTS = stages.DemoConfig()
+_DEFAULTS = DemoConfig()
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", _DEFAULTS.output_dir, "Where everything goes.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Start over instead of resuming.")
 _NUM_DOCS = flags.DEFINE_integer("num_docs", _DEFAULTS.num_docs,
@@ -70,8 +64,8 @@ _PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
 _SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Initialisation and data order.")
 
 
-def config_from_flags() -> stages.DemoConfig:
-  return stages.DemoConfig(
+def config_from_flags() -> DemoConfig:
+  return DemoConfig(
       output_dir=_OUTPUT_DIR.value, num_docs=_NUM_DOCS.value, encoder=_ENCODER.value,
       block_length=_BLOCK_LENGTH.value, query_length=_QUERY_LENGTH.value,
       dev_percent=_DEV_PERCENT.value, eval_questions=_EVAL_QUESTIONS.value,
@@ -87,18 +81,17 @@ def config_from_flags() -> stages.DemoConfig:
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf.demo import report
+  from realm_tf.demo import stages
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.ERROR)
-  try:
-    config = config_from_flags()
-    result = stages.run_demo(config, overwrite=_OVERWRITE.value)
-  except stages.DemoError as e:
-    sys.exit(f"realm-demo: {e}")
+  result = stages.run_demo(config_from_flags(), overwrite=_OVERWRITE.value)
   print("\n" + report.format_summary(result))
 
 
 def run():
-  app.run(main)
+  cli.run("realm-demo", main)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,10 @@ The directory then feeds every stage unchanged: `realm-ict --corpus_dir`, `realm
 import dataclasses
 import json
 
-from absl import app
 from absl import flags
 
-from realm_tf.knowledge_world.world import WorldConfig
-from realm_tf.knowledge_world.writer import write_world
+from realm_tf import cli
+
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the world is written.",
                                   required=True)
@@ -28,6 +27,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of everything.")
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf.knowledge_world.world import WorldConfig
+  from realm_tf.knowledge_world.writer import write_world
   files = write_world(_OUTPUT_DIR.value, WorldConfig(
       num_entities=_NUM_ENTITIES.value, docs_per_entity=_DOCS.value,
       num_places=_PLACES.value, x_sentences_per_fact=_X.value, dev_fraction=_DEV.value,
@@ -36,7 +38,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  cli.run("realm-knowledge-world", main)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+"""The command-line front of every `realm-*` binary and pipeline: one runner, one vocabulary.
+
+`run(name, main)` is each binary's entry point:
+  * `--help` prints the binary's module docstring and its own flags, before TensorFlow is
+    imported (binaries import TensorFlow inside `main`, after flag parsing);
+  * TensorFlow's C++ logging is quiet (its info, warnings and CUDA-probe errors hidden)
+    unless the user sets `TF_CPP_MIN_LOG_LEVEL` or passes `--verbosity=1` or higher;
+  * bad input ends as one line `<name>: <message>` and exit status 2 (`realm_tf.errors`).
+
+The choices below are the flag vocabulary shared by the binaries (the libraries validate the
+same values; `tests/cli_test.py` keeps both in step). README's "Command line" table is
+generated from the binaries' flags by `tools/cli_table.py`.
+"""
+import os
+import sys
+from typing import Callable, Sequence
+
+from absl import app
+from absl import flags
+
+from realm_tf import errors
+
+ENCODERS = ("tiny", "minilm_l6", "bert_base")
+RETRIEVER_HEADS = ("auto", "realm", "sentence")
+STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
+INDEX_KINDS = ("scann", "brute_force")
+MASKINGS = ("salient_span", "random_span", "random_token")
+COMPUTE_DTYPES = ("float32", "bfloat16")
+DATASETS = ("nq", "wq", "curatedtrec")
+
+
+def _verbose(argv: Sequence[str]) -> bool:
+  for i, arg in enumerate(argv):
+    for prefix in ("--verbosity", "-v"):
+      if arg == prefix and i + 1 < len(argv):
+        arg = f"{prefix}={argv[i + 1]}"
+      if arg.startswith(prefix + "="):
+        try:
+          return int(arg.split("=", 1)[1]) >= 1
+        except ValueError:
+          return False
+  return False
+
+
+def quiet_native_logging(argv: Sequence[str]) -> None:
+  """Hides TensorFlow's C++ log lines unless the user asked for them."""
+  if "TF_CPP_MIN_LOG_LEVEL" not in os.environ and not _verbose(argv):
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+
+
+def run(name: str, main: Callable[[Sequence[str]], None], beam_pipeline: bool = False) -> None:
+  """Runs `main` under absl with this module's help, quiet logs and the one error style.
+
+  `beam_pipeline`: flags absl does not know (`--runner`, `--num_workers`, `--temp_location`,
+  ...) stay in `main`'s argv for Beam's `PipelineOptions`, as in Beam's own examples.
+  """
+  module = sys.modules[main.__module__]
+  quiet_native_logging(sys.argv)
+  entry = sys.modules["__main__"]
+  if entry is not module:  # a console script: its wrapper module is __main__
+    entry.__doc__ = module.__doc__
+    for flag in flags.FLAGS.get_key_flags_for_module(module.__name__):
+      flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  parser = {"flags_parser": _parse_known_flags} if beam_pipeline else {}
+  app.run(errors.run_main(name, main), **parser)
+
+
+def _parse_known_flags(argv: Sequence[str]) -> Sequence[str]:
+  """absl's parsing, leaving the flags absl does not define in the returned argv."""
+  try:
+    return flags.FLAGS(argv, known_only=True)
+  except flags.Error as e:
+    sys.stderr.write(f"FATAL Flags parsing error: {e}\n"
+                     "Pass --helpshort or --helpfull to see help on flags.\n")
+    sys.exit(1)

@@ -1,0 +1,111 @@
+"""The binaries' command line: self-explaining `--help` without TensorFlow, one vocabulary, the
+README table in sync, Beam's own flags accepted by the pipelines."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from realm_tf import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import cli_table  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+BINARIES = cli_table.binaries()
+
+
+@pytest.mark.parametrize("command,module", BINARIES, ids=[c for c, _ in BINARIES])
+def test_help_shows_the_docstring_and_own_flags_without_importing_tensorflow(command, module):
+  del command
+  result = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+  assert "Traceback" not in result.stderr, result.stderr[-2000:]  # absl's --help exits 1
+  info = cli_table.describe(module)
+  assert result.stdout.startswith(str(info["summary"]))
+  for name in info["flags"]:
+    assert f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout, name
+  imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
+              for line in result.stderr.splitlines() if line.startswith("import time:")}
+  assert "tensorflow" not in imported and "apache_beam" not in imported
+
+
+def test_console_script_help_lists_the_binary_flags():
+  script = os.path.join(os.path.dirname(sys.executable), "realm-ict")
+  if not os.path.exists(script):
+    pytest.skip("realm_tf is not pip-installed in this interpreter's environment")
+  result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120)
+  assert "Traceback" not in result.stderr
+  assert result.stdout.startswith("`realm-ict`: ICT warm-start")
+  assert "--corpus:" in result.stdout and "--num_steps:" in result.stdout
+
+
+def test_readme_command_line_table_is_generated_from_the_flags():
+  assert cli_table.main(["--check"]) == 0, "run: python tools/cli_table.py"
+
+
+def test_shared_choices_are_the_libraries_choices():
+  from pipelines import build_index_lib  # pylint: disable=g-import-not-at-top
+  from pipelines import pretraining_examples_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf import configs  # pylint: disable=g-import-not-at-top
+  from realm_tf.models import precision  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import distribute  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import model_init  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import pretraining_data  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import store_embedding  # pylint: disable=g-import-not-at-top
+  assert set(cli.ENCODERS) == set(configs.ENCODER_PRESETS)
+  assert set(cli.RETRIEVER_HEADS) == set(model_init.HEAD_CHOICES)
+  assert cli.STRATEGIES == distribute.STRATEGIES
+  assert set(cli.INDEX_KINDS) == set(store_embedding.INDEX_KINDS) == set(build_index_lib.KINDS)
+  assert set(cli.MASKINGS) == set(pretraining_examples_lib.MASKINGS) == set(
+      pretraining_data.MASKING)
+  assert cli.COMPUTE_DTYPES == precision.COMPUTE_DTYPES
+
+
+@pytest.mark.parametrize("argv,verbose", [
+    ([], False), (["--verbosity=1"], True), (["--verbosity", "2"], True),
+    (["-v=0"], False), (["--verbosity=x"], False)])
+def test_native_logging_is_quiet_unless_asked(monkeypatch, argv, verbose):
+  monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+  cli.quiet_native_logging(["prog"] + argv)
+  assert ("TF_CPP_MIN_LOG_LEVEL" in os.environ) is not verbose
+  monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+  cli.quiet_native_logging(["prog"] + argv)
+  assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0"
+
+
+def test_pipelines_pass_unknown_flags_to_beam():
+  from apache_beam.options.pipeline_options import DirectOptions  # pylint: disable=g-import-not-at-top
+  from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=g-import-not-at-top
+  from pipelines import beam_runner  # pylint: disable=g-import-not-at-top
+  options = beam_runner.pipeline_options("--direct_running_mode=in_memory",
+                                         ["--runner=DirectRunner", "--direct_num_workers=1"])
+  assert options.view_as(StandardOptions).runner == "DirectRunner"
+  assert options.view_as(DirectOptions).direct_num_workers == 1
+  assert options.view_as(DirectOptions).direct_running_mode == "in_memory"
+
+
+@pytest.mark.slow
+def test_a_pipeline_binary_runs_with_beams_own_runner_flag(tmp_path):
+  corpus = tmp_path / "docs.jsonl"
+  corpus.write_text('{"title": "Ada Lovelace", "text": "Ada Lovelace wrote the first '
+                    'program. She worked with Charles Babbage."}\n', encoding="utf-8")
+  result = subprocess.run(
+      [sys.executable, "-m", "pipelines.wikipedia_to_blocks", f"--input={corpus}",
+       "--input_format=jsonl", f"--output_dir={tmp_path / 'out'}", "--runner=DirectRunner",
+       "--direct_num_workers=1"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert any(name.startswith("blocks-") for name in os.listdir(tmp_path / "out"))
+
+
+@pytest.mark.slow
+def test_setup_py_builds_the_source_distribution_beam_ships_to_workers(tmp_path):
+  result = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  import tarfile  # pylint: disable=g-import-not-at-top
+  (archive,) = [p for p in os.listdir(tmp_path) if p.endswith(".tar.gz")]
+  with tarfile.open(tmp_path / archive) as tar:
+    names = tar.getnames()
+  for module in ("pipelines/build_index_lib.py", "realm_tf/cli.py", "realm_tf/mips/manifest.py"):
+    assert any(name.endswith(module) for name in names), module
