@@ -18,20 +18,14 @@ from realm_tf.serving.batcher import Batcher
 from realm_tf.serving.batcher import Overloaded
 from realm_tf.serving.responses import answer_span
 from realm_tf.serving.server import BackgroundServer
-from realm_tf.serving.service import AskService
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_CHARS, MAX_BODY = 1000, 65536
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-  return serve_helpers.build_model_dir(str(tmp_path_factory.mktemp("serve")))
-
-
-@pytest.fixture(scope="module")
-def service(model_dir):
-  return AskService.load(model_dir)
+def service(tmp_path_factory):
+  return serve_helpers.shared_service(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -231,9 +225,9 @@ def test_model_dir_that_does_not_load_stops_the_binary(tmp_path):
 
 
 @pytest.mark.slow
-def test_binary_serves_on_loopback(model_dir, service):
+def test_binary_serves_on_loopback(service):
   port = _free_port()
-  process = _serve(f"--model_dir={model_dir}", f"--port={port}")
+  process = _serve(f"--model_dir={service.model.directory}", f"--port={port}")
   try:
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300

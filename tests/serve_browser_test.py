@@ -8,7 +8,6 @@ import pytest
 
 import serve_helpers
 from realm_tf.serving.server import BackgroundServer
-from realm_tf.serving.service import AskService
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "tests", "artifacts")
@@ -18,7 +17,7 @@ QUESTION = "who wrote hamlet?"
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-  return AskService.load(serve_helpers.build_model_dir(str(tmp_path_factory.mktemp("serve"))))
+  return serve_helpers.shared_service(tmp_path_factory)
 
 
 @pytest.mark.slow

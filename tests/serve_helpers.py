@@ -22,6 +22,17 @@ def build_model_dir(directory: str) -> str:
   return model_dir
 
 
+_SHARED = {}
+
+
+def shared_service(tmp_path_factory) -> AskService:
+  """The tiny-world model loaded once per test session: the serve test modules share it and
+  its traced functions."""
+  if "service" not in _SHARED:
+    _SHARED["service"] = AskService.load(build_model_dir(str(tmp_path_factory.mktemp("serve"))))
+  return _SHARED["service"]
+
+
 def make_app(service: AskService, max_batch_size: int = 16, max_wait_ms: float = 20.0,
              **limits):
   """(app, batcher) over `service` with the binary's defaults unless overridden."""
