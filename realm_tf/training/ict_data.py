@@ -2,26 +2,25 @@
 
 A pseudo-query is one sentence of a block; with probability `remove_prob` (0.9) it is removed
 from the block, otherwise the block is left whole, so the retriever learns both lexical and
-semantic matching. Sentences come from the block text (split after . ! ? before an upper-case
-letter or digit) and are tokenized separately; their concatenation is the block body.
+semantic matching. Sentences come from the block text, split by the corpus pipelines' own
+splitter (`pipelines.sentence_splitter`: abbreviations, dotted abbreviations and initials do
+not end a sentence), and are tokenized separately; their concatenation is the block body.
 Legend: B batch, Lq query length (64), Lb block length (288).
 """
-import re
 from typing import Dict, List
 
 import numpy as np
 import tensorflow as tf
 
+from pipelines import sentence_splitter
 from realm_tf.data.block_store import BlockStore
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
-_SENTENCE_BOUNDARY = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-
 
 def split_sentences(text: str) -> List[str]:
-  """Sentences of `text` (empty pieces dropped)."""
-  return [s.strip() for s in _SENTENCE_BOUNDARY.split(text) if s.strip()]
+  """Sentences of `text`, as the corpus pipelines split them."""
+  return [text[start:end] for start, end in sentence_splitter.split_sentences(text)]
 
 
 class IctCorpus:
