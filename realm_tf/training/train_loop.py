@@ -67,6 +67,7 @@ class TrainLoop:
     self.summary_every = max(1, summary_every)
     self.verbose = verbose
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    self._items = checkpoint_items
     self.checkpoint = tf.train.Checkpoint(step=self.step, **checkpoint_items)
     self.manager = tf.train.CheckpointManager(
         self.checkpoint, os.path.join(model_dir, "checkpoints"), max_to_keep=max_to_keep)
@@ -117,7 +118,12 @@ class TrainLoop:
     latest = self.best_manager.latest_checkpoint
     if not latest:
       return None
-    run_configs.restore_checked(self.checkpoint, latest, read=True)
+    # The model alone is verified: a best checkpoint may predate the optimizer's slots.
+    models = {k: v for k, v in self._items.items()
+              if not isinstance(v, (keras.optimizers.Optimizer,
+                                    keras.optimizers.legacy.Optimizer))}
+    run_configs.restore_checked(tf.train.Checkpoint(step=self.step, **models), latest,
+                                read=True)
     return int(latest.rsplit("-", 1)[-1])
 
   def restore(self) -> int:
