@@ -47,6 +47,7 @@ from realm_tf.losses.open_qa_loss import correct_spans
 from realm_tf.losses.open_qa_loss import open_qa_loss
 from realm_tf.qa import datasets
 from realm_tf.qa.corpus import load_corpus
+from realm_tf.qa.corpus import write_corpus_jsonl
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
@@ -54,6 +55,7 @@ from realm_tf.qa.model import InitConfig
 from realm_tf.qa.model import ModelConfig
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import VOCAB
+from realm_tf.qa.model import CORPUS
 from realm_tf.qa.model import build_models
 from realm_tf.qa.model import initialize
 from realm_tf.qa.model import make_system
@@ -294,6 +296,9 @@ class FineTuner:
                        f"wordpieces, the encoder {config.model.encoder.vocab_size}")
     with tf.io.gfile.GFile(os.path.join(config.model_dir, VOCAB), "w") as f:
       f.write("\n".join(self.tokenizer.vocabulary) + "\n")
+    corpus_copy = os.path.join(config.model_dir, CORPUS)  # the model directory can move
+    write_corpus_jsonl(self.corpus, corpus_copy + ".tmp")
+    tf.io.gfile.rename(corpus_copy + ".tmp", corpus_copy, overwrite=True)
     self.featurizer = QAFeaturizer(self.tokenizer, config.model.query_length,
                                    config.model.block_length, config.model.reader_length)
     self.num_retrieved = min(config.retriever_top_k, len(self.corpus))
@@ -414,12 +419,12 @@ class FineTuner:
 
   def _info(self, prefix: str = "", metrics: Optional[Dict[str, float]] = None) -> ModelInfo:
     index_name, embedder_name = _snapshot_dirs(self._snapshot())
-    return ModelInfo(model=self.config.model, corpus=os.path.abspath(self.config.corpus)
-                     if "://" not in self.config.corpus else self.config.corpus,
+    return ModelInfo(model=self.config.model, corpus=prefix + CORPUS,
                      corpus_fingerprint=self.corpus.fingerprint,
                      doc_index=prefix + index_name, doc_embedder=prefix + embedder_name,
                      dataset=self.dataset, vocab_file=prefix + VOCAB, step=self._step(),
-                     metrics=dict(metrics or {}))
+                     metrics=dict(metrics or {}),
+                     vocab_fingerprint=run_config.vocab_fingerprint(self.tokenizer.vocabulary))
 
   def _save_checkpoint(self) -> None:
     if self._save_run_config:  # before the first checkpoint: never a checkpoint without it

@@ -9,22 +9,31 @@ Model directory (written by `realm_tf.qa.finetune_lib`, read by `QAModel.load`):
 
     model.json           `ModelInfo`: configs, vocabulary, corpus, doc index/embedder, metrics
     vocab.txt            the wordpiece vocabulary
+    corpus.jsonl         the knowledge corpus (a copy, so that the directory can move)
     doc_embedder-<S>/    doc-embedder SavedModel of the doc tower snapshot of step S
     doc_index-<S>/       `DocIndex` of the corpus embedded by it
     ckpt-<N>.*           tf.train.Checkpoint(retriever, reader, optimizer, step,
                          doc_snapshot_step), managed by tf.train.CheckpointManager
     best/                the checkpoint with the best dev exact match, its own model.json
                          (paths relative to best/)
+
+Loading is checked (`QAModel.load`): every path in model.json is relative and resolves inside
+the model directory (`<model_dir>` for `best/`); the vocabulary must match the checkpoint's
+embedding table and model.json the checkpoint's variables; a mismatch raises
+`errors.InputError` naming model.json or vocab.txt. The doc-embedder SavedModel is loaded only
+to embed another corpus (`corpus=`): answering over the model's own corpus reads Keras weights
+(the checkpoint), config, vocabulary, corpus and index, and runs no graph from the directory.
 """
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
 from realm_tf import checkpoints
 from realm_tf import configs
+from realm_tf import errors
 from realm_tf import pretrained
 from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.models.reader import Reader
@@ -35,9 +44,13 @@ from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import index_corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf.training import run_config
 
 MODEL_INFO = "model.json"
 VOCAB = "vocab.txt"
+CORPUS = "corpus.jsonl"
+BEST_DIR = "best"
+_PATH_KEYS = ("vocab_file", "corpus", "doc_index", "doc_embedder")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +152,8 @@ def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
             if tf.io.gfile.isdir(init.checkpoint) else init.checkpoint)
     if not path:
       raise FileNotFoundError(f"no checkpoint in {init.checkpoint}")
-    status = tf.train.Checkpoint(retriever=source, reader=reader).read(path)
-    status.expect_partial().assert_existing_objects_matched()
+    run_config.restore_checked(tf.train.Checkpoint(retriever=source, reader=reader), path,
+                               read=True)
     _copy_towers(source, retriever)
   if init.realm_embedder:
     checkpoints.load_realm_embedder(retriever, init.realm_embedder)
@@ -157,7 +170,8 @@ def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
 class ModelInfo:
   """`model.json`: everything besides the weights needed to rebuild a fine-tuned model.
 
-  Paths are relative to the directory holding `model.json` (or absolute).
+  Paths are relative to the directory holding `model.json` and stay inside the model directory
+  (`resolve`).
   """
   model: ModelConfig
   corpus: str
@@ -168,6 +182,7 @@ class ModelInfo:
   vocab_file: str = VOCAB
   step: int = 0
   metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+  vocab_fingerprint: str = ""
 
   def write(self, directory: str) -> None:
     values = dataclasses.asdict(self)
@@ -182,16 +197,102 @@ class ModelInfo:
     path = os.path.join(directory, MODEL_INFO)
     if not tf.io.gfile.exists(path):
       raise FileNotFoundError(f"{directory} is not a fine-tuned QA model (no {MODEL_INFO})")
-    with tf.io.gfile.GFile(path, "r") as f:
-      values = json.load(f)
-    values["model"] = ModelConfig.from_dict(values["model"])
-    return cls(**values)
+    try:
+      with tf.io.gfile.GFile(path, "r") as f:
+        values = json.load(f)
+      values["model"] = ModelConfig.from_dict(values["model"])
+      return cls(**values)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+      raise errors.InputError(errors.describe(
+          path, f"not a model.json of this version ({type(e).__name__}: {e})",
+          "Restore model.json as fine-tuning wrote it")) from e
 
 
-def resolve(directory: str, path: str) -> str:
-  """`path` from `model.json`, relative to its directory."""
-  return path if os.path.isabs(path) or "://" in path else os.path.normpath(
-      os.path.join(directory, path))
+def model_root(directory: str) -> str:
+  """The model directory that confines `directory`'s paths: `<model_dir>` for its `best/`."""
+  directory = os.path.normpath(directory)
+  parent = os.path.dirname(directory)
+  if os.path.basename(directory) == BEST_DIR and tf.io.gfile.exists(
+      os.path.join(parent, MODEL_INFO)):
+    return parent
+  return directory
+
+
+def resolve(directory: str, info: "ModelInfo", key: str) -> str:
+  """The path under `key` of `directory`'s model.json, which must be relative and resolve
+  inside the model directory (`model_root`; symbolic links followed).
+
+  Raises:
+    errors.InputError: an absolute path, a URL or one that leaves the model directory.
+  """
+  value = getattr(info, key)
+  root = model_root(directory)
+  real = lambda p: p if "://" in p else os.path.realpath(p)
+  inside = isinstance(value, str) and value and not os.path.isabs(value) and "://" not in value
+  if inside:
+    path = os.path.normpath(os.path.join(directory, value))
+    inside = os.path.commonpath([real(root), real(path)]) == real(root)
+  if not inside:
+    raise errors.InputError(errors.describe(
+        os.path.join(directory, MODEL_INFO),
+        f"{key} {value!r} is not a relative path inside the model directory {root}",
+        "Paths in model.json must stay inside the model directory (a downloaded model must "
+        "not read files elsewhere): restore model.json as fine-tuning wrote it, or pass the "
+        "file as a flag (e.g. --corpus)"))
+  return path
+
+
+def _encoder_layers(shapes: Dict[str, list], prefix: str) -> int:
+  found = {k[len(prefix):].split("/", 1)[0] for k in shapes if k.startswith(prefix)}
+  return len(found)
+
+
+def check_model_dir(directory: str, info: "ModelInfo", tokenizer: WordpieceTokenizer,
+                    checkpoint: str, retriever: Retriever, reader: Reader) -> None:
+  """Verifies vocab.txt and model.json against the checkpoint before restoring it.
+
+  Raises:
+    errors.InputError: naming vocab.txt (size or fingerprint of another vocabulary) or
+      model.json (layers, vocabulary or variables the checkpoint does not hold).
+  """
+  info_path = os.path.join(directory, MODEL_INFO)
+  vocab_path = resolve(directory, info, "vocab_file")
+  shapes = {k[:-len("/.ATTRIBUTES/VARIABLE_VALUE")]: s
+            for k, s in tf.train.list_variables(checkpoint)
+            if k.startswith(("retriever/", "reader/")) and ".OPTIMIZER_SLOT" not in k and
+            k.endswith("/.ATTRIBUTES/VARIABLE_VALUE")}
+  table = next((shapes[k] for k in ("reader/encoder/_embedding_layer/embeddings",
+                                     "reader/masked_lm/embedding_table") if k in shapes), None)
+  fix_info = "Restore model.json as fine-tuning wrote it, or load the model directory it "\
+             "belongs to"
+  if table and tokenizer.vocab_size != table[0]:
+    raise errors.InputError(errors.describe(
+        vocab_path, f"{tokenizer.vocab_size} wordpieces, but the embedding table of the "
+        f"checkpoint {checkpoint} has {table[0]} rows",
+        "Restore the vocab.txt the model was fine-tuned with"))
+  if info.vocab_fingerprint and run_config.vocab_fingerprint(
+      tokenizer.vocabulary) != info.vocab_fingerprint:
+    raise errors.InputError(errors.describe(
+        vocab_path, "not the vocabulary the model was fine-tuned with (its fingerprint in "
+        "model.json differs)", "Restore the vocab.txt the model was fine-tuned with"))
+  encoder = info.model.encoder
+  layers = _encoder_layers(shapes, "reader/encoder/_transformer_layers/")
+  if layers and layers != encoder.num_layers:
+    raise errors.InputError(errors.describe(
+        info_path, f"encoder.num_layers is {encoder.num_layers}, but the checkpoint "
+        f"{checkpoint} holds {layers} transformer layers per encoder", fix_info))
+  if table and list(table) != [encoder.vocab_size, encoder.hidden_size]:
+    raise errors.InputError(errors.describe(
+        info_path, f"encoder.vocab_size x hidden_size is {encoder.vocab_size} x "
+        f"{encoder.hidden_size}, but the checkpoint {checkpoint} has a {table[0]} x "
+        f"{table[1]} embedding table", fix_info))
+  variables = {id(v): v for v in retriever.variables + reader.variables}.values()
+  expected = sorted(tuple(v.shape.as_list()) for v in variables)
+  found = sorted(tuple(s) for s in shapes.values())
+  if expected != found:
+    raise errors.InputError(errors.describe(
+        info_path, f"the model it describes ({len(expected)} variables) does not fit the "
+        f"checkpoint {checkpoint} ({len(found)} variables, of other shapes)", fix_info))
 
 
 def model_checkpoint(retriever: Retriever, reader: Reader, **extra) -> tf.train.Checkpoint:
@@ -207,7 +308,7 @@ class QAModel:
     info: its `ModelInfo`.
     directory: the model directory.
     tokenizer, retriever, reader: the models (separate retriever towers).
-    doc_embedder: the doc-embedder export of the doc tower.
+    doc_embedder_path: the doc-embedder export of the doc tower (`doc_embedder` loads it).
     corpus, doc_index: the knowledge corpus and its index.
   """
   info: ModelInfo
@@ -215,49 +316,65 @@ class QAModel:
   tokenizer: WordpieceTokenizer
   retriever: Retriever
   reader: Reader
-  doc_embedder: DocEmbedder
+  doc_embedder_path: str
   corpus: Corpus
   doc_index: DocIndex
   _systems: Dict[Tuple[int, int], RetrieveAndRead] = dataclasses.field(
       default_factory=dict, repr=False, compare=False)
+  _doc_embedder: Optional[DocEmbedder] = dataclasses.field(default=None, repr=False,
+                                                           compare=False)
 
   @property
   def config(self) -> ModelConfig:
     return self.info.model
 
+  @property
+  def doc_embedder(self) -> DocEmbedder:
+    """The doc-embedder SavedModel, loaded on first use (to embed another corpus)."""
+    if self._doc_embedder is None:
+      self._doc_embedder = DocEmbedder(self.doc_embedder_path)
+    return self._doc_embedder
+
   @classmethod
   def load(cls, directory: str, corpus: str = "", embeddings_dir: str = "",
            index_kind: str = "") -> "QAModel":
-    """Loads a model directory (or its `best/`) and its latest checkpoint.
+    """Loads a model directory (or its `best/`) and its latest checkpoint, checked (see the
+    module docstring).
 
     Args:
       directory: a directory written by fine-tuning (`<model_dir>` or `<model_dir>/best`).
-      corpus: optional path of another knowledge corpus (`load_corpus`); it is embedded with
-        the model's doc embedder (paper Appendix C: new knowledge without retraining).
+      corpus: optional path of another knowledge corpus (`load_corpus`), anywhere; it is
+        embedded with the model's doc embedder (paper Appendix C: new knowledge without
+        retraining), the one case that loads the doc-embedder SavedModel.
       embeddings_dir: with `corpus`, precomputed embeddings to verify and use instead.
       index_kind: with `corpus`, the MIPS index to build (default: the model's own kind).
 
     Raises:
       FileNotFoundError: not a model directory, or no checkpoint in it.
+      errors.InputError: a path of model.json outside the model directory, vocab.txt or
+        model.json that does not fit the checkpoint.
       EmbeddingMismatchError: the corpus and its embeddings or index disagree.
     """
     info = ModelInfo.read(directory)
-    tokenizer = WordpieceTokenizer.from_vocab_file(resolve(directory, info.vocab_file))
+    paths = {key: resolve(directory, info, key) for key in _PATH_KEYS}
+    tokenizer = WordpieceTokenizer.from_vocab_file(paths["vocab_file"])
     path = tf.train.latest_checkpoint(directory)
     if not path:
       raise FileNotFoundError(f"no checkpoint in {directory}")
-    doc_embedder = DocEmbedder(resolve(directory, info.doc_embedder))
-    if corpus:
-      knowledge = load_corpus(corpus)
-      kind = index_kind or DocIndex.read_info(resolve(directory, info.doc_index))["kind"]
-      doc_index = index_corpus(doc_embedder, knowledge, embeddings_dir, kind=kind)
-    else:
-      knowledge = load_corpus(resolve(directory, info.corpus))
-      doc_index = DocIndex.load(resolve(directory, info.doc_index), knowledge)
     retriever, reader = build_models(info.model)
-    model_checkpoint(retriever, reader).read(path).expect_partial()
-    return cls(info, directory, tokenizer, retriever, reader, doc_embedder, knowledge,
-               doc_index)
+    check_model_dir(directory, info, tokenizer, path, retriever, reader)
+    run_config.restore_checked(model_checkpoint(retriever, reader), path, read=True)
+    model = cls(info, directory, tokenizer, retriever, reader, paths["doc_embedder"], None,
+                None)
+    if corpus:
+      model.corpus = load_corpus(corpus)
+      kind = index_kind or DocIndex.read_info(paths["doc_index"])["kind"]
+      model.doc_index = index_corpus(model.doc_embedder, model.corpus, embeddings_dir,
+                                     kind=kind)
+    else:
+      model.corpus = load_corpus(paths["corpus"])
+      model.doc_index = DocIndex.load(paths["doc_index"], model.corpus)
+    return model
 
   def system(self, k: int = 5, batch_size: int = 16) -> RetrieveAndRead:
     """The retrieve-and-read system over the model's corpus, reading `k` blocks (one per
