@@ -111,10 +111,12 @@ def load_pipeline_embeddings(directory: str, corpus: Corpus) -> np.ndarray:
   unknown = np.setdiff1d(ids, corpus.block_ids)
   missing = np.setdiff1d(corpus.block_ids, ids)
   if unknown.size or missing.size or len(ids) != len(corpus):
-    raise EmbeddingMismatchError(
-        f"{directory} does not embed corpus {corpus.source!r}: {missing.size} blocks without "
+    raise EmbeddingMismatchError(errors.describe(
+        directory, f"does not embed corpus {corpus.source!r}: {missing.size} blocks without "
         f"an embedding (e.g. {missing[:5].tolist()}), {unknown.size} unknown blocks "
-        f"(e.g. {unknown[:5].tolist()}), {len(ids)} records for {len(corpus)} blocks")
+        f"(e.g. {unknown[:5].tolist()}), {len(ids)} records for {len(corpus)} blocks",
+        "Pass the embeddings of this corpus (python -m pipelines.build_index "
+        "--embeddings_dir=...), or leave --embeddings_dir out to embed it"))
   order = np.argsort(ids, kind="stable")
   return np.stack(vectors)[order].astype(np.float32)
 
@@ -196,9 +198,11 @@ class DocIndex:
     """
     info = cls.read_info(directory)
     if corpus is not None and info["corpus_fingerprint"] != corpus.fingerprint:
-      raise EmbeddingMismatchError(
-          f"document index {directory} was built for another corpus than {corpus.source!r} "
-          "(fingerprints differ)")
+      raise EmbeddingMismatchError(errors.describe(
+          directory, f"document index built for another corpus than {corpus.source!r} "
+          f"(corpus fingerprint {str(info['corpus_fingerprint'])[:12]}, this corpus "
+          f"{corpus.fingerprint[:12]})", "Pass the corpus it was built for, or a precomputed "
+          "index of this corpus"))
     with tf.io.gfile.GFile(os.path.join(directory, _EMBEDDINGS), "rb") as f:
       embeddings = np.load(f, allow_pickle=False)
     index = load_index(os.path.join(directory, "index"))
