@@ -25,6 +25,8 @@ _INDEX = flags.DEFINE_enum("index_kind", "", ["", "scann", "brute_force"],
                            "MIPS index for --corpus (default: the model's).")
 _K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question when a request has no "
                           "top_k.", lower_bound=1)
+_MAX_TOP_K = flags.DEFINE_integer("max_top_k", 50, "Largest top_k a request may ask for "
+                                  "(the reader reads every block retrieved).", lower_bound=1)
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind; the default serves this "
                             "machine only.")
 _PORT = flags.DEFINE_integer("port", 8080, "Port to listen on.", lower_bound=1,
@@ -60,7 +62,8 @@ def main(argv):
                             _INDEX.value, batch_size=_MAX_BATCH.value)
   service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions
   limits = Limits(max_body_bytes=_MAX_BODY.value, max_question_chars=_MAX_CHARS.value,
-                  num_blocks=service.num_blocks, default_top_k=service.default_top_k)
+                  num_blocks=service.num_blocks, max_top_k=_MAX_TOP_K.value,
+                  default_top_k=service.default_top_k)
   batcher = Batcher(service.answer_batch, _MAX_BATCH.value, _MAX_WAIT.value, _MAX_QUEUE.value)
   print(f"realm-serve: {service.model.directory} ({service.num_blocks} blocks) on "
         f"http://{_HOST.value}:{_PORT.value}/", file=sys.stderr, flush=True)

@@ -18,6 +18,9 @@ from realm_tf.serving.batcher import Batcher
 from realm_tf.serving.batcher import Overloaded
 from realm_tf.serving.responses import answer_span
 from realm_tf.serving.server import BackgroundServer
+from realm_tf.serving.validation import BadRequest
+from realm_tf.serving.validation import Limits
+from realm_tf.serving.validation import parse_ask
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_CHARS, MAX_BODY = 1000, 65536
@@ -190,6 +193,14 @@ def test_batcher_groups_by_top_k_reports_errors_and_refuses_when_full():
     waiting.cancel()
 
   asyncio.run(overflow())
+
+
+def test_top_k_is_capped_by_max_top_k():
+  limits = Limits(num_blocks=24, max_top_k=10, default_top_k=5)
+  assert parse_ask(b'{"question": "who?", "top_k": 10}', limits).top_k == 10
+  assert parse_ask(b'{"question": "who?"}', limits).top_k == 5
+  with pytest.raises(BadRequest, match=r"outside 1..10 \(the server reads at most 10 blocks"):
+    parse_ask(b'{"question": "who?", "top_k": 11}', limits)
 
 
 def test_answer_span():

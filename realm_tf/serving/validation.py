@@ -30,12 +30,15 @@ class Limits:
   Attributes:
     max_body_bytes: largest request body (413 above it).
     max_question_chars: longest question, in characters.
-    num_blocks: blocks in the index, the largest `top_k`.
+    num_blocks: blocks in the index.
+    max_top_k: the largest `top_k` (at most `num_blocks` is used): the reader reads every
+      block retrieved.
     default_top_k: `top_k` when the request has none.
   """
   max_body_bytes: int = 65536
   max_question_chars: int = 1000
   num_blocks: int = 1
+  max_top_k: int = 50
   default_top_k: int = 5
 
 
@@ -60,7 +63,7 @@ def parse_ask(body: bytes, limits: Limits) -> AskRequest:
   Raises:
     BadRequest: the body is too large, not UTF-8 JSON, not an object with a non-empty
       `question` string of at most `max_question_chars` characters without control
-      characters, or `top_k` is not an integer in [1, num_blocks].
+      characters, or `top_k` is not an integer in [1, min(num_blocks, max_top_k)].
   """
   example = 'Send {"question": "...", "top_k": 5}'
   if len(body) > limits.max_body_bytes:
@@ -113,8 +116,11 @@ def _top_k(top_k, limits: Limits) -> int:
     return min(limits.default_top_k, limits.num_blocks)
   if isinstance(top_k, bool) or not isinstance(top_k, int):
     raise _bad(f'"top_k" must be an integer, got {json.dumps(top_k)}',
-               f"Send an integer from 1 to {limits.num_blocks}")
-  if not 1 <= top_k <= limits.num_blocks:
-    raise _bad(f'"top_k" is {top_k}, outside 1..{limits.num_blocks} (the index has '
-               f"{limits.num_blocks} blocks)", f"Send an integer from 1 to {limits.num_blocks}")
+               f"Send an integer from 1 to {min(limits.num_blocks, limits.max_top_k)}")
+  largest = min(limits.num_blocks, limits.max_top_k)
+  if not 1 <= top_k <= largest:
+    why = (f"the index has {limits.num_blocks} blocks" if largest == limits.num_blocks else
+           f"the server reads at most {limits.max_top_k} blocks per question")
+    raise _bad(f'"top_k" is {top_k}, outside 1..{largest} ({why})',
+               f"Send an integer from 1 to {largest}")
   return top_k
