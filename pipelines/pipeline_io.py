@@ -63,17 +63,18 @@ def check_output_dir(output_dir: str) -> None:
 
 def finish_output(output_dir: str, prefix: str, count_name: str, counters: Dict[str, int],
                   config: Dict[str, Any], inputs: str) -> None:
-  """Writes the shards' manifest; with no records, removes the empty shards and raises
-  InputError. Warns about dead letters."""
+  """Writes the shards' manifest; with no records, removes the empty shards this run wrote
+  and raises InputError. Warns about dead letters."""
   dead = counters.get("dead_letters", 0)
   letters = os.path.join(output_dir, f"{dead_letter.FILE_PREFIX}-*{dead_letter.FILE_SUFFIX}")
   if dead:
     logging.warning("%d records could not be used; they are in %s with file, offset and "
                     "reason", dead, letters)
   if not counters.get(count_name, 0):
-    for path in filesystems.FileSystems.match(
-        [os.path.join(output_dir, f"{prefix}-*{shards.TFRECORD_SUFFIX}")])[0].metadata_list:
-      filesystems.FileSystems.delete([path.path])
+    written = os.path.join(output_dir, f"{prefix}-*{shards.TFRECORD_SUFFIX}")
+    for path in tf.io.gfile.glob(written):
+      if not tf.io.gfile.stat(path).length:
+        tf.io.gfile.remove(path)
     raise errors.InputError(errors.describe(
         inputs, f"no {prefix} came out ({dead} dead letters)",
         f"See why in {letters}" if dead else "Check the input's format"))

@@ -142,12 +142,12 @@ def test_a_bz2_dump_cut_mid_way_keeps_complete_pages(tmp_path):
 
 EXAMPLES_INPUT_CASES = {
     "corpus_dir_missing": (lambda t: str(t / "nope"), FileNotFoundError,
-                           r"/nope: no such directory \(expected a directory of blocks-\*\.tfrecord "
-                           r"shards\)\. Pass "
-                           r"the directory that python -m pipelines\.wikipedia_to_blocks "
-                           r"wrote\.$"),
+                           r"/nope: no such directory \(expected a directory of "
+                           r"blocks-\*\.tfrecord shards\)\. Pass the directory that "
+                           r"python -m pipelines\.wikipedia_to_blocks wrote\.$"),
     "corpus_dir_is_a_file": (lambda t: str((t / "f").write_text("x") and t / "f"),
-                             errors.InputError, r"/f: is a file, not a directory of blocks-\*\.tfrecord shards\. Pass"),
+                             errors.InputError,
+                             r"/f: is a file, not a directory of blocks-\*\.tfrecord shards\."),
     "corpus_dir_without_shards": (lambda t: str(t), FileNotFoundError,
                                   r": no blocks-\*\.tfrecord shards\. Pass the directory"),
 }

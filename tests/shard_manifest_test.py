@@ -179,3 +179,11 @@ def test_scan_matches_tensorflow(tmp_path):
   ids, vectors = build_index_lib.read_embedding_shards(directory, 1)
   assert ids.tolist() == list(range(1000, 1007))
   np.testing.assert_allclose(vectors[:, 1], np.arange(7))
+
+
+def test_a_manifest_over_shards_of_two_runs_is_refused(tmp_path):
+  directory = write_shards(str(tmp_path / "data"), "blocks", manifest=False)
+  _mixed_sets(directory, "blocks")
+  with pytest.raises(shards.ShardError, match=FAULTS["mixed_shard_sets"][1]):
+    shards.write_manifest(directory, "blocks")
+  assert not os.path.exists(shards.manifest_path(directory, "blocks"))

@@ -133,8 +133,12 @@ def write_manifest(directory: str, prefix: str, config: Optional[Mapping[str, An
 
   Returns:
     the manifest.
+
+  Raises:
+    ShardError: a damaged shard, or shards of several runs (different `-of-N` sets).
   """
   files = _shard_files(directory, prefix)
+  _check_shard_count(directory, prefix, files)
   shards = [dataclasses.asdict(scan_shard(path, prefix)) for path in files]
   manifest = {"format_version": FORMAT_VERSION, "prefix": prefix,
               "producer": producer or PRODUCERS.get(prefix, ""),
