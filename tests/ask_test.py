@@ -65,7 +65,7 @@ def test_ask_returns_answer_probability_and_evidence(asker, model_dir, monkeypat
 
 def test_empty_and_over_long_questions(asker):
   for question in ("", "   "):
-    with pytest.raises(ValueError, match="question 0 is empty"):
+    with pytest.raises(ValueError, match="question 1: empty question"):
       asker.ask(question)
   long_question = QUESTION + " and" * 500
   answer = asker.ask(long_question)
@@ -145,5 +145,5 @@ def test_cli_behaviour_question_or_interactive(asker):
   direct = "".join(output)
   assert interactive.startswith("question> Q: who wrote hamlet?")
   assert direct.startswith("Q: who wrote hamlet?\nA: ") and direct.split("\n")[1] in interactive
-  with pytest.raises(ValueError, match="question 0 is empty"):
+  with pytest.raises(ValueError, match="question 1: empty question"):
     ask_lib.answer_or_interact(asker, [" "], [], output.append)

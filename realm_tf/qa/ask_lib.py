@@ -14,6 +14,7 @@ them against the doc embedder. Loaded models are cached per configuration.
 import os
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
+from realm_tf.qa import datasets
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 from realm_tf.retrieve_and_read import Answer
@@ -40,16 +41,17 @@ class Asker:
     self.system = self.model.system(k=k)
 
   def ask(self, question: str) -> Answer:
-    """Answers one question.
+    """Answers one question (normalised: `datasets.normalize_question`).
 
     Raises:
-      ValueError: the question is empty.
+      errors.InputError: the question is empty or longer than `datasets.MAX_QUESTION_CHARS`.
     """
-    return self.system.answer([question])[0]
+    return self.ask_many([question])[0]
 
   def ask_many(self, questions: Sequence[str]) -> List[Answer]:
-    """Answers questions in batches."""
-    return self.system.answer(questions)
+    """Answers questions in batches (each checked as in `ask`)."""
+    return self.system.answer([datasets.check_question(q, i)
+                               for i, q in enumerate(questions, start=1)])
 
 
 _ASKERS: Dict[Tuple, Asker] = {}
@@ -84,7 +86,8 @@ def ask(question: str, model_dir: str = "", corpus: str = "", embeddings_dir: st
     k: evidence blocks read.
 
   Raises:
-    ValueError: an empty question, or no model directory.
+    errors.InputError: an empty or too long question (`Asker.ask`).
+    ValueError: no model directory.
     EmbeddingMismatchError: `embeddings_dir` was not made by the model's doc embedder.
   """
   return get_asker(model_dir, corpus, embeddings_dir, k).ask(question)
@@ -109,7 +112,7 @@ def answer_or_interact(asker: Asker, questions: Sequence[str], lines: Iterable[s
   """What `realm-ask` does: answers `questions`, or without any, reads them from `lines`.
 
   Raises:
-    ValueError: an empty question among `questions`.
+    errors.InputError: an empty or too long question among `questions`.
   """
   if not questions:
     interactive(asker, lines, write)
@@ -121,7 +124,7 @@ def interactive(asker: Asker, lines: Iterable[str], write: Callable[[str], None]
                 prompt: str = "question> ") -> int:
   """Answers questions read from `lines` until EOF or "quit"; returns how many it answered.
 
-  Empty lines are skipped; errors are reported and the loop goes on.
+  Empty lines are skipped; errors (a question too long) are reported and the loop goes on.
   """
   answered = 0
   write(prompt)

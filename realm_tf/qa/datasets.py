@@ -12,6 +12,12 @@ CuratedTrec answers are regular expressions (`match="regex"`, matched as
 pattern is compiled at load time, so an invalid one fails there, naming its file and line.
 
 Any malformed record raises `MalformedRecordError` with the file and 1-based line number.
+
+Questions, from a file or asked (`realm_tf.qa.ask_lib`), are normalised the same way
+(`normalize_question`): control characters become spaces, invisible format characters
+(zero-width spaces, byte-order marks) are dropped, runs of whitespace become one space. A
+question empty after that, or longer than `MAX_QUESTION_CHARS`, is an error (a malformed
+record in a file, `errors.InputError` when asked).
 `load_examples` also reads the question sets packaged in `pyserini==0.21.0`
 (`pip install --no-deps pyserini==0.21.0`; the Anserini jar is read with `zipfile`, no Java)
 through paths of the form `pyserini:nq-dev`.
@@ -23,8 +29,9 @@ import importlib.util
 import io
 import json
 import os
+import unicodedata
 import zipfile
-from typing import Iterable, Iterator, List, Sequence, Tuple
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -42,6 +49,9 @@ PYSERINI_TOPICS = {
     "curated-test": ("topics-and-qrels/topics.dpr.curated.test.txt", "curatedtrec"),
 }
 FORMATS = ("auto", "jsonl", "tsv")
+# The query tower reads its first 64 wordpieces (ORQA) and ignores the rest; 10,000 characters
+# are far more than any question, and bound the tokenizer's work per question.
+MAX_QUESTION_CHARS = 10000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +105,54 @@ def dataset_spec(dataset: str) -> DatasetSpec:
   return DATASETS[dataset]
 
 
+def normalize_question(question: str) -> str:
+  """`question` with control characters (Unicode Cc: NUL, escape, DEL, ...) as spaces, format
+  characters (Cf) dropped, whitespace runs as one space and no space at either end."""
+  kept = []
+  for char in question:
+    category = unicodedata.category(char)
+    if category == "Cc":
+      kept.append(" ")
+    elif category not in ("Cf", "Cs"):
+      kept.append(char)
+  return " ".join("".join(kept).split())
+
+
+def question_problem(question: str) -> Optional[str]:
+  """Why a normalised question cannot be asked, or None."""
+  if not question:
+    return "empty question (nothing left but whitespace or control characters)"
+  if len(question) > MAX_QUESTION_CHARS:
+    return (f"question of {len(question):,} characters, more than the "
+            f"{MAX_QUESTION_CHARS:,} a question may have")
+  return None
+
+
+def check_question(question, number: int) -> str:
+  """The normalised `question` (the `number`-th asked, 1-based).
+
+  Raises:
+    errors.InputError: not a string, empty or too long (see `question_problem`).
+  """
+  if not isinstance(question, str):
+    raise errors.InputError(errors.describe(
+        f"question {number}", f"not a string: {question!r}", "Ask questions as text"))
+  normalised = normalize_question(question)
+  problem = question_problem(normalised)
+  if problem:
+    raise errors.InputError(errors.describe(
+        f"question {number}", problem,
+        f"Ask a question in words, at most {MAX_QUESTION_CHARS:,} characters"))
+  return normalised
+
+
 def _check_record(path: str, line: int, question, answers, match: str) -> QAExample:
   if not isinstance(question, str):
     raise MalformedRecordError(path, line, f"question must be a string, got {question!r}")
-  if not question.strip():
-    raise MalformedRecordError(path, line, "empty question")
+  question = normalize_question(question)
+  problem = question_problem(question)
+  if problem:
+    raise MalformedRecordError(path, line, problem)
   if not isinstance(answers, (list, tuple)) or not answers:
     raise MalformedRecordError(path, line,
                                f"answers must be a non-empty list of strings, got {answers!r}")
@@ -110,7 +163,7 @@ def _check_record(path: str, line: int, question, answers, match: str) -> QAExam
       regex_match("", answers)  # compiles every pattern
     except InvalidAnswerPattern as e:
       raise MalformedRecordError(path, line, str(e)) from e
-  return QAExample(question=question.strip(), answers=tuple(answers), match=match,
+  return QAExample(question=question, answers=tuple(answers), match=match,
                    source=f"{path}:{line}")
 
 
