@@ -138,7 +138,7 @@ def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
 
   Raises:
     ValueError: conflicting sources.
-    CheckpointMismatchError / AssertionError: a checkpoint that does not fit the model.
+    CheckpointMismatchError / errors.InputError: a checkpoint that does not fit the model.
   """
   retriever_sources = [s for s in (init.checkpoint, init.realm_embedder, init.orqa,
                                    init.minilm) if s]
