@@ -248,12 +248,20 @@ def test_latest_is_confined_and_checked_in_every_reader(tmp_path, content, error
     ("corpus.jsonl", '{"id": 1, "text": "a"}\n{not json\n', r"corpus\.jsonl:2: not valid JSON"),
     ("corpus.tsv", "id\ttext\ttitle\n1\ta\tA\n2\tb\n",
      r"corpus\.tsv:3: expected id<TAB>text<TAB>title, got 2 fields"),
+    ("empty.jsonl", "\n", r"empty\.jsonl: the corpus has no blocks\. Pass a corpus with at "
+     r"least one block\.$"),
+    ("twice.jsonl", '{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n',
+     r"twice\.jsonl: duplicate block ids \[1\]\. Give each block its own id"),
+    ("missing.jsonl", None, r"missing\.jsonl: no corpus at this path\. Pass a blocks-\*\.tfrecord "
+     r"directory"),
 ])
-def test_ask_corpus_lines_are_named_file_and_line(tmp_path, name, content, message):
+def test_ask_corpus_files_are_named_with_line_and_fix(tmp_path, name, content, message):
   path = tmp_path / name
-  path.write_text(content)
-  with pytest.raises(errors.InputError, match=message):
+  if content is not None:
+    path.write_text(content)
+  with pytest.raises((errors.InputError, FileNotFoundError), match=message) as error:
     qa_corpus.load_corpus(str(path))
+  assert "\n" not in str(error.value)
 
 
 def _run(module, *flags):

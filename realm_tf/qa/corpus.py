@@ -24,7 +24,7 @@ from typing import List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.data import formats
+from realm_tf import errors
 from realm_tf.data.block_store import BlockStore
 from realm_tf.qa.datasets import MalformedRecordError
 
@@ -49,7 +49,8 @@ class Corpus:
       raise ValueError(f"corpus {self.source!r}: {len(self.block_ids)} ids, "
                        f"{len(self.titles)} titles and {len(self.texts)} texts")
     if not len(self.block_ids):
-      raise ValueError(f"corpus {self.source!r} has no blocks")
+      raise errors.InputError(errors.describe(self.source or "corpus", "the corpus has no blocks",
+                                              "Pass a corpus with at least one block"))
     if np.any(np.diff(self.block_ids) <= 0):
       raise ValueError(f"corpus {self.source!r}: block ids must be strictly increasing")
 
@@ -75,8 +76,9 @@ class Corpus:
     order = np.argsort(ids, kind="stable")
     ids = ids[order]
     if len(ids) > 1 and np.any(np.diff(ids) == 0):
-      raise ValueError(f"corpus {source!r}: duplicate block ids "
-                       f"{ids[1:][np.diff(ids) == 0][:10].tolist()}")
+      raise errors.InputError(errors.describe(
+          source or "corpus", f"duplicate block ids {ids[1:][np.diff(ids) == 0][:10].tolist()}",
+          "Give each block its own id (a JSONL corpus may leave the ids out)"))
     return cls(ids, [titles[i] for i in order], [texts[i] for i in order], source)
 
   @classmethod
@@ -133,15 +135,16 @@ def load_corpus(path: str) -> Corpus:
 
   Raises:
     FileNotFoundError: nothing at `path`, or a directory without block shards.
+    InputError: a missing, damaged or miscounted shard (`realm_tf.data.shards`).
     MalformedRecordError: a malformed line in a JSONL/TSV corpus.
     ValueError: an empty corpus or duplicate ids.
   """
   if tf.io.gfile.isdir(path):
-    if not tf.io.gfile.glob(os.path.join(path, formats.BLOCKS_PATTERN)):
-      raise FileNotFoundError(f"no {formats.BLOCKS_PATTERN} shards in corpus directory {path}")
-    return Corpus.from_block_store(BlockStore.load(path), path)
+    return Corpus.from_block_store(BlockStore.load(path), path)  # shards verified
   if not tf.io.gfile.exists(path):
-    raise FileNotFoundError(f"no corpus at {path}")
+    raise FileNotFoundError(errors.describe(
+        path, "no corpus at this path", "Pass a blocks-*.tfrecord directory (python -m "
+        "pipelines.wikipedia_to_blocks), a JSONL file of {id, title, text} or a DPR TSV file"))
   with tf.io.gfile.GFile(path, "r") as f:
     lines = f.read().splitlines()
   if os.path.splitext(path)[1].lower() in (".tsv", ".csv"):
