@@ -13,6 +13,7 @@ import sys
 from absl import app
 from absl import flags
 
+from realm_tf import cli
 from realm_tf import errors
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
@@ -21,7 +22,7 @@ _CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.
                               "directory, JSONL or DPR TSV.")
 _EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
                                   "(verified against the doc embedder).")
-_INDEX = flags.DEFINE_enum("index_kind", "", ["", "scann", "brute_force"],
+_INDEX = flags.DEFINE_enum("index_kind", "", ("",) + cli.INDEX_KINDS,
                            "MIPS index for --corpus (default: the model's).")
 _K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question when a request has no "
                           "top_k.", lower_bound=1)
@@ -71,7 +72,7 @@ def main(argv):
 
 
 def run():
-  app.run(errors.run_main("realm-serve", main))
+  cli.run("realm-serve", main)
 
 
 if __name__ == "__main__":
