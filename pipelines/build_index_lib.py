@@ -1,7 +1,6 @@
 """Pipeline 3, the index builder: blocks -> embeddings -> MIPS index, published atomically.
 
-    ReadBlocks -> EmbedBlocks (RunInference over the doc-embedder export, batches of one
-                               length bucket)
+    ReadBlocks -> EmbedBlocks (doc-embedder export, parallel batches of one length bucket)
                -> WriteEmbeddingShards (range-sharded by block id, each shard sorted)
     then, in the launching process: collect the shards in order (= canonical block order),
     check them against the corpus, build ScaNN (or exact) and `index_publisher.publish`.
@@ -34,11 +33,9 @@ import dataclasses
 import math
 import os
 import uuid
-from typing import Dict, Iterable, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import apache_beam as beam
-from apache_beam.ml.inference.base import ModelHandler
-from apache_beam.ml.inference.base import RunInference
 import numpy as np
 import tensorflow as tf
 
@@ -59,7 +56,7 @@ from realm_tf.tokenization.bert_packer import padded_length
 KINDS = ("scann", "brute_force")
 EMBEDDINGS_PREFIX = "embeddings"
 BLOCKS_PER_SHARD = 100_000
-_MAX_BATCH_SECONDS = 10  # RunInference flushes a partial length bucket after this long
+BATCHES_PER_GROUP = 64  # build_index: ~N / (64 batches) groups per length bucket
 _ID_SPACE = 1 << 63
 
 
@@ -101,75 +98,83 @@ def length_bucket(block: block_records.BlockRecord, multiple: int, block_length:
   return padded_length(len(block.title_ids) + len(block.body_ids) + 3, multiple, block_length)
 
 
-class DocEmbedderHandler(ModelHandler):
-  """Beam `RunInference` handler of a doc-embedder export: `BlockRecord` -> (block_id, [D]).
+class _EmbedFn(beam.DoFn):
+  """((length bucket, group), `BlockRecord`s) -> (shard, (block_id, float32 [D])) per block,
+  `blocks_per_batch` blocks per embedder call.
 
-  Batches are length-aware, with Beam's own bucketing (`batch_length_fn`,
-  `batch_bucket_boundaries`): a batch holds blocks of one padded length (`length_bucket`, a
-  multiple of the export's `length_multiple`), so short blocks are not padded to 288
-  wordpieces (Wikipedia blocks average well under half of that; BENCHMARKS.md §1). The model
-  is loaded once per worker. With an XLA-compiled export a short batch is padded with empty
-  blocks to `blocks_per_batch` rows, so that every call has one of the few (rows, bucket
-  length) shapes XLA compiled.
+  With an XLA-compiled export, a short batch is padded with empty blocks to `blocks_per_batch`
+  rows so that every call has one of the few (rows, bucket length) shapes XLA compiled.
   """
 
-  def __init__(self, embedder_dir: str, blocks_per_batch: int, length_multiple: int,
-               block_length: int):
-    lengths = sorted({padded_length(n, length_multiple, block_length)
-                      for n in range(1, block_length + 1)})
-    super().__init__(
-        min_batch_size=blocks_per_batch, max_batch_size=blocks_per_batch,
-        max_batch_duration_secs=_MAX_BATCH_SECONDS,
-        batch_length_fn=lambda b: length_bucket(b, length_multiple, block_length),
-        batch_bucket_boundaries=lengths[1:] or [block_length])
+  def __init__(self, embedder_dir: str, num_shards: int, blocks_per_batch: int):
+    super().__init__()
     self._embedder_dir = embedder_dir
+    self._num_shards = num_shards
     self._blocks_per_batch = blocks_per_batch
+    self._embedder: Optional[DocEmbedder] = None
     self._blocks = beam_runner.counter("blocks_embedded")
     self._batches = beam_runner.counter("embedding_batches")
 
-  def load_model(self) -> DocEmbedder:
-    return DocEmbedder(self._embedder_dir)
+  def setup(self):
+    self._embedder = DocEmbedder(self._embedder_dir)
 
-  def run_inference(self, batch: Sequence[block_records.BlockRecord], model: DocEmbedder,
-                    inference_args=None) -> Iterable[Tuple[int, np.ndarray]]:
-    title_ids = [b.title_ids for b in batch]
-    body_ids = [b.body_ids for b in batch]
-    if model.jit_compile and len(batch) < self._blocks_per_batch:
-      padding = [np.zeros([0], np.int64)] * (self._blocks_per_batch - len(batch))
+  def process(self, keyed_blocks):
+    _, blocks = keyed_blocks
+    blocks = list(blocks)
+    for begin in range(0, len(blocks), self._blocks_per_batch):
+      yield from self._embed(blocks[begin:begin + self._blocks_per_batch])
+
+  def _embed(self, blocks: List[block_records.BlockRecord]):
+    title_ids = [b.title_ids for b in blocks]
+    body_ids = [b.body_ids for b in blocks]
+    if self._embedder.jit_compile and len(blocks) < self._blocks_per_batch:
+      padding = [np.zeros([0], np.int64)] * (self._blocks_per_batch - len(blocks))
       title_ids, body_ids = title_ids + padding, body_ids + padding
     ragged = lambda rows: tf.RaggedTensor.from_row_lengths(
         np.concatenate(rows + [np.zeros([0], np.int64)]), np.array([len(r) for r in rows],
                                                                    np.int64))
-    embeddings = model.embed_blocks(ragged(title_ids), ragged(body_ids))  # [B, D]
+    embeddings = self._embedder.embed_blocks(ragged(title_ids), ragged(body_ids))  # [B, D]
     self._batches.inc()
-    self._blocks.inc(len(batch))
-    return [(block.block_id, embedding.astype(np.float32))
-            for block, embedding in zip(batch, embeddings)]
+    self._blocks.inc(len(blocks))
+    for block, embedding in zip(blocks, embeddings):
+      yield shard_of(block.block_id, self._num_shards), (block.block_id,
+                                                          embedding.astype(np.float32))
 
 
 class EmbedBlocks(beam.PTransform):
-  """`BlockRecord`s -> (shard, (block_id, embedding)): `RunInference` with `DocEmbedderHandler`.
+  """`BlockRecord`s -> (shard, (block_id, embedding)) with a doc-embedder export.
+
+  Length bucketing: blocks are keyed by their padded length (`length_bucket`, with the
+  export's `length_multiple`) and a group number (block id mod `groups_per_bucket`, so a
+  bucket spreads over that many workers), grouped, and embedded in batches, so a batch of
+  short blocks is not padded to 288 wordpieces (Wikipedia blocks average well under half of
+  that; BENCHMARKS.md §1).
 
   Args:
     embedder_dir: a `realm_tf.export.doc_embedder` SavedModel.
     num_shards: S, the embedding shards.
     blocks_per_batch: blocks per embedder call.
+    groups_per_bucket: parallelism within one length bucket.
   """
 
-  def __init__(self, embedder_dir: str, num_shards: int, blocks_per_batch: int = 128):
+  def __init__(self, embedder_dir: str, num_shards: int, blocks_per_batch: int = 128,
+               groups_per_bucket: int = 1):
     super().__init__()
     self.embedder_dir = embedder_dir
     self.num_shards = num_shards
     self.blocks_per_batch = blocks_per_batch
+    self.groups_per_bucket = max(1, groups_per_bucket)
 
   def expand(self, blocks):
     attributes = export_attributes(self.embedder_dir)
-    handler = DocEmbedderHandler(self.embedder_dir, self.blocks_per_batch,
-                                 attributes.length_multiple, attributes.block_length)
-    num_shards = self.num_shards
+    multiple, block_length = attributes.length_multiple, attributes.block_length
+    groups = self.groups_per_bucket
+    key = lambda b: (length_bucket(b, multiple, block_length), b.block_id % groups)
     return (blocks
-            | "Embed" >> RunInference(handler)
-            | "KeyByShard" >> beam.Map(lambda e: (shard_of(e[0], num_shards), e)))
+            | "KeyByLength" >> beam.Map(lambda b: (key(b), b))
+            | "GroupByLength" >> beam.GroupByKey()
+            | "Embed" >> beam.ParDo(_EmbedFn(self.embedder_dir, self.num_shards,
+                                             self.blocks_per_batch)))
 
 
 class _WriteShardFn(beam.DoFn):
@@ -276,23 +281,24 @@ def make_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
 
 def build_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
                    embeddings_dir: str, num_shards: int, blocks_per_batch: int = 128,
-                   verify: bool = True):
+                   groups_per_bucket: int = 1, verify: bool = True):
   """Adds the embedding stage to `pipeline`; returns the (shard, count) PCollection.
   `verify`: check the block shards (`block_records.block_files`)."""
   return (pipeline
           | "ReadBlocks" >> block_records.ReadBlocks(corpus_dir, verify)
-          | "EmbedBlocks" >> EmbedBlocks(embedder_dir, num_shards, blocks_per_batch)
+          | "EmbedBlocks" >> EmbedBlocks(embedder_dir, num_shards, blocks_per_batch,
+                                         groups_per_bucket)
           | "WriteEmbeddingShards" >> WriteEmbeddingShards(embeddings_dir, num_shards))
 
 
 def run_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
                  embeddings_dir: str, num_shards: int, blocks_per_batch: int = 128,
-                 verify: bool = True) -> Dict[str, int]:
+                 groups_per_bucket: int = 1, verify: bool = True) -> Dict[str, int]:
   """Builds the embedding stage on `pipeline`, runs it, writes the embeddings' manifest
   (`embeddings.manifest.json`) and returns its counters."""
   shards.remove_manifest(embeddings_dir, EMBEDDINGS_PREFIX)
   build_pipeline(pipeline, corpus_dir, embedder_dir, embeddings_dir, num_shards,
-                 blocks_per_batch, verify)
+                 blocks_per_batch, groups_per_bucket, verify)
   counters = pipeline_io.run(pipeline)
   shards.write_manifest(embeddings_dir, EMBEDDINGS_PREFIX, {
       "corpus_dir": corpus_dir, "embedder_dir": embedder_dir, "num_shards": num_shards,
@@ -343,8 +349,9 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
   tf.io.gfile.makedirs(work_dir)
   try:
     pipeline = beam.Pipeline(options=beam_runner.pipeline_options(pipeline_options))
+    groups_per_bucket = max(1, len(corpus_ids) // (blocks_per_batch * BATCHES_PER_GROUP))
     counters = run_pipeline(pipeline, corpus_dir, embedder_dir, work_dir, num_shards,
-                            blocks_per_batch, verify=False)
+                            blocks_per_batch, groups_per_bucket, verify=False)
     block_ids, embeddings = read_embedding_shards(work_dir, num_shards)
     check_embeddings(block_ids, embeddings, corpus_ids, dim)
     metadata = {"corpus_fingerprint": block_records.fingerprint(corpus_ids),
