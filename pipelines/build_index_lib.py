@@ -1,6 +1,7 @@
 """Pipeline 3, the index builder: blocks -> embeddings -> MIPS index, published atomically.
 
-    ReadBlocks -> EmbedBlocks (doc-embedder export, parallel batches of one length bucket)
+    ReadBlocks -> EmbedBlocks (RunInference over the doc-embedder export, parallel batches
+                               of one length bucket)
                -> WriteEmbeddingShards (range-sharded by block id, each shard sorted)
     then, in the launching process: collect the shards in order (= canonical block order),
     check them against the corpus, build ScaNN (or exact) and `index_publisher.publish`.
@@ -33,9 +34,11 @@ import dataclasses
 import math
 import os
 import uuid
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import apache_beam as beam
+from apache_beam.ml.inference.base import ModelHandler
+from apache_beam.ml.inference.base import RunInference
 import numpy as np
 import tensorflow as tf
 
@@ -98,47 +101,50 @@ def length_bucket(block: block_records.BlockRecord, multiple: int, block_length:
   return padded_length(len(block.title_ids) + len(block.body_ids) + 3, multiple, block_length)
 
 
-class _EmbedFn(beam.DoFn):
-  """((length bucket, group), `BlockRecord`s) -> (shard, (block_id, float32 [D])) per block,
-  `blocks_per_batch` blocks per embedder call.
+class DocEmbedderHandler(ModelHandler):
+  """Beam `RunInference` handler of a doc-embedder export: one example is a batch of
+  `BlockRecord`s of one length bucket -> [(block_id, float32 [D])]; the model is loaded once
+  per worker.
 
-  With an XLA-compiled export, a short batch is padded with empty blocks to `blocks_per_batch`
-  rows so that every call has one of the few (rows, bucket length) shapes XLA compiled.
+  With an XLA-compiled export a short batch is padded with empty blocks to `blocks_per_batch`
+  rows, so that every call has one of the few (rows, bucket length) shapes XLA compiled.
   """
 
-  def __init__(self, embedder_dir: str, num_shards: int, blocks_per_batch: int):
-    super().__init__()
+  def __init__(self, embedder_dir: str, blocks_per_batch: int):
+    super().__init__(min_batch_size=1, max_batch_size=1)  # an example is a whole batch
     self._embedder_dir = embedder_dir
-    self._num_shards = num_shards
     self._blocks_per_batch = blocks_per_batch
-    self._embedder: Optional[DocEmbedder] = None
     self._blocks = beam_runner.counter("blocks_embedded")
     self._batches = beam_runner.counter("embedding_batches")
 
-  def setup(self):
-    self._embedder = DocEmbedder(self._embedder_dir)
+  def load_model(self) -> DocEmbedder:
+    return DocEmbedder(self._embedder_dir)
 
-  def process(self, keyed_blocks):
-    _, blocks = keyed_blocks
-    blocks = list(blocks)
-    for begin in range(0, len(blocks), self._blocks_per_batch):
-      yield from self._embed(blocks[begin:begin + self._blocks_per_batch])
+  def run_inference(self, batch: Sequence[List[block_records.BlockRecord]], model: DocEmbedder,
+                    inference_args=None) -> List[List[Tuple[int, np.ndarray]]]:
+    return [self._embed(blocks, model) for blocks in batch]
 
-  def _embed(self, blocks: List[block_records.BlockRecord]):
+  def _embed(self, blocks: List[block_records.BlockRecord], model: DocEmbedder):
     title_ids = [b.title_ids for b in blocks]
     body_ids = [b.body_ids for b in blocks]
-    if self._embedder.jit_compile and len(blocks) < self._blocks_per_batch:
+    if model.jit_compile and len(blocks) < self._blocks_per_batch:
       padding = [np.zeros([0], np.int64)] * (self._blocks_per_batch - len(blocks))
       title_ids, body_ids = title_ids + padding, body_ids + padding
     ragged = lambda rows: tf.RaggedTensor.from_row_lengths(
         np.concatenate(rows + [np.zeros([0], np.int64)]), np.array([len(r) for r in rows],
                                                                    np.int64))
-    embeddings = self._embedder.embed_blocks(ragged(title_ids), ragged(body_ids))  # [B, D]
+    embeddings = model.embed_blocks(ragged(title_ids), ragged(body_ids))  # [B, D]
     self._batches.inc()
     self._blocks.inc(len(blocks))
-    for block, embedding in zip(blocks, embeddings):
-      yield shard_of(block.block_id, self._num_shards), (block.block_id,
-                                                          embedding.astype(np.float32))
+    return [(block.block_id, embedding.astype(np.float32))
+            for block, embedding in zip(blocks, embeddings)]
+
+
+def _batches(keyed_blocks, blocks_per_batch: int):
+  """(key, blocks of one length bucket) -> lists of at most `blocks_per_batch` blocks."""
+  blocks = list(keyed_blocks[1])
+  for begin in range(0, len(blocks), blocks_per_batch):
+    yield blocks[begin:begin + blocks_per_batch]
 
 
 class EmbedBlocks(beam.PTransform):
@@ -146,9 +152,12 @@ class EmbedBlocks(beam.PTransform):
 
   Length bucketing: blocks are keyed by their padded length (`length_bucket`, with the
   export's `length_multiple`) and a group number (block id mod `groups_per_bucket`, so a
-  bucket spreads over that many workers), grouped, and embedded in batches, so a batch of
-  short blocks is not padded to 288 wordpieces (Wikipedia blocks average well under half of
-  that; BENCHMARKS.md §1).
+  bucket spreads over that many workers), grouped, cut into batches of `blocks_per_batch`
+  and embedded by Beam's `RunInference` with `DocEmbedderHandler`, so a batch of short
+  blocks is not padded to 288 wordpieces (Wikipedia blocks average well under half of that;
+  BENCHMARKS.md §1). The grouping is ours rather than `RunInference`'s own length-aware
+  batching (`batch_length_fn`): in Beam 2.77 that batching is stateful and, on the
+  DirectRunner in batch mode, left a bucket's last partial batch unembedded (88 of 90 blocks).
 
   Args:
     embedder_dir: a `realm_tf.export.doc_embedder` SavedModel.
@@ -168,13 +177,16 @@ class EmbedBlocks(beam.PTransform):
   def expand(self, blocks):
     attributes = export_attributes(self.embedder_dir)
     multiple, block_length = attributes.length_multiple, attributes.block_length
-    groups = self.groups_per_bucket
+    groups, num_shards = self.groups_per_bucket, self.num_shards
     key = lambda b: (length_bucket(b, multiple, block_length), b.block_id % groups)
     return (blocks
             | "KeyByLength" >> beam.Map(lambda b: (key(b), b))
             | "GroupByLength" >> beam.GroupByKey()
-            | "Embed" >> beam.ParDo(_EmbedFn(self.embedder_dir, self.num_shards,
-                                             self.blocks_per_batch)))
+            | "Batch" >> beam.FlatMap(_batches, self.blocks_per_batch)
+            | "Embed" >> RunInference(DocEmbedderHandler(self.embedder_dir,
+                                                         self.blocks_per_batch))
+            | "Unbatch" >> beam.FlatMap(lambda embedded: embedded)
+            | "KeyByShard" >> beam.Map(lambda e: (shard_of(e[0], num_shards), e)))
 
 
 class _WriteShardFn(beam.DoFn):
