@@ -232,7 +232,8 @@ class RetrieveAndRead:
     return features, query_ids, self.retriever.embed_query(features, training=False)
 
   def read(self, query_ids: tf.RaggedTensor, titles: tf.Tensor, texts: tf.Tensor,
-           retrieval_scores: tf.Tensor, valid: tf.Tensor) -> Dict[str, tf.Tensor]:
+           retrieval_scores: tf.Tensor, valid: tf.Tensor,
+           training: bool = False) -> Dict[str, tf.Tensor]:
     """Reads k blocks per question and picks the best (block, span).
 
     Args:
@@ -240,6 +241,7 @@ class RetrieveAndRead:
       titles, texts: string [B, k] the retrieved blocks, best first.
       retrieval_scores: float [B, k] f(x, z) of those blocks.
       valid: bool [B, k], False for missing results (index id -1).
+      training: the reader's dropout (the `realm_qa` export fine-tunes through it).
 
     Returns:
       {"answer": string [B], "probability": float32 [B] of the best (block, span) under one
@@ -252,7 +254,7 @@ class RetrieveAndRead:
     num_blocks = tf.shape(titles)[1]
     features = self.featurizer.reader_inputs(query_ids, titles, texts)  # [B*k, Lr]
     span_logits, starts, ends = self.reader.span_logits(
-        {n: features[n] for n in _FEATURES}, features["block_mask"], training=False)
+        {n: features[n] for n in _FEATURES}, features["block_mask"], training=training)
     num_spans = span_logits.shape[1]
     masked = masked_logit_value(tf.float32)
     span_logits = tf.reshape(tf.cast(span_logits, tf.float32), [batch, num_blocks, num_spans])

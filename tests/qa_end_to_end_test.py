@@ -56,7 +56,11 @@ FRESH_PROCESS = textwrap.dedent("""
     out["query_serving"] = query.signatures["serving_default"](questions=questions)["embeddings"]
     out["query_ids"] = query.signatures["embed_ids"](**features)["embeddings"]
     out["query_keras_layer"] = hub.KerasLayer(hub_dir + "/query_embedder")(questions)
-    out["query_call_ids"] = query(dict(features))
+    out["query_call_ids"] = query(dict(features))["embeddings"]
+    preprocessor = hub.load(hub_dir + "/preprocessor")
+    out["preprocessor_input_word_ids"] = preprocessor(questions)["input_word_ids"]
+    out["query_trainable_weights"] = len(
+        hub.KerasLayer(hub_dir + "/query_embedder", trainable=True).trainable_weights)
 
     doc = hub.load(hub_dir + "/doc_embedder")
     out["doc_texts"] = doc.signatures["embed_texts"](titles=titles, texts=texts)["embeddings"]
@@ -171,6 +175,10 @@ def test_exports_reload_in_a_fresh_process_with_the_keras_outputs(chain, model, 
   expected = retriever.embed_query(features).numpy()
   for key in ("query_serving", "query_ids", "query_keras_layer", "query_call_ids"):
     np.testing.assert_allclose(out[key], expected, atol=1e-5, err_msg=key)
+  np.testing.assert_array_equal(out["preprocessor_input_word_ids"],
+                                features["input_word_ids"].numpy())
+  assert out["query_trainable_weights"] == len(retriever.query_encoder.trainable_variables +
+                                               retriever.query_projection.trainable_variables)
 
   # Doc embedder: the frozen doc tower, i.e. the index's embeddings of the corpus.
   blocks = BlockFeaturizer(model.tokenizer, seq_length=config.block_length)(

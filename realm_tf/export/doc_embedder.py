@@ -13,9 +13,15 @@ A plain TF SavedModel (no realm_tf import needed to use it) with
                                model's vocabulary, which ships as the asset `vocab_file`,
                                and packs like "embed_blocks"). Loading it needs
                                `import tensorflow_text` (the tokenizer's ops).
-  `__call__`:                  {input_word_ids, input_mask, input_type_ids} int32 [N, L], or
-                               (with a tokenizer) {"titles", "texts"} string [N]
-                               -> float32 [N, D]; `hub.KerasLayer(path)` calls it.
+  `__call__(inputs, training=False)` (what `hub.KerasLayer(path)` calls; `training` turns
+  dropout on):
+    (with a tokenizer) {"titles", "texts"} string [N] -> float32 [N, D], as "embed_texts";
+    {input_word_ids, input_mask, input_type_ids} int32 [N, L] -> TF Hub's BERT-encoder dict
+    "pooled_output", "default" [N, H], "sequence_output" [N, L, H], "encoder_outputs" (per
+    layer) and "embeddings" [N, D] (`realm_tf.export.reusable`; the text preprocessor that
+    packs blocks for it is the `preprocessor` export, `bert_pack_inputs` with seq_length L).
+  It is a Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the doc
+  tower (`variables`, `trainable_variables`, `regularization_losses`).
 and the scalar attributes `embedding_dim`, `block_length`, `cls_id`, `sep_id`, `pad_id`,
 `snapshot_step` (the trainer step the weights come from, -1 if none), `length_multiple` and
 `jit_compile` (whether the encoder forward is XLA-compiled: `jit_compile=True` at export;
@@ -30,6 +36,8 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from realm_tf.export.reusable import ReusableModule
+from realm_tf.export.reusable import tower_outputs
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.retriever import tower_embedding
@@ -71,13 +79,13 @@ def _encoder_forward(encoder, projection, pooling: str):
   return forward
 
 
-class _DocEmbedderModule(tf.Module):
+class _DocEmbedderModule(ReusableModule):
 
   def __init__(self, retriever: Retriever, cls_id: int, sep_id: int, pad_id: int,
                block_length: int, snapshot_step: int,
                tokenizer: Optional[WordpieceTokenizer] = None, staging_dir: str = "",
                length_multiple: int = 32, jit_compile: bool = False):
-    super().__init__(name="doc_embedder")
+    super().__init__(retriever.doc_encoder.variables + retriever.doc_projection.variables)
     self.tokenizer = tokenizer
     if tokenizer is not None:
       self.vocab_file = vocab_asset(tokenizer, staging_dir)
@@ -91,6 +99,7 @@ class _DocEmbedderModule(tf.Module):
     self.snapshot_step = scalar(snapshot_step)
     self.length_multiple = scalar(length_multiple)
     self.jit_compile = tf.Variable(jit_compile, trainable=False)
+    self._pooling = retriever.pooling
     self._forward = tf.function(_encoder_forward(self.encoder, self.projection,
                                                  retriever.pooling),
                                 jit_compile=jit_compile, autograph=False)
@@ -122,10 +131,18 @@ class _DocEmbedderModule(tf.Module):
                              tf.cast(bodies.values, tf.int64), bodies.row_lengths())
 
   @tf.function
-  def __call__(self, inputs):
+  def __call__(self, inputs, training=False):
     if "titles" in inputs:
-      return self._embed_texts(inputs["titles"], inputs["texts"])["embeddings"]
-    return self.serve(**{n: inputs[n] for n in _ID_SPECS})["embeddings"]
+      if not training:  # the index's path: padded to the length multiple, XLA if exported so
+        return self._embed_texts(inputs["titles"], inputs["texts"])["embeddings"]
+      features = self._packer((self.tokenizer(inputs["titles"]),
+                               self.tokenizer(inputs["texts"])))
+      return self._outputs(features, training)["embeddings"]
+    return self._outputs(inputs, training)
+
+  def _outputs(self, features, training):
+    return tower_outputs(self.encoder, self.projection, {n: features[n] for n in _ID_SPECS},
+                         self._pooling, training)
 
 
 def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: int, pad_id: int,
@@ -147,13 +164,13 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
     module = _DocEmbedderModule(retriever, cls_id, sep_id, pad_id, block_length, snapshot_step,
                                 tokenizer, staging_dir, length_multiple, jit_compile)
     signatures = {"serving_default": module.serve, "embed_blocks": module.embed_blocks}
-    module.__call__.get_concrete_function(dict(_ID_SPECS))
+    module.trace_call(dict(_ID_SPECS))
     if tokenizer is not None:
       module.embed_texts = tf.function(module._embed_texts,  # pylint: disable=protected-access
                                        input_signature=[_TEXT_SPECS["titles"],
                                                         _TEXT_SPECS["texts"]])
       signatures["embed_texts"] = module.embed_texts
-      module.__call__.get_concrete_function(dict(_TEXT_SPECS))
+      module.trace_call(dict(_TEXT_SPECS))
     tf.saved_model.save(module, path, signatures=signatures)
   return path
 

@@ -1,4 +1,4 @@
-"""Exports a fine-tuned QA model as four TF Hub SavedModels (Model Garden `export_tfhub_lib`
+"""Exports a fine-tuned QA model as five TF Hub SavedModels (Model Garden `export_tfhub_lib`
 style; `realm_tf/export_hub.py` is the binary).
 
     <export_dir>/query_embedder/   `realm_tf.export.query_embedder`  Embed_input
@@ -8,10 +8,14 @@ style; `realm_tf/export_hub.py` is the binary).
     <export_dir>/reader/           `realm_tf.export.reader`          MLM and span heads
     <export_dir>/realm_qa/         `realm_tf.export.realm_qa`        question -> answer + evidence,
                                                                      corpus and index packaged
+    <export_dir>/preprocessor/     `realm_tf.export.preprocessor`    text -> the encoders' inputs
+                                                                     (tokenize, bert_pack_inputs)
     <export_dir>/export.json       what was exported: model, step, corpus, sizes, signatures
 
 Each loads with `hub.load(path)` or `hub.KerasLayer(path)` after `import tensorflow_text`,
-without realm_tf. See each module's docstring for its signatures.
+without realm_tf, and is a Reusable SavedModel (`realm_tf.export.reusable`):
+`hub.KerasLayer(path, trainable=True)` fine-tunes its weights inside a user's Keras model. See
+each module's docstring for its signatures.
 """
 import dataclasses
 import json
@@ -20,18 +24,20 @@ from typing import Dict
 
 import tensorflow as tf
 
+from realm_tf.export.preprocessor import export_preprocessor
 from realm_tf.export.query_embedder import export_query_embedder
 from realm_tf.export.realm_qa import export_realm_qa
 from realm_tf.export.reader import export_reader
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 
-MODULES = ("query_embedder", "doc_embedder", "reader", "realm_qa")
+MODULES = ("query_embedder", "doc_embedder", "reader", "realm_qa", "preprocessor")
 SIGNATURES = {
     "query_embedder": ("serving_default", "embed_ids", "tokenize"),
     "doc_embedder": ("serving_default", "embed_blocks", "embed_texts"),
     "reader": ("span", "mlm", "read_text", "mlm_text"),
     "realm_qa": ("serving_default", "answer_ids"),
+    "preprocessor": ("serving_default",),
 }
 
 
@@ -39,7 +45,7 @@ SIGNATURES = {
 class HubExportConfig:
   """Attributes:
     model_dir: a fine-tuned model directory (`<model_dir>/best` is used when present).
-    export_dir: where the four SavedModels go.
+    export_dir: where the five SavedModels go.
     corpus: optional other knowledge corpus to package into `realm_qa` (embedded with the
       model's doc embedder); default: the model's own.
     embeddings_dir: with `corpus`, precomputed embeddings to verify and use.
@@ -64,7 +70,7 @@ def copy_tree(source: str, destination: str) -> None:
 
 
 def export_hub(model: QAModel, export_dir: str, k: int = 5) -> Dict[str, str]:
-  """Writes the four SavedModels of `model` under `export_dir`; returns {module: path}."""
+  """Writes the five SavedModels of `model` under `export_dir`; returns {module: path}."""
   tf.io.gfile.makedirs(export_dir)
   config, tokenizer = model.config, model.tokenizer
   paths = {name: os.path.join(export_dir, name) for name in MODULES}
@@ -74,6 +80,7 @@ def export_hub(model: QAModel, export_dir: str, k: int = 5) -> Dict[str, str]:
   export_reader(model.reader, tokenizer, paths["reader"], query_length=config.query_length,
                 block_length=config.block_length, reader_length=config.reader_length)
   export_realm_qa(model.system(k=k), model.doc_index.embeddings, paths["realm_qa"])
+  export_preprocessor(tokenizer, paths["preprocessor"], seq_length=config.query_length)
   with tf.io.gfile.GFile(os.path.join(export_dir, "export.json"), "w") as f:
     json.dump({"model_dir": model.directory, "step": model.info.step,
                "corpus": model.corpus.source, "corpus_fingerprint": model.corpus.fingerprint,

@@ -9,8 +9,15 @@ tokenizer's ops; no realm_tf import needed):
                      (`[CLS] x [SEP]`, L <= 512) -> {"embeddings": float32 [B, D]}
   "tokenize":        questions string [B] -> {"input_word_ids", "input_mask",
                      "input_type_ids": int32 [B, Lq]} (questions truncated to Lq)
-`__call__` (what `hub.KerasLayer(path)` calls): string [B] or the three id tensors as a dict
--> float32 [B, D].
+`__call__(inputs, training=False)` (what `hub.KerasLayer(path)` calls; `training` turns
+dropout on):
+  string [B]                 -> float32 [B, D] (the "serving_default" embeddings)
+  the three id tensors, dict -> TF Hub's BERT-encoder dict "pooled_output", "default" [B, H],
+                                "sequence_output" [B, L, H], "encoder_outputs" (per layer) and
+                                "embeddings" [B, D] (`realm_tf.export.reusable`)
+It is a Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the tower's
+weights (`variables`, `trainable_variables`, `regularization_losses`); the matching text
+preprocessor is the `preprocessor` export (`realm_tf.export.preprocessor`).
 Attributes: `vocab_file` (asset), `do_lower_case`, `query_length` (Lq), `embedding_dim` (D),
 `score_scale` (the factor queries are scaled by; 1 for REALM's head).
 """
@@ -20,8 +27,9 @@ import tensorflow as tf
 
 from realm_tf.export.doc_embedder import Untracked
 from realm_tf.export.doc_embedder import vocab_asset
+from realm_tf.export.reusable import ReusableModule
+from realm_tf.export.reusable import tower_outputs
 from realm_tf.models.retriever import Retriever
-from realm_tf.models.retriever import tower_embedding
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -30,28 +38,28 @@ ID_SPECS = {n: tf.TensorSpec([None, None], tf.int32, name=n)
 QUESTIONS_SPEC = tf.TensorSpec([None], tf.string, name="questions")
 
 
-class _QueryEmbedderModule(tf.Module):
+class _QueryEmbedderModule(ReusableModule):
 
   def __init__(self, retriever: Retriever, tokenizer: WordpieceTokenizer, query_length: int,
                staging_dir: str):
-    super().__init__(name="query_embedder")
+    score_scale = tf.Variable(retriever.score_scale, dtype=tf.float32, trainable=False)
+    super().__init__(retriever.query_encoder.variables + retriever.query_projection.variables,
+                     state=[score_scale])
     self._layers = Untracked(encoder=retriever.query_encoder,
                              projection=retriever.query_projection, pooling=retriever.pooling,
                              featurizer=QueryFeaturizer(tokenizer, seq_length=query_length))
-    self.tower_variables = list(retriever.query_encoder.variables +
-                                retriever.query_projection.variables)
     self.vocab_file = vocab_asset(tokenizer, staging_dir)
     self.do_lower_case = tf.Variable(tokenizer.lower_case, trainable=False)
     self.query_length = tf.Variable(query_length, dtype=tf.int64, trainable=False)
     self.embedding_dim = tf.Variable(retriever.projection_size, dtype=tf.int64,
                                      trainable=False)
-    self.score_scale = tf.Variable(retriever.score_scale, dtype=tf.float32, trainable=False)
+    self.score_scale = score_scale
 
-  def _embed(self, features):
-    features = {n: tf.cast(features[n], tf.int32) for n in ID_SPECS}
-    embeddings = tower_embedding(self._layers.encoder, self._layers.projection, features,
-                                 self._layers.pooling, training=False)
-    return embeddings * self.score_scale  # = Retriever.embed_query
+  def _outputs(self, features, training=False):
+    outputs = tower_outputs(self._layers.encoder, self._layers.projection,
+                            {n: features[n] for n in ID_SPECS}, self._layers.pooling, training)
+    outputs["embeddings"] *= self.score_scale  # = Retriever.embed_query
+    return outputs
 
   @tf.function(input_signature=[QUESTIONS_SPEC])
   def tokenize(self, questions):
@@ -63,15 +71,15 @@ class _QueryEmbedderModule(tf.Module):
 
   @tf.function(input_signature=list(ID_SPECS.values()))
   def embed_ids(self, input_word_ids, input_mask, input_type_ids):
-    return {"embeddings": self._embed(dict(input_word_ids=input_word_ids,
-                                           input_mask=input_mask,
-                                           input_type_ids=input_type_ids))}
+    features = dict(input_word_ids=input_word_ids, input_mask=input_mask,
+                    input_type_ids=input_type_ids)
+    return {"embeddings": self._outputs(features)["embeddings"]}
 
   @tf.function
-  def __call__(self, inputs):
+  def __call__(self, inputs, training=False):
     if isinstance(inputs, dict):
-      return self.embed_ids(**{n: inputs[n] for n in ID_SPECS})["embeddings"]
-    return self.embed_questions(inputs)["embeddings"]
+      return self._outputs(inputs, training)
+    return self._outputs(self.tokenize(inputs), training)["embeddings"]
 
 
 def export_query_embedder(retriever: Retriever, tokenizer: WordpieceTokenizer, path: str,
@@ -79,8 +87,7 @@ def export_query_embedder(retriever: Retriever, tokenizer: WordpieceTokenizer, p
   """Writes the query tower of `retriever` as a SavedModel at `path`; returns `path`."""
   with tempfile.TemporaryDirectory() as staging_dir:
     module = _QueryEmbedderModule(retriever, tokenizer, query_length, staging_dir)
-    module.__call__.get_concrete_function(QUESTIONS_SPEC)
-    module.__call__.get_concrete_function(dict(ID_SPECS))
+    module.trace_call(QUESTIONS_SPEC, dict(ID_SPECS))
     tf.saved_model.save(module, path, signatures={
         "serving_default": module.embed_questions, "embed_ids": module.embed_ids,
         "tokenize": module.tokenize})

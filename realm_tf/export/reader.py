@@ -19,8 +19,10 @@ Signatures (load with `hub.load(path)` after `import tensorflow_text`; no realm_
                masked wordpiece -> {"mlm_logits": [N, M, V], "masked_lm_positions" int32
                [N, M], "masked_lm_weights" float32 [N, M] (0 on padding), and the packed
                "input_word_ids", "input_mask", "input_type_ids" [N, Lr]}
-`__call__` (`hub.KerasLayer`): a dict of the "span" inputs -> the "span" outputs, or of the
-"mlm" inputs -> {"mlm_logits"}.
+`__call__(inputs, training=False)` (`hub.KerasLayer`; `training` turns dropout on): a dict of
+the "span" inputs -> the "span" outputs, or of the "mlm" inputs -> {"mlm_logits"}. It is a
+Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the reader (`variables`,
+`trainable_variables`, `regularization_losses`).
 Attributes: `vocab_file` (asset), `do_lower_case`, `reader_length`, `query_length`,
 `block_length`, `max_span_width`.
 """
@@ -30,6 +32,7 @@ import tensorflow as tf
 
 from realm_tf.export.doc_embedder import Untracked
 from realm_tf.export.doc_embedder import vocab_asset
+from realm_tf.export.reusable import ReusableModule
 from realm_tf.models.reader import Reader
 from realm_tf.retrieve_and_read import QAFeaturizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -62,14 +65,13 @@ def masked_query_ids(tokenizer: WordpieceTokenizer, queries: tf.Tensor) -> tf.Ra
   return pieces.with_flat_values(with_markers).merge_dims(1, 2)
 
 
-class _ReaderModule(tf.Module):
+class _ReaderModule(ReusableModule):
 
   def __init__(self, reader: Reader, tokenizer: WordpieceTokenizer, query_length: int,
                block_length: int, reader_length: int, staging_dir: str):
-    super().__init__(name="reader")
+    super().__init__(reader.variables)
     self._layers = Untracked(reader=reader, featurizer=QAFeaturizer(
         tokenizer, query_length, block_length, reader_length))
-    self.reader_variables = list(reader.variables)
     self.vocab_file = vocab_asset(tokenizer, staging_dir)
     int64 = lambda value: tf.Variable(value, dtype=tf.int64, trainable=False)
     self.do_lower_case = tf.Variable(tokenizer.lower_case, trainable=False)
@@ -79,17 +81,17 @@ class _ReaderModule(tf.Module):
     self.max_span_width = int64(reader.span_scorer.max_span_width)
     self._mask_id = tokenizer.mask_id
 
-  def _span(self, features):
+  def _span(self, features, training=False):
     logits, starts, ends = self._layers.reader.span_logits(
         {n: tf.cast(features[n], tf.int32) for n in _FEATURES}, features["block_mask"],
-        training=False)
+        training=training)
     return {"span_logits": tf.cast(logits, tf.float32), "span_starts": starts,
             "span_ends": ends}
 
-  def _mlm(self, features):
+  def _mlm(self, features, training=False):
     logits = self._layers.reader.mlm_logits(
         {n: tf.cast(features[n], tf.int32) for n in _FEATURES}, features["masked_lm_positions"],
-        training=False)
+        training=training)
     return {"mlm_logits": tf.cast(logits, tf.float32)}
 
   def _span_ids(self, input_word_ids, input_mask, input_type_ids, block_mask):
@@ -126,10 +128,10 @@ class _ReaderModule(tf.Module):
     return outputs
 
   @tf.function
-  def __call__(self, inputs):
+  def __call__(self, inputs, training=False):
     if "masked_lm_positions" in inputs:
-      return self.mlm(**{n: inputs[n] for n in MLM_SPECS})
-    return self.span(**{n: inputs[n] for n in _FEATURES + ("block_mask",)})
+      return self._mlm(inputs, training)
+    return self._span(inputs, training)
 
 
 def export_reader(reader: Reader, tokenizer: WordpieceTokenizer, path: str,
@@ -142,8 +144,7 @@ def export_reader(reader: Reader, tokenizer: WordpieceTokenizer, path: str,
     specs = span_specs(reader_length)
     module.span = tf.function(module._span_ids,  # pylint: disable=protected-access
                               input_signature=list(specs.values()))
-    module.__call__.get_concrete_function(specs)
-    module.__call__.get_concrete_function(dict(MLM_SPECS))
+    module.trace_call(specs, dict(MLM_SPECS))
     tf.saved_model.save(module, path, signatures={
         "span": module.span, "mlm": module.mlm, "read_text": module.read_text,
         "mlm_text": module.mlm_text})

@@ -23,8 +23,11 @@ Outputs:
   "evidence_block_ids" int64 [B, k]   the k retrieved blocks, best first (-1: missing)
   "evidence_titles", "evidence_texts" string [B, k]
   "evidence_probabilities" float32 [B, k]   p(z | x) over the k blocks
-`__call__` (`hub.KerasLayer`): string [B] or the id dict -> the same dict. Empty questions
-fail with an InvalidArgumentError ("empty question").
+`__call__(inputs, training=False)` (`hub.KerasLayer`; `training` turns dropout on): string [B]
+or the id dict -> the same dict. Empty questions fail with an InvalidArgumentError ("empty
+question"). It is a Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the
+query tower and the reader ("score" and "evidence_probabilities" are differentiable); the
+corpus and its block embeddings are non-trainable `variables`.
 Attributes: `vocab_file` (asset), `do_lower_case`, `k`, `num_blocks`, `query_length`.
 """
 import tempfile
@@ -34,6 +37,7 @@ import tensorflow as tf
 
 from realm_tf.export.doc_embedder import Untracked
 from realm_tf.export.doc_embedder import vocab_asset
+from realm_tf.export.reusable import ReusableModule
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.retrieve_and_read import QAFeaturizer
 from realm_tf.retrieve_and_read import RetrieveAndRead
@@ -43,20 +47,20 @@ ID_SPECS = {n: tf.TensorSpec([None, None], tf.int32, name=n)
 QUESTIONS_SPEC = tf.TensorSpec([None], tf.string, name="questions")
 
 
-class _RealmQAModule(tf.Module):
+class _RealmQAModule(ReusableModule):
 
   def __init__(self, system: RetrieveAndRead, embeddings: np.ndarray, staging_dir: str):
-    super().__init__(name="realm_qa")
     index = BruteForceIndex(embeddings)
-    self._parts = Untracked(system=system, index=index)
+    block_ids = tf.Variable(system.block_ids, dtype=tf.int64, trainable=False)
+    titles = tf.Variable(system.titles, dtype=tf.string, trainable=False)
+    texts = tf.Variable(system.bodies, dtype=tf.string, trainable=False)
     retriever, reader = system.retriever, system.reader
-    self.model_variables = list(retriever.query_encoder.variables +
-                                retriever.query_projection.variables + reader.encoder.variables +
-                                reader.span_scorer.variables)
-    self.block_embeddings = index.embeddings
-    self.block_ids = tf.Variable(system.block_ids, dtype=tf.int64, trainable=False)
-    self.titles = tf.Variable(system.titles, dtype=tf.string, trainable=False)
-    self.texts = tf.Variable(system.bodies, dtype=tf.string, trainable=False)
+    super().__init__(retriever.query_encoder.variables + retriever.query_projection.variables +
+                     reader.encoder.variables + reader.span_scorer.variables,
+                     state=[index.embeddings, block_ids, titles, texts])
+    self._parts = Untracked(system=system, index=index)
+    self.block_embeddings, self.block_ids, self.titles, self.texts = (
+        index.embeddings, block_ids, titles, texts)
     self._k = system.k
     int64 = lambda value: tf.Variable(value, dtype=tf.int64, trainable=False)
     self.k = int64(system.k)
@@ -65,16 +69,16 @@ class _RealmQAModule(tf.Module):
     self.vocab_file = vocab_asset(system.tokenizer, staging_dir)
     self.do_lower_case = tf.Variable(system.tokenizer.lower_case, trainable=False)
 
-  def _answer(self, features):
+  def _answer(self, features, training=False):
     features = {n: tf.cast(features[n], tf.int32) for n in ID_SPECS}
     system = self._parts.system
-    query_emb = tf.cast(system.retriever.embed_query(features, training=False), tf.float32)
+    query_emb = tf.cast(system.retriever.embed_query(features, training=training), tf.float32)
     scores, rows = self._parts.index.search(query_emb, self._k)  # [B, k]
     valid = rows >= 0
     safe = tf.maximum(rows, 0)
     titles = tf.where(valid, tf.gather(self.titles, safe), "")
     texts = tf.where(valid, tf.gather(self.texts, safe), "")
-    out = system.read(QAFeaturizer.query_ids(features), titles, texts, scores, valid)
+    out = system.read(QAFeaturizer.query_ids(features), titles, texts, scores, valid, training)
     return {
         "answer": out["answer"],
         "score": out["probability"],
@@ -86,13 +90,13 @@ class _RealmQAModule(tf.Module):
         "evidence_probabilities": out["block_probabilities"],
     }
 
-  def _answer_questions(self, questions):
+  def _answer_questions(self, questions, training=False):
     blank = tf.equal(tf.strings.length(tf.strings.strip(questions)), 0)
     check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(blank)),
                                 ["realm_qa: empty question in", questions], summarize=8)
     with tf.control_dependencies([check]):
       features, _ = self._parts.system.featurizer.questions(tf.identity(questions))
-    return self.answer_ids(**features)
+    return self._answer(features, training)
 
   @tf.function(input_signature=[QUESTIONS_SPEC])
   def answer(self, questions):
@@ -104,10 +108,10 @@ class _RealmQAModule(tf.Module):
                              input_type_ids=input_type_ids))
 
   @tf.function
-  def __call__(self, inputs):
+  def __call__(self, inputs, training=False):
     if isinstance(inputs, dict):
-      return self.answer_ids(**{n: inputs[n] for n in ID_SPECS})
-    return self.answer(inputs)
+      return self._answer(inputs, training)
+    return self._answer_questions(inputs, training)
 
 
 def export_realm_qa(system: RetrieveAndRead, embeddings: np.ndarray, path: str) -> str:
@@ -118,8 +122,7 @@ def export_realm_qa(system: RetrieveAndRead, embeddings: np.ndarray, path: str) 
     raise ValueError(f"{embeddings.shape[0]} embeddings for {len(system.titles)} blocks")
   with tempfile.TemporaryDirectory() as staging_dir:
     module = _RealmQAModule(system, embeddings, staging_dir)
-    module.__call__.get_concrete_function(QUESTIONS_SPEC)
-    module.__call__.get_concrete_function(dict(ID_SPECS))
+    module.trace_call(QUESTIONS_SPEC, dict(ID_SPECS))
     tf.saved_model.save(module, path, signatures={"serving_default": module.answer,
                                                   "answer_ids": module.answer_ids})
   return path

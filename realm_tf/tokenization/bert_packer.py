@@ -18,6 +18,25 @@ def padded_length(packed_length: int, multiple: int, seq_length: int) -> int:
   return min(seq_length, -(-min(seq_length, packed_length) // multiple) * multiple)
 
 
+def pack_segments(segments, seq_length, cls_id: int, sep_id: int, pad_id: int = 0,
+                  truncation: str = "waterfall") -> Dict[str, tf.Tensor]:
+  """The packing of `BertPacker` as a function: a list of one or two int RaggedTensors
+  [B, (T)] -> int32 [B, L] "input_word_ids", "input_mask", "input_type_ids". `seq_length`
+  (L) may be a scalar int32 Tensor (the TF Hub preprocessor's `bert_pack_inputs` takes it)."""
+  segments = [tf.cast(s, tf.int32) for s in segments]
+  budget = seq_length - 1 - len(segments)  # room left after [CLS] and one [SEP] each
+  trimmed = _TRIMMERS[truncation](budget).trim(segments)
+  word_ids, type_ids = tf_text.combine_segments(
+      trimmed, start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+  word_ids, mask = tf_text.pad_model_inputs(word_ids, seq_length, pad_value=pad_id)
+  type_ids, _ = tf_text.pad_model_inputs(type_ids, seq_length, pad_value=0)
+  return {
+      "input_word_ids": tf.cast(word_ids, tf.int32),
+      "input_mask": tf.cast(mask, tf.int32),
+      "input_type_ids": tf.cast(type_ids, tf.int32),
+  }
+
+
 @keras.utils.register_keras_serializable(package="realm_tf")
 class BertPacker(keras.layers.Layer):
   """`[CLS] x1 [SEP]` or `[CLS] x1 [SEP] x2 [SEP]`, truncated and padded to `seq_length`.
@@ -73,18 +92,8 @@ class BertPacker(keras.layers.Layer):
     unbatched = not isinstance(segments[0], tf.RaggedTensor) and segments[0].shape.rank == 1
     if unbatched:
       segments = [tf.RaggedTensor.from_tensor(s[tf.newaxis]) for s in segments]
-    segments = [tf.cast(s, tf.int32) for s in segments]
-    budget = self.seq_length - 1 - len(segments)  # room left after [CLS] and one [SEP] each
-    trimmed = _TRIMMERS[self.truncation](budget).trim(segments)
-    word_ids, type_ids = tf_text.combine_segments(
-        trimmed, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id)
-    word_ids, mask = tf_text.pad_model_inputs(word_ids, self.seq_length, pad_value=self.pad_id)
-    type_ids, _ = tf_text.pad_model_inputs(type_ids, self.seq_length, pad_value=0)
-    features = {
-        "input_word_ids": word_ids,
-        "input_mask": tf.cast(mask, tf.int32),
-        "input_type_ids": tf.cast(type_ids, tf.int32),
-    }
+    features = pack_segments(segments, self.seq_length, self.cls_id, self.sep_id, self.pad_id,
+                             self.truncation)
     if unbatched:
       return {name: value[0] for name, value in features.items()}
     return features

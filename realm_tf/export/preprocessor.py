@@ -1,0 +1,68 @@
+"""The text preprocessor export: text -> the encoder exports' inputs, as TF Hub's BERT
+preprocessors do (built on tensorflow-text; loading it needs `import tensorflow_text`).
+
+Legend: B texts, T wordpieces, L packed length (default Lq, the query length).
+
+  `tokenize`:         string [B] -> int32 RaggedTensor [B, (T)] (the model's `WordpieceTokenizer`;
+                      no special tokens)
+  `bert_pack_inputs`: a list of one or two int32 RaggedTensors [B, (T)], optional `seq_length`
+                      (int32 scalar, default Lq) -> {"input_word_ids", "input_mask",
+                      "input_type_ids": int32 [B, L]}: `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`,
+                      the first segment kept whole first (waterfall truncation, the model's own)
+  `__call__`:         string [B] -> `bert_pack_inputs([tokenize(texts)])` at Lq (what
+                      `hub.KerasLayer(path)` calls: the query embedder's inputs)
+  signature "serving_default": texts string [B] -> the same dict.
+Blocks for the doc embedder: `bert_pack_inputs([tokenize(titles), tokenize(texts)],
+seq_length=block_length)`. It has no weights (`variables` and `trainable_variables` are empty).
+Attributes: `vocab_file` (asset), `do_lower_case`, `seq_length` (Lq).
+"""
+import tempfile
+
+import tensorflow as tf
+
+from realm_tf.export.doc_embedder import Untracked
+from realm_tf.export.doc_embedder import vocab_asset
+from realm_tf.export.reusable import ReusableModule
+from realm_tf.tokenization.bert_packer import pack_segments
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+TEXTS_SPEC = tf.TensorSpec([None], tf.string, name="texts")
+_SEGMENT_SPEC = tf.RaggedTensorSpec([None, None], tf.int32)
+_SEQ_LENGTH_SPEC = tf.TensorSpec([], tf.int32, name="seq_length")
+
+
+class _PreprocessorModule(ReusableModule):
+
+  def __init__(self, tokenizer: WordpieceTokenizer, seq_length: int, staging_dir: str):
+    super().__init__([])
+    self._tokenizer = Untracked(layer=tokenizer)
+    self.vocab_file = vocab_asset(tokenizer, staging_dir)
+    self.do_lower_case = tf.Variable(tokenizer.lower_case, trainable=False)
+    self.seq_length = tf.Variable(seq_length, dtype=tf.int64, trainable=False)
+
+    @tf.function(input_signature=[TEXTS_SPEC])
+    def tokenize(texts):
+      return self._tokenizer.layer(texts)
+
+    @tf.function(autograph=False)
+    def bert_pack_inputs(segments, seq_length=seq_length):
+      return pack_segments(list(segments), seq_length, tokenizer.cls_id, tokenizer.sep_id,
+                           tokenizer.pad_id, truncation="waterfall")
+
+    for num_segments in (1, 2):
+      for length in (seq_length, _SEQ_LENGTH_SPEC):
+        bert_pack_inputs.get_concrete_function([_SEGMENT_SPEC] * num_segments, length)
+    self.tokenize, self.bert_pack_inputs = tokenize, bert_pack_inputs
+
+  @tf.function(input_signature=[TEXTS_SPEC])
+  def __call__(self, texts):
+    return self.bert_pack_inputs([self.tokenize(texts)])
+
+
+def export_preprocessor(tokenizer: WordpieceTokenizer, path: str, seq_length: int = 64) -> str:
+  """Writes the text preprocessor of `tokenizer` (default packed length `seq_length`, the query
+  length) as a SavedModel at `path`; returns `path`."""
+  with tempfile.TemporaryDirectory() as staging_dir:
+    module = _PreprocessorModule(tokenizer, seq_length, staging_dir)
+    tf.saved_model.save(module, path, signatures={"serving_default": module.__call__})
+  return path

@@ -1,0 +1,66 @@
+"""TF Hub's Reusable SavedModel interface, shared by every export.
+
+Each exported module (a `tf.train.Checkpoint`, as TF Hub's own exporters use, so that these are
+plain attributes the SavedModel keeps) has
+  variables:             every tf.Variable its `__call__` reads
+  trainable_variables:   the model weights among them; `hub.KerasLayer(path, trainable=True)`
+                         trains exactly these
+  regularization_losses: [] (the models have no weight regularizers; weight decay belongs to
+                         the user's optimizer)
+and a `__call__(inputs, training=False)` traced for `training` True and False (dropout on and
+off), which `hub.KerasLayer` calls with the surrounding Keras model's training mode.
+
+The encoder exports (query and doc embedder) answer a dict of ids with TF Hub's Transformer
+encoder outputs (legend: N inputs, L length, H hidden size, D embedding dim), all float32:
+  "pooled_output" [N, H]       the tower's pooling ([CLS] pooler or mean, as it retrieves with)
+  "default" [N, H]             = "pooled_output"
+  "sequence_output" [N, L, H]  the last layer
+  "encoder_outputs"            list of [N, L, H], one per Transformer layer
+  "embeddings" [N, D]          the retrieval embedding (the tower's head on "pooled_output")
+"""
+from typing import Dict, Sequence
+
+import tensorflow as tf
+
+from realm_tf.keras import keras
+from realm_tf.models.retriever import Features
+from realm_tf.models.retriever import pool
+
+
+class ReusableModule(tf.train.Checkpoint):
+  """Base of the exported modules: sets the three Reusable SavedModel attributes.
+
+  Args:
+    weights: the model weights `__call__` reads (the trainable ones are fine-tuned).
+    state: other variables it reads (non-trainable: attributes, an index, a corpus).
+  """
+
+  def __init__(self, weights: Sequence[tf.Variable], state: Sequence[tf.Variable] = ()):
+    super().__init__()
+    unique = lambda variables: list({id(v): v for v in variables}.values())
+    self.variables = unique(list(weights) + list(state))
+    self.trainable_variables = [v for v in unique(weights) if v.trainable]
+    self.regularization_losses = []
+
+  def trace_call(self, *input_specs) -> None:
+    """Traces `__call__` for each input structure, with `training` True and False."""
+    for spec in input_specs:
+      for training in (False, True):
+        self.__call__.get_concrete_function(spec, training=training)
+
+
+def tower_outputs(encoder: keras.layers.Layer, head: keras.layers.Layer, features: Features,
+                  pooling: str, training: bool) -> Dict[str, object]:
+  """int [N, L] features -> the encoder outputs of one tower (see the module docstring);
+  "embeddings" is unscaled (the query embedder multiplies it by its `score_scale`)."""
+  features = {n: tf.cast(t, tf.int32) for n, t in features.items()}
+  outputs = encoder(features, training=training)
+  pooled = pool(outputs, features["input_mask"], pooling)
+  as_float = lambda t: tf.cast(t, tf.float32)
+  return {
+      "pooled_output": as_float(pooled),
+      "default": as_float(pooled),
+      "sequence_output": as_float(outputs["sequence_output"]),
+      "encoder_outputs": [as_float(t) for t in outputs["encoder_outputs"]],
+      "embeddings": as_float(head(pooled)),
+  }
