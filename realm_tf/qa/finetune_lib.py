@@ -19,6 +19,10 @@ Per step:
 3. Every `eval_every_steps`: dev exact match; the best checkpoint is copied to
    `<model_dir>/best/`. Checkpoints (model + optimizer + step) go through
    `tf.train.CheckpointManager`, and a restarted job resumes from the latest.
+4. TensorBoard (`<model_dir>/train/`): every step `train/loss` (and the step's other
+   statistics), `train/learning_rate`, `train/index_version` (the step of the doc tower the
+   index was built from) and `train/index_staleness`; at every evaluation `eval/exact_match`
+   and `eval/recall@k`. `train_log.jsonl` gets one record per `log_every_steps`.
 
 Index refresh (`index_refresh_steps > 0`, off by default; the paper's footnote 3 suggests it
 may help): every that many steps the doc tower becomes a snapshot of the current query tower
@@ -56,6 +60,7 @@ from realm_tf.qa.model import ModelConfig
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import VOCAB
 from realm_tf.qa.model import CORPUS
+from realm_tf.qa.model import MODEL_INFO
 from realm_tf.qa.model import build_models
 from realm_tf.qa.model import initialize
 from realm_tf.qa.model import make_system
@@ -296,9 +301,7 @@ class FineTuner:
                        f"wordpieces, the encoder {config.model.encoder.vocab_size}")
     with tf.io.gfile.GFile(os.path.join(config.model_dir, VOCAB), "w") as f:
       f.write("\n".join(self.tokenizer.vocabulary) + "\n")
-    corpus_copy = os.path.join(config.model_dir, CORPUS)  # the model directory can move
-    write_corpus_jsonl(self.corpus, corpus_copy + ".tmp")
-    tf.io.gfile.rename(corpus_copy + ".tmp", corpus_copy, overwrite=True)
+    self._copy_corpus()
     self.featurizer = QAFeaturizer(self.tokenizer, config.model.query_length,
                                    config.model.block_length, config.model.reader_length)
     self.num_retrieved = min(config.retriever_top_k, len(self.corpus))
@@ -425,6 +428,17 @@ class FineTuner:
                      dataset=self.dataset, vocab_file=prefix + VOCAB, step=self._step(),
                      metrics=dict(metrics or {}),
                      vocab_fingerprint=run_config.vocab_fingerprint(self.tokenizer.vocabulary))
+
+  def _copy_corpus(self) -> None:
+    """Writes the corpus into the model directory (so that it can move), unless the copy is
+    there already (its fingerprint in model.json)."""
+    model_dir = self.config.model_dir
+    path = os.path.join(model_dir, CORPUS)
+    if tf.io.gfile.exists(path) and tf.io.gfile.exists(os.path.join(model_dir, MODEL_INFO)) and (
+        ModelInfo.read(model_dir).corpus_fingerprint == self.corpus.fingerprint):
+      return
+    write_corpus_jsonl(self.corpus, path + ".tmp")
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
   def _save_checkpoint(self) -> None:
     if self._save_run_config:  # before the first checkpoint: never a checkpoint without it
@@ -556,6 +570,7 @@ class FineTuner:
     config = self.config
     losses, dev_metrics = [], {}
     log_path = os.path.join(config.model_dir, TRAIN_LOG)
+    writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
     start, last_log = time.perf_counter(), self._step()
     while self._step() < config.num_train_steps:
       step = self._step()
@@ -567,12 +582,15 @@ class FineTuner:
       if not np.isfinite(stats["loss"]):
         raise FloatingPointError(f"non-finite loss {stats['loss']} at step {step}")
       step += 1
+      schedule = self.optimizer.learning_rate
+      learning_rate = float(schedule(self.optimizer.iterations) if callable(schedule)
+                            else schedule)
+      _write_scalars(writer, step, "train", dict(
+          stats, learning_rate=learning_rate, index_version=self._snapshot(),
+          index_staleness=step - 1 - self._snapshot()))
       if step % config.log_every_steps == 0 or step == config.num_train_steps:
         rate = (step - last_log) / max(time.perf_counter() - start, 1e-9)
         start, last_log = time.perf_counter(), step
-        schedule = self.optimizer.learning_rate
-        learning_rate = float(schedule(self.optimizer.iterations) if callable(schedule)
-                              else schedule)
         record = dict(step=step, learning_rate=learning_rate, steps_per_s=rate, **stats)
         with tf.io.gfile.GFile(log_path, "a") as f:
           f.write(json.dumps(record) + "\n")
@@ -583,17 +601,27 @@ class FineTuner:
       if self.dev_examples and (step % config.eval_every_steps == 0 or
                                 step == config.num_train_steps):
         dev_metrics[step] = self.evaluate_dev()
+        _write_scalars(writer, step, "eval", dev_metrics[step])
         self.log(f"step {step} dev " + " ".join(f"{k}={v:.4f}"
                                                 for k, v in dev_metrics[step].items()))
     step = self._step()
     if self.dev_examples and step not in dev_metrics and (
         self.best_manager.latest_checkpoint is None or not losses):
       dev_metrics[step] = self.evaluate_dev()
+      _write_scalars(writer, step, "eval", dev_metrics[step])
+    writer.flush()
     if not self.dev_examples and not _saved_at(self.best_manager, step):
       self._save_best({})
     if not _saved_at(self.manager, step):
       self._save_checkpoint()
     return FineTuneResult(self._step(), losses, dev_metrics, self.best_exact_match)
+
+
+def _write_scalars(writer, step: int, prefix: str, values: Dict[str, float]) -> None:
+  """TensorBoard scalars `<prefix>/<name>` at `step`."""
+  with writer.as_default(step=step):
+    for name, value in values.items():
+      tf.summary.scalar(f"{prefix}/{name}", value)
 
 
 def run_finetuning(config: FineTuneConfig, strategy: Optional[tf.distribute.Strategy] = None,
