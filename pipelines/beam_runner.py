@@ -16,6 +16,8 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from realm_tf import errors
+
 COUNTER_NAMESPACE = "realm_tf.pipelines"
 
 
@@ -31,7 +33,16 @@ def pipeline_options(passthrough: Optional[str] = None,
   flags = list(beam_args) + shlex.split(passthrough or "")
   if not any(f.startswith("--runner") for f in flags):
     flags.append("--runner=DirectRunner")
-  return PipelineOptions(flags)
+  options = PipelineOptions(flags)
+  unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) -
+                   set(options.get_all_options()))
+  if unknown:  # Beam would only log "Discarding unparseable args" and go on
+    raise errors.InputError(errors.describe(
+        " ".join(f"--{name}" for name in unknown),
+        "not a flag of this pipeline nor a Beam pipeline option",
+        "Check the spelling (--helpfull lists the pipeline's flags; Beam's options are in "
+        "apache_beam.options.pipeline_options)"))
+  return options
 
 
 def run(pipeline: beam.Pipeline) -> Dict[str, int]:

@@ -85,6 +85,13 @@ def test_pipelines_pass_unknown_flags_to_beam():
   assert options.view_as(DirectOptions).direct_running_mode == "in_memory"
 
 
+def test_a_misspelled_flag_is_an_error_not_dropped_by_beam():
+  from pipelines import beam_runner  # pylint: disable=g-import-not-at-top
+  from realm_tf import errors  # pylint: disable=g-import-not-at-top
+  with pytest.raises(errors.InputError, match="--runer: not a flag of this pipeline"):
+    beam_runner.pipeline_options("", ["--runer=DataflowRunner"])
+
+
 @pytest.mark.slow
 def test_a_pipeline_binary_runs_with_beams_own_runner_flag(tmp_path):
   corpus = tmp_path / "docs.jsonl"

@@ -191,7 +191,8 @@ def test_a_mistyped_builder_flag_is_reported_with_the_real_builder(tmp_path, cap
   refresher.maybe_refresh(5, retriever)
   refresher.wait(timeout=180)
   [error] = _errors(caplog)
-  assert "failed with exit status 1" in error and "runer" in error
+  assert "failed with exit status 2" in error and "runer" in error  # a bad flag: exit 2
+  assert "--runer: not a flag of this pipeline" in error
   assert "-m pipelines.build_index" in error and "--runer=DataflowRunner" in error
   with pytest.raises(IndexBuilderError):
     refresher.maybe_refresh(6, retriever)
