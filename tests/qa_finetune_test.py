@@ -24,6 +24,16 @@ from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.optimizer import default_warmup_steps
 
 
+def tensorboard_scalars(directory):
+  """{tag: {step: value}} of the TensorBoard event files in `directory`."""
+  scalars = {}
+  for name in sorted(os.listdir(directory)):
+    for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+      for value in event.summary.value:
+        scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+  return scalars
+
+
 def tiny_config(world, model_dir, **overrides) -> FineTuneConfig:
   values = dict(model_dir=model_dir, corpus=world.corpus, train_data=world.train,
                 vocab_file=world.vocab_file, dev_data=world.dev,
@@ -60,6 +70,14 @@ def test_loss_decreases(trained):
     log = [json.loads(line) for line in f]
   assert [r["step"] for r in log] == [10, 20, 30, 40, 50, 60]
   assert {"loss", "retriever_loss", "reader_loss", "learning_rate"} <= set(log[0])
+  scalars = tensorboard_scalars(os.path.join(tuner.config.model_dir, "train"))
+  assert sorted(scalars["train/loss"]) == list(range(1, 61))
+  np.testing.assert_allclose(scalars["train/loss"][60], result.losses[-1], rtol=1e-5)
+  assert scalars["train/learning_rate"][10] == pytest.approx(log[0]["learning_rate"])
+  assert sorted(scalars["eval/exact_match"]) == [30, 60]
+  assert scalars["eval/exact_match"][60] == pytest.approx(
+      result.dev_metrics[60]["exact_match"])
+  assert any(tag.startswith("eval/recall@") for tag in scalars)
 
 
 def test_best_dev_checkpoint_and_model_directory(trained):
@@ -149,6 +167,9 @@ def test_index_refresh_swaps_in_the_snapshot_index_under_a_strategy(world, tmp_p
   info = ModelInfo.read(os.path.join(config.model_dir, "best"))  # no dev: the last step
   assert info.step == 4 and info.doc_index == "../doc_index-3"
   assert QAModel.load(config.model_dir).doc_index.snapshot_step == 3
+  scalars = tensorboard_scalars(os.path.join(config.model_dir, "train"))
+  assert scalars["train/index_version"] == {1: 0, 2: 0, 3: 0, 4: 3}
+  assert scalars["train/index_staleness"] == {1: 0, 2: 1, 3: 2, 4: 0}
 
 
 def test_zero_steps_writes_the_pretrained_model_and_tf2_init(world, tmp_path):
