@@ -1,6 +1,8 @@
 """Exports a fine-tuned QA model as five TF Hub SavedModels (Model Garden `export_tfhub_lib`
 style; `realm_tf/export_hub.py` is the binary).
 
+    <export_dir>/preprocessor/     `realm_tf.export.preprocessor`    text -> the encoders' inputs
+                                                                     (tokenize, bert_pack_inputs)
     <export_dir>/query_embedder/   `realm_tf.export.query_embedder`  Embed_input
     <export_dir>/doc_embedder/     `realm_tf.export.doc_embedder`    Embed_doc (with strings): the
                                                                      very export that embedded
@@ -8,8 +10,6 @@ style; `realm_tf/export_hub.py` is the binary).
     <export_dir>/reader/           `realm_tf.export.reader`          MLM and span heads
     <export_dir>/realm_qa/         `realm_tf.export.realm_qa`        question -> answer + evidence,
                                                                      corpus and index packaged
-    <export_dir>/preprocessor/     `realm_tf.export.preprocessor`    text -> the encoders' inputs
-                                                                     (tokenize, bert_pack_inputs)
     <export_dir>/export.json       what was exported: model, step, corpus, sizes, signatures
 
 Each loads with `hub.load(path)` or `hub.KerasLayer(path)` after `import tensorflow_text`,
@@ -31,13 +31,13 @@ from realm_tf.export.reader import export_reader
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 
-MODULES = ("query_embedder", "doc_embedder", "reader", "realm_qa", "preprocessor")
+MODULES = ("preprocessor", "query_embedder", "doc_embedder", "reader", "realm_qa")
 SIGNATURES = {
+    "preprocessor": ("serving_default",),
     "query_embedder": ("serving_default", "embed_ids", "tokenize"),
     "doc_embedder": ("serving_default", "embed_blocks", "embed_texts"),
     "reader": ("span", "mlm", "read_text", "mlm_text"),
     "realm_qa": ("serving_default", "answer_ids"),
-    "preprocessor": ("serving_default",),
 }
 
 
