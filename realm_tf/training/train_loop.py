@@ -1,7 +1,11 @@
 """The step loop shared by every trainer: resume, checkpoint, summaries, progress with ETA.
 
 Each step's metrics also go to `model_dir/metrics.jsonl` (one JSON object per line, with
-"step"), which `realm_tf.training.plots` turns into the retrieval-utility curve.
+"step"), which `realm_tf.training.plots` turns into the retrieval-utility curve; the lines
+are buffered and appended at every checkpoint (one write per checkpoint, not per step: on
+`gs://` an append re-uploads the file), so the file never runs ahead of the checkpoints.
+The progress bar shows gauges (`index_staleness`) at their current value and losses and
+accuracies as means over the last `PROGRESS_WINDOW` steps.
 
 With an `Evaluation` (e.g. `realm_tf.training.recall_monitor.RecallMonitor`'s held-out
 recall), the loop evaluates before the first step and every `every_n_steps`; each result goes
@@ -31,6 +35,9 @@ from realm_tf.training import run_config as run_configs
 
 BEST_DIR = "best"
 EVAL_LOG = "eval.jsonl"
+PROGRESS_WINDOW = 20
+_WINDOWED = ("loss", "accuracy", "retrieval_utility")
+_GAUGES = ("index_staleness",)
 
 
 @dataclasses.dataclass
@@ -77,6 +84,7 @@ class TrainLoop:
     self.best_manager = tf.train.CheckpointManager(
         self.checkpoint, os.path.join(model_dir, BEST_DIR), max_to_keep=1)
     self.history = []
+    self._unwritten: List[Dict[str, float]] = []
     self.ended_below_start = False
 
   def evaluations(self) -> List[Dict[str, float]]:
@@ -146,7 +154,23 @@ class TrainLoop:
     if self._save_run_config:  # before the first checkpoint: never a checkpoint without it
       run_configs.save(self.manager.directory, self.run_config)
       self._save_run_config = False
-    return self.manager.save(checkpoint_number=int(self.step.numpy()))
+    path = self.manager.save(checkpoint_number=int(self.step.numpy()))
+    self._write_metrics()
+    return path
+
+  def _write_metrics(self) -> None:
+    """Appends the buffered step records to `metrics.jsonl`."""
+    if self._unwritten:
+      with tf.io.gfile.GFile(self.metrics_path, "a") as f:
+        f.write("".join(json.dumps(record) + "\n" for record in self._unwritten))
+      self._unwritten = []
+
+  def _progress_values(self, metrics: Dict[str, float]):
+    """(name, value) pairs for the bar: gauges now, the rest averaged over the window."""
+    window = self.history[-PROGRESS_WINDOW:]
+    values = [(k, sum(r[k] for r in window if k in r) / sum(k in r for r in window))
+              for k in _WINDOWED if k in metrics]
+    return values + [(k, metrics[k]) for k in _GAUGES if k in metrics]
 
   def run(self, step_fn: Callable[[int], Dict[str, float]],
           after_step: Optional[Callable[[int], None]] = None,
@@ -156,7 +180,7 @@ class TrainLoop:
     if evaluation and start_step == 0 and not any(e["step"] == 0 for e in self.evaluations()):
       self._evaluate(evaluation, 0)
     bar = keras.utils.Progbar(self.num_steps, verbose=1 if self.verbose else 0,
-                              stateful_metrics=None)
+                              stateful_metrics=_WINDOWED + _GAUGES)
     bar.update(start_step)
     metrics = {}
     for step in range(start_step, self.num_steps):
@@ -165,8 +189,7 @@ class TrainLoop:
       metrics["step_time_s"] = time.perf_counter() - started
       self.step.assign(step + 1)
       self.history.append(dict(metrics, step=step + 1))
-      with tf.io.gfile.GFile(self.metrics_path, "a") as f:
-        f.write(json.dumps(self.history[-1]) + "\n")
+      self._unwritten.append(self.history[-1])
       if (step + 1) % self.summary_every == 0:
         with self.writer.as_default(step=step + 1):
           for name, value in metrics.items():
@@ -178,8 +201,8 @@ class TrainLoop:
         self._evaluate(evaluation, step + 1)
       if (step + 1) % self.checkpoint_every == 0 or step + 1 == self.num_steps:
         self.save()
-      bar.update(step + 1, values=[(k, v) for k, v in metrics.items()
-                                   if k in ("loss", "retrieval_utility", "index_staleness")])
+      bar.update(step + 1, values=self._progress_values(metrics))
+    self._write_metrics()
     self.writer.flush()
     if evaluation:
       self._check_progress(evaluation.metric)
