@@ -24,6 +24,7 @@ flags.DEFINE_integer("query_length", 64, "Pseudo-query length.")
 flags.DEFINE_integer("block_length", 288, "Block length.")
 flags.DEFINE_float("remove_prob", 0.9, "Probability of removing the query from its block.")
 flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept (the newest).")
 flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
@@ -52,7 +53,7 @@ def main(argv):
                      batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
                      query_length=FLAGS.query_length, block_length=FLAGS.block_length,
                      remove_prob=FLAGS.remove_prob, checkpoint_every=FLAGS.checkpoint_every,
-                     seed=FLAGS.seed)
+                     keep_checkpoints=FLAGS.keep_checkpoints, seed=FLAGS.seed)
   metrics, _ = train_ict(config, retriever, BlockStore.load(FLAGS.corpus), tokenizer,
                          strategy)
   print({k: round(v, 4) for k, v in metrics.items()})

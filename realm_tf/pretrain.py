@@ -46,6 +46,9 @@ flags.DEFINE_bool("embedding_jit_compile", False,
                   "XLA-compile the doc tower when embedding the corpus (faster at BERT-base; "
                   "compiles once per length bucket; see BENCHMARKS.md §1).")
 flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept (the newest).")
+flags.DEFINE_integer("keep_indexes", 3, "Index versions kept (the newest; with their "
+                     "doc-embedder snapshots).")
 flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical devices.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
@@ -83,21 +86,24 @@ def main(argv):
     refresher = SynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
                                      FLAGS.index_kind, FLAGS.block_length,
                                      compute_dtype=FLAGS.embedding_dtype,
-                                     jit_compile=FLAGS.embedding_jit_compile)
+                                     jit_compile=FLAGS.embedding_jit_compile,
+                                     keep_versions=FLAGS.keep_indexes)
   else:
     refresher = AsynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
                                       FLAGS.corpus, os.path.join(FLAGS.model_dir, "snapshots"),
                                       FLAGS.index_kind, FLAGS.block_length, FLAGS.builder_args,
                                       compute_dtype=FLAGS.embedding_dtype,
                                       jit_compile=FLAGS.embedding_jit_compile,
-                                      max_builder_failures=FLAGS.max_builder_failures)
+                                      max_builder_failures=FLAGS.max_builder_failures,
+                                      keep_versions=FLAGS.keep_indexes)
   config = PretrainingConfig(
       model_dir=FLAGS.model_dir, examples_dir=FLAGS.examples_dir, num_steps=FLAGS.num_steps,
       batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
       num_candidates=FLAGS.num_candidates, null_document=FLAGS.null_document,
       exclude_source=FLAGS.exclude_source, masking=FLAGS.masking,
       query_length=FLAGS.query_length, block_length=FLAGS.block_length,
-      checkpoint_every=FLAGS.checkpoint_every, seed=FLAGS.seed)
+      checkpoint_every=FLAGS.checkpoint_every,
+      keep_checkpoints=FLAGS.keep_checkpoints, seed=FLAGS.seed)
   history = RealmPretrainer(config, retriever, reader, store, tokenizer, refresher,
                             strategy).train()
   if history:

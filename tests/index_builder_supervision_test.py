@@ -196,3 +196,30 @@ def test_a_mistyped_builder_flag_is_reported_with_the_real_builder(tmp_path, cap
   assert "-m pipelines.build_index" in error and "--runer=DataflowRunner" in error
   with pytest.raises(IndexBuilderError):
     refresher.maybe_refresh(6, retriever)
+
+
+def test_twelve_refreshes_keep_three_index_versions_and_their_snapshots(tmp_path):
+  refresher = ScriptedRefresher(tmp_path, [], keep_versions=3)
+  log_dir = tmp_path / "snapshots"
+  for refresh in range(1, 13):
+    version = index_publisher.version_for_step(5 * refresh)
+    refresher._snapshot(5 * refresh, None)  # pylint: disable=protected-access
+    (log_dir / f"builder-{version}.log").write_text("built\n")
+    index_publisher.publish(BruteForceIndex(np.full((NUM_BLOCKS, 8), refresh, np.float32)),
+                            refresher.index_root, version)
+    refresher._load(version)  # pylint: disable=protected-access  (the swap maybe_refresh does)
+  kept = ["step-00000050", "step-00000055", "step-00000060"]
+  assert index_publisher.list_versions(refresher.index_root) == kept
+  assert index_publisher.latest_version(refresher.index_root) == "step-00000060"
+  assert sorted(os.listdir(log_dir)) == sorted(kept + [f"builder-{v}.log" for v in kept])
+  assert refresher.index.embeddings[0, 0] == 12
+
+
+def test_a_swap_does_not_rehash_the_published_index(tmp_path, monkeypatch):
+  refresher = ScriptedRefresher(tmp_path, [])
+  index_publisher.publish(BruteForceIndex(np.ones((NUM_BLOCKS, 8), np.float32)),
+                          refresher.index_root, "step-00000005")
+  from realm_tf.mips import manifest  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(manifest, "_sha256", lambda path: pytest.fail(f"re-hashed {path}"))
+  refresher._load("step-00000005")  # pylint: disable=protected-access
+  assert refresher.version == "step-00000005"

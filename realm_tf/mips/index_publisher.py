@@ -242,10 +242,12 @@ def load_latest(index_root: str) -> Tuple[str, mips_index.MipsIndex, Dict[str, A
   return version, index, _metadata(manifest_lib.IndexManifest.read(directory))
 
 
-def load_version(index_root: str, version: str) -> mips_index.MipsIndex:
-  """Loads (and verifies) version `version` of `index_root`, published or not."""
+def load_version(index_root: str, version: str,
+                 verify_checksums: bool = True) -> mips_index.MipsIndex:
+  """Loads version `version` of `index_root`, published or not; `verify_checksums`: see
+  `mips_index.load_index` (`publish` verified every published version once already)."""
   _check_version(version)
-  return mips_index.load_index(os.path.join(index_root, version))
+  return mips_index.load_index(os.path.join(index_root, version), verify_checksums)
 
 
 def read_metadata(index_root: str, version: str) -> Dict[str, Any]:

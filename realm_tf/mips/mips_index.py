@@ -82,14 +82,16 @@ class MipsIndex(abc.ABC):
     """
 
 
-def load_index(directory: str) -> MipsIndex:
+def load_index(directory: str, verify_checksums: bool = True) -> MipsIndex:
   """Loads the index saved in `directory` by any `MipsIndex.save`.
 
-  Reads `manifest.json`, recomputes every file's sha256, and dispatches on the manifest's
-  kind to the implementation, which checks the stored shapes against num_docs and dim.
+  Reads `manifest.json`, recomputes every file's sha256 (unless `verify_checksums` is False:
+  for an index its publisher verified already), and dispatches on the manifest's kind to the
+  implementation, which checks the stored shapes against num_docs and dim.
 
   Args:
     directory: a directory written by `save` (local path or any `tf.io.gfile` URL).
+    verify_checksums: recompute the files' sha256 (the whole index is read once more).
 
   Returns:
     The index, a `BruteForceIndex` or a `ScannIndex`.
@@ -104,5 +106,5 @@ def load_index(directory: str) -> MipsIndex:
   implementations = {cls.KIND: cls for cls in (brute_force_index.BruteForceIndex,
                                                 scann_index.ScannIndex)}
   manifest = manifest_lib.IndexManifest.read(directory)
-  manifest.verify(directory)
+  manifest.verify(directory, checksums=verify_checksums)
   return implementations[manifest.kind].from_directory(directory, manifest)

@@ -35,6 +35,7 @@ class IctConfig:
   block_length: int = 288
   remove_prob: float = 0.9
   checkpoint_every: int = 100
+  keep_checkpoints: int = 3
   seed: int = 0
 
 
@@ -87,7 +88,7 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
                    corpus_fingerprint=store.fingerprint)
   loop = TrainLoop(config.model_dir, dict(retriever=retriever, optimizer=optimizer),
                    config.num_steps, checkpoint_every=config.checkpoint_every, verbose=verbose,
-                   run_config=structure)
+                   max_to_keep=config.keep_checkpoints, run_config=structure)
   start = loop.restore()
   dataset = corpus.dataset(config.batch_size, seed=config.seed + start,
                            remove_prob=config.remove_prob, query_length=config.query_length,

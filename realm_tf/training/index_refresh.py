@@ -12,6 +12,13 @@ pointing at the newest; the trainer only ever loads complete, verified indexes.
   published index without pausing. A builder that dies leaves no partial index in use.
 Staleness = current step − snapshot step of the index in use.
 
+The trainer loads a published version without re-hashing it: `publish` verified its sha256
+checksums once, in the process that built it (the builder), so a swap costs reading the
+index, not hashing 6.8 GB on the trainer thread. Retention: after each swap only the
+`keep_versions` newest index versions (and the one in use) are kept, and the asynchronous
+refresher deletes the doc-embedder snapshots (and their builder logs) older than the oldest
+kept version, so a long run's disk use is bounded.
+
 The builder is supervised: its stdout and stderr go to `<snapshot_root>/builder-<version>.log`
 (a local temporary directory when `snapshot_root` is a URL), never to an undrained pipe, which a
 chatty builder fills and then blocks on. A failed build
@@ -62,13 +69,18 @@ class IndexRefresher(abc.ABC):
     compute_dtype: "float32" or "bfloat16", the doc tower's precision when embedding.
     jit_compile: XLA-compile the doc tower's forward when embedding (in process, or in the
       builder's doc-embedder export).
+    keep_versions: index versions kept after each swap (>= 1).
   """
 
   def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
                special_ids: Sequence[int], kind: str = "scann", block_length: int = 288,
-               compute_dtype: str = "float32", jit_compile: bool = False):
+               compute_dtype: str = "float32", jit_compile: bool = False,
+               keep_versions: int = 3):
     if kind not in INDEX_KINDS:
       raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
+    if keep_versions < 1:
+      raise ValueError(f"keep_versions must be >= 1, got {keep_versions}")
+    self.keep_versions = keep_versions
     self.index_root, self.every_n_steps, self.store = index_root, max(1, every_n_steps), store
     self.special_ids, self.kind, self.block_length = tuple(special_ids), kind, block_length
     self.compute_dtype, self.jit_compile = compute_dtype, jit_compile
@@ -79,7 +91,7 @@ class IndexRefresher(abc.ABC):
     self._store_embedder: Optional[StoreEmbedder] = None
 
   def _load(self, version: str) -> None:
-    index = index_publisher.load_version(self.index_root, version)
+    index = index_publisher.load_version(self.index_root, version, verify_checksums=False)
     where = os.path.join(self.index_root, version)
     built_from = index_publisher.read_metadata(self.index_root, version).get(
         "corpus_fingerprint", self.store.fingerprint)
@@ -93,6 +105,17 @@ class IndexRefresher(abc.ABC):
     self.snapshot_step = index_publisher.step_of_version(version) or 0
     self.swaps += 1
     logging.info("Using index %s (snapshot step %d)", version, self.snapshot_step)
+    self._prune()
+
+  def _prune(self) -> None:
+    """Deletes all but the `keep_versions` newest index versions (never the one in use)."""
+    kept = index_publisher.list_versions(self.index_root)[-self.keep_versions:]
+    if self.version not in kept:
+      return  # a resumed run on an older version: keep everything until it swaps
+    removed = index_publisher.keep_last(self.index_root, self.keep_versions)
+    if removed:
+      logging.info("Removed index versions %s (keeping the %d newest)", removed,
+                   self.keep_versions)
 
   def _build_now(self, step: int, retriever: Retriever) -> None:
     if self._store_embedder is None or self._store_embedder.retriever is not retriever:
@@ -160,9 +183,10 @@ class AsynchronousRefresher(IndexRefresher):
                special_ids: Sequence[int], corpus_dir: str, snapshot_root: str,
                kind: str = "scann", block_length: int = 288,
                builder_args: Sequence[str] = (), compute_dtype: str = "float32",
-               jit_compile: bool = False, max_builder_failures: int = 2):
+               jit_compile: bool = False, max_builder_failures: int = 2,
+               keep_versions: int = 3):
     super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length,
-                     compute_dtype, jit_compile)
+                     compute_dtype, jit_compile, keep_versions)
     if max_builder_failures < 1:
       raise ValueError(f"max_builder_failures must be >= 1, got {max_builder_failures}")
     self.corpus_dir, self.snapshot_root = corpus_dir, snapshot_root
@@ -186,10 +210,30 @@ class AsynchronousRefresher(IndexRefresher):
     tf.io.gfile.rename(tmp, final)
     return final
 
+  def _prune(self) -> None:
+    """Also deletes the snapshots (and builder logs) older than the oldest kept version,
+    except those a builder is building or will build."""
+    super()._prune()
+    versions = index_publisher.list_versions(self.index_root)
+    if not versions or not tf.io.gfile.isdir(self.snapshot_root):
+      return
+    oldest = index_publisher.step_of_version(versions[0]) or 0
+    busy = {self._builder_version if self._builder is not None else "",
+            os.path.basename((self._pending or "").rstrip("/"))}
+    for name in tf.io.gfile.listdir(self.snapshot_root):
+      name = name.rstrip("/")
+      step = index_publisher.step_of_version(name)
+      if step is None or step >= oldest or name in busy:
+        continue
+      tf.io.gfile.rmtree(os.path.join(self.snapshot_root, name))
+      log = self._log_path(name)
+      if os.path.exists(log):
+        os.remove(log)
+
   def builder_command(self, snapshot_dir: str) -> List[str]:
-    return [sys.executable, "-m", "pipelines.build_index", f"--corpus_dir={self.corpus_dir}",
+    return [sys.executable, "-m", "pipelines.build_index", f"--corpus={self.corpus_dir}",
             f"--embedder_dir={snapshot_dir}", f"--index_root={self.index_root}",
-            f"--kind={self.kind}"] + self.builder_args
+            f"--index_kind={self.kind}"] + self.builder_args
 
   def _log_path(self, version: str) -> str:
     directory = self.snapshot_root

@@ -63,6 +63,7 @@ class PretrainingConfig:
   block_length: int = 288
   max_predictions: int = 10
   checkpoint_every: int = 100
+  keep_checkpoints: int = 3
   reader_warmup_steps: int = 0
   seed: int = 0
 
@@ -163,7 +164,7 @@ class RealmPretrainer:
                                                  optimizer=self.optimizer,
                                                  index_version=self.index_version),
                           config.num_steps, checkpoint_every=config.checkpoint_every,
-                          run_config=dict(
+                          max_to_keep=config.keep_checkpoints, run_config=dict(
                               task="pretrain", retriever=run_config.retriever_structure(retriever),
                               reader=run_config.reader_structure(reader),
                               vocab_fingerprint=run_config.vocab_fingerprint(
