@@ -7,7 +7,7 @@ Local (DirectRunner):
       --output_dir=/tmp/corpus \
       --pipeline_options="--direct_num_workers=2 --direct_running_mode=multi_processing"
 
-Full English Wikipedia on Dataflow: see README.md, "Corpus pipelines".
+Full English Wikipedia on Dataflow: see docs/pipelines.md.
 """
 from absl import flags
 from absl import logging

@@ -100,6 +100,13 @@ def readme_commands() -> str:
   return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
 
 
+def quickstart_commands() -> str:
+  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    readme = f.read()
+  section = readme[readme.index("## Quickstart: your own documents"):]
+  return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+
+
 @pytest.fixture(scope="module")
 def model(chain):
   """The fine-tuned model the README commands wrote (its best dev checkpoint)."""
@@ -117,6 +124,21 @@ def chain(tmp_path_factory):
                           check=False)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
   return qa_dir, result.stdout
+
+
+@pytest.mark.slow
+def test_readme_quickstart_answers_over_the_users_own_documents(chain, tmp_path):
+  qa_dir, _ = chain
+  env = dict(os.environ, MODEL=os.path.join(qa_dir, "model"),
+             VOCAB=os.path.join(qa_dir, "vocab.txt"), WORK=str(tmp_path / "mine"),
+             PYTHONPATH=ROOT, PATH=os.path.dirname(sys.executable) + os.pathsep +
+             os.environ.get("PATH", ""))
+  result = subprocess.run(["bash", "-c", "set -euo pipefail\n" + quickstart_commands()],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+  assert os.path.exists(tmp_path / "mine" / "corpus" / "blocks.manifest.json")
+  assert "Grace Hopper" in result.stdout and "Ada Lovelace" in result.stdout, result.stdout
 
 
 @pytest.mark.slow

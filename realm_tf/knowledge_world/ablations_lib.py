@@ -32,7 +32,7 @@ sentence paired with the one block the ICT retriever ranks first for it (K = 1, 
 document, so the retriever gets no gradient) -- a related block when ICT is right, an unrelated
 one otherwise, like BERT's next-sentence pairs. A reader trained on single sentences reads a
 block worse than nothing when REALM starts, and REALM's gradient then erodes the ICT retriever
-before the reader learns to copy (README "Knowledge-world ablations"). Both use random tokens,
+before the reader learns to copy (docs/ablations.md). Both use random tokens,
 not salient spans, so that they learn the language without memorising the facts.
 
 Seeds. A seed fixes the world, every initialisation and the data order; tiny towers trained
@@ -42,7 +42,7 @@ metric's mean and standard deviation and `orderings` each of the paper's orderin
 of its per-seed (paired) differences with its standard error: it holds when the margin exceeds
 two standard errors.
 
-Choices for tiny towers trained from scratch (README "Tiny random towers"): every BERT uses
+Choices for tiny towers trained from scratch (docs/ablations.md, "Tiny towers from scratch"): every BERT uses
 `initializer_range=0.2` (at 0.02 a random tiny BERT gives nearly the same [CLS] vector for every
 input and ICT cannot start; the reader also learns to copy from a block far faster at 0.2), no
 dropout (the world is small and the runs short), learning rates well above BERT-base's (ICT
@@ -481,7 +481,7 @@ def load_result(config: AblationConfig) -> Optional[AblationResult]:
 
 
 def full_config(output_dir: str) -> AblationConfig:
-  """The benchmark preset: the README table (3 seeds)."""
+  """The benchmark preset: the table of docs/ablations.md (3 seeds)."""
   return AblationConfig(output_dir=output_dir, world=WorldConfig(num_entities=120),
                         ict_steps=600, ict_batch_size=32, bert_steps=200, pretrain_steps=600,
                         finetune_steps=150, eval_every=50)

@@ -93,7 +93,7 @@ class FineTuneConfig:
     model: sizes and lengths.
     init: the pre-trained weights.
     batch_size: B, questions per step (global, across replicas).
-    num_train_steps, learning_rate, warmup_steps: the schedule (README "Optimizer"); 0 steps
+    num_train_steps, learning_rate, warmup_steps: the schedule (docs/training.md, "Optimizer"); 0 steps
       writes the pre-trained model as a QA model directory (evaluated on dev when given:
       the "before fine-tuning" figures).
     retriever_learning_rate: the query tower's peak learning rate (None: `learning_rate`);
