@@ -1,4 +1,4 @@
-"""TrainLoop's step records: buffered to metrics.jsonl at checkpoints; the progress bar's
+"""TrainLoop's step records: buffered to metrics.jsonl before each checkpoint; the progress bar's
 windowed means and current gauges."""
 import json
 import os

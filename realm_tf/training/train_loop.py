@@ -2,8 +2,9 @@
 
 Each step's metrics also go to `model_dir/metrics.jsonl` (one JSON object per line, with
 "step"), which `realm_tf.training.plots` turns into the retrieval-utility curve; the lines
-are buffered and appended at every checkpoint (one write per checkpoint, not per step: on
-`gs://` an append re-uploads the file), so the file never runs ahead of the checkpoints.
+are buffered and appended just before every checkpoint (one write per checkpoint, not per
+step: on `gs://` an append re-uploads the file), so a resumed run has every step's record (a
+step logged again after a resumption keeps its last record for the readers).
 The progress bar shows gauges (`index_staleness`) at their current value and losses and
 accuracies as means over the last `PROGRESS_WINDOW` steps.
 
@@ -154,9 +155,8 @@ class TrainLoop:
     if self._save_run_config:  # before the first checkpoint: never a checkpoint without it
       run_configs.save(self.manager.directory, self.run_config)
       self._save_run_config = False
-    path = self.manager.save(checkpoint_number=int(self.step.numpy()))
-    self._write_metrics()
-    return path
+    self._write_metrics()  # first: a kill after the checkpoint must not lose the records
+    return self.manager.save(checkpoint_number=int(self.step.numpy()))
 
   def _write_metrics(self) -> None:
     """Appends the buffered step records to `metrics.jsonl`."""
