@@ -14,14 +14,8 @@ from absl import flags
 from realm_tf import cli
 from realm_tf import errors
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
-                                 "(default $REALM_TF_QA_MODEL).")
-_CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
-                              "directory, JSONL or DPR TSV.")
-_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
-                                  "(verified against the doc embedder).")
-_INDEX = flags.DEFINE_enum("index_kind", "", ("",) + cli.INDEX_KINDS,
-                           "MIPS index for --corpus (default: the model's).")
+_MODEL = cli.define_model_flags()
+flags.adopt_module_key_flags(cli)
 _K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question.")
 _QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable); positional "
                                       "arguments are questions too.")
@@ -32,8 +26,8 @@ def main(argv):
   from realm_tf.qa import ask_lib
   questions = list(_QUESTION.value) + ([" ".join(argv[1:])] if len(argv) > 1 else [])
   try:
-    asker = ask_lib.get_asker(_MODEL_DIR.value, _CORPUS.value, _EMBEDDINGS.value, _K.value,
-                              _INDEX.value)
+    asker = ask_lib.get_asker(_MODEL.model_dir.value, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
+                              _MODEL.index_kind.value)
   except ValueError as e:  # a model directory or corpus that does not fit: the user's to fix
     raise errors.InputError(errors.one_line(e)) from e
   ask_lib.answer_or_interact(asker, questions, sys.stdin,

@@ -13,7 +13,7 @@ generated from the binaries' flags by `tools/cli_table.py`.
 """
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from absl import app
 from absl import flags
@@ -27,6 +27,28 @@ INDEX_KINDS = ("scann", "brute_force")
 MASKINGS = ("salient_span", "random_span", "random_token")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 DATASETS = ("nq", "wq", "curatedtrec")
+
+
+class ModelFlags(NamedTuple):
+  """The flags of the binaries that load a QA model directory (`ask`, `serve`)."""
+  model_dir: flags.FlagHolder
+  corpus: flags.FlagHolder
+  embeddings_dir: flags.FlagHolder
+  index_kind: flags.FlagHolder
+
+
+def define_model_flags() -> ModelFlags:
+  """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind`; the calling binary
+  lists them in its `--help` with `flags.adopt_module_key_flags(cli)`."""
+  return ModelFlags(
+      flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
+                          "(default $REALM_TF_QA_MODEL)."),
+      flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
+                          "directory, JSONL or DPR TSV."),
+      flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
+                          "(verified against the doc embedder)."),
+      flags.DEFINE_enum("index_kind", "", ("",) + INDEX_KINDS,
+                        "MIPS index for --corpus (default: the model's)."))
 
 
 def _verbose(argv: Sequence[str]) -> bool:

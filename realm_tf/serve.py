@@ -16,14 +16,8 @@ from absl import flags
 from realm_tf import cli
 from realm_tf import errors
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
-                                 "(default $REALM_TF_QA_MODEL).")
-_CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
-                              "directory, JSONL or DPR TSV.")
-_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
-                                  "(verified against the doc embedder).")
-_INDEX = flags.DEFINE_enum("index_kind", "", ("",) + cli.INDEX_KINDS,
-                           "MIPS index for --corpus (default: the model's).")
+_MODEL = cli.define_model_flags()
+flags.adopt_module_key_flags(cli)
 _K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question when a request has no "
                           "top_k.", lower_bound=1)
 _MAX_TOP_K = flags.DEFINE_integer("max_top_k", 50, "Largest top_k a request may ask for "
@@ -55,12 +49,12 @@ def main(argv):
   from realm_tf.serving.service import AskService  # pylint: disable=g-import-not-at-top
   from realm_tf.serving.validation import Limits  # pylint: disable=g-import-not-at-top
 
-  model_dir = _MODEL_DIR.value or os.environ.get(ask_lib.MODEL_ENV, "")
+  model_dir = _MODEL.model_dir.value or os.environ.get(ask_lib.MODEL_ENV, "")
   if not model_dir:
     raise errors.InputError(errors.describe("--model_dir", "no model directory", "Pass "
                             f"--model_dir=<fine-tuned model> or set ${ask_lib.MODEL_ENV}"))
-  service = AskService.load(model_dir, _CORPUS.value, _EMBEDDINGS.value, _K.value,
-                            _INDEX.value, batch_size=_MAX_BATCH.value)
+  service = AskService.load(model_dir, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
+                            _MODEL.index_kind.value, batch_size=_MAX_BATCH.value)
   service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions
   limits = Limits(max_body_bytes=_MAX_BODY.value, max_question_chars=_MAX_CHARS.value,
                   num_blocks=service.num_blocks, max_top_k=_MAX_TOP_K.value,
