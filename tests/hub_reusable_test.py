@@ -102,8 +102,8 @@ def user_model(name: str, layer, system):
               for n in data}
     logits = layer(inputs)["span_logits"]
     # Targets: the lowest-scored span inside each block (a loss well above its minimum).
-    target = np.argmin(np.where(layer(data)["span_logits"].numpy() > -1e3,
-                                layer(data)["span_logits"].numpy(), np.inf), axis=1)
+    scores = layer(data)["span_logits"].numpy()
+    target = np.argmin(np.where(scores > -1e3, scores, np.inf), axis=1)
     return keras.Model(inputs, logits), data, target, cross_entropy
   # realm_qa: maximise the probability of each question's best (block, span).
   score = layer(strings)["score"]
