@@ -1,6 +1,7 @@
 """`realm-export-hub`: a fine-tuned QA model as TF Hub SavedModels.
 
-Four modules: query embedder, doc embedder, reader and the end-to-end realm_qa; see
+Five modules: text preprocessor, query embedder, doc embedder, reader and the end-to-end
+realm_qa, each fine-tunable with `hub.KerasLayer(path, trainable=True)`; see
 `export/export_hub_lib.py`.
 
     python -m realm_tf.export_hub --model_dir=/tmp/qa/model --export_dir=/tmp/qa/hub
