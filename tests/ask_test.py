@@ -14,8 +14,6 @@ from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import EmbeddingMismatchError
 from realm_tf.qa.doc_index import index_corpus
-from realm_tf.qa.finetune_lib import FineTuneConfig
-from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import build_models
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -30,12 +28,7 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model_dir(world, tmp_path_factory):
   """The (untrained) tiny model written as a QA model directory (0 fine-tuning steps)."""
-  directory = str(tmp_path_factory.mktemp("model"))
-  FineTuner(FineTuneConfig(model_dir=directory, corpus=world.corpus, train_data=world.train,
-                           vocab_file=world.vocab_file, model=tiny_world.model_config(),
-                           num_train_steps=0, retriever_top_k=24, index_kind="brute_force"),
-            log=lambda message: None).run()
-  return directory
+  return tiny_world.write_untrained_model(world, str(tmp_path_factory.mktemp("model")))
 
 
 @pytest.fixture(scope="module")

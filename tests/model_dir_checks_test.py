@@ -10,8 +10,6 @@ import pytest
 from realm_tf import errors
 from realm_tf.qa import ask_lib
 from realm_tf.qa import tiny_world
-from realm_tf.qa.finetune_lib import FineTuneConfig
-from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 
@@ -26,12 +24,7 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model_dir(world, tmp_path_factory):
   """The (untrained) tiny model as a QA model directory (0 fine-tuning steps: root and best/)."""
-  directory = str(tmp_path_factory.mktemp("model") / "model")
-  FineTuner(FineTuneConfig(model_dir=directory, corpus=world.corpus, train_data=world.train,
-                           vocab_file=world.vocab_file, model=tiny_world.model_config(),
-                           num_train_steps=0, retriever_top_k=24, index_kind="brute_force"),
-            log=lambda message: None).run()
-  return directory
+  return tiny_world.write_untrained_model(world, str(tmp_path_factory.mktemp("model") / "model"))
 
 
 @pytest.fixture(scope="module")

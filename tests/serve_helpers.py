@@ -1,7 +1,5 @@
 """Shared by the `realm-serve` tests: the tiny-world QA model directory and its served app."""
 from realm_tf.qa import tiny_world
-from realm_tf.qa.finetune_lib import FineTuneConfig
-from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.serving import app as app_lib
 from realm_tf.serving.batcher import Batcher
 from realm_tf.serving.service import AskService
@@ -14,12 +12,7 @@ QUESTIONS = ["who wrote hamlet?", "what is the capital of france?",
 def build_model_dir(directory: str) -> str:
   """The (untrained) tiny-world model written as a QA model directory, as in ask_test."""
   world = tiny_world.write_tiny_world(directory + "/world")
-  model_dir = directory + "/model"
-  FineTuner(FineTuneConfig(model_dir=model_dir, corpus=world.corpus, train_data=world.train,
-                           vocab_file=world.vocab_file, model=tiny_world.model_config(),
-                           num_train_steps=0, retriever_top_k=24, index_kind="brute_force"),
-            log=lambda message: None).run()
-  return model_dir
+  return tiny_world.write_untrained_model(world, directory + "/model")
 
 
 _SHARED = {}

@@ -151,6 +151,18 @@ def model_config():
       k: v for k, v in MODEL_FLAGS.items() if k != "initializer_range"})
 
 
+def write_untrained_model(world: TinyWorld, model_dir: str) -> str:
+  """The untrained `model_config()` model written as a QA model directory (0 fine-tuning
+  steps: the directory and its best/), for the tests of what loads and answers."""
+  from realm_tf.qa.finetune_lib import FineTuneConfig  # pylint: disable=g-import-not-at-top
+  from realm_tf.qa.finetune_lib import FineTuner  # pylint: disable=g-import-not-at-top
+  FineTuner(FineTuneConfig(model_dir=model_dir, corpus=world.corpus, train_data=world.train,
+                           vocab_file=world.vocab_file, model=model_config(),
+                           num_train_steps=0, retriever_top_k=24, index_kind="brute_force"),
+            log=lambda message: None).run()
+  return model_dir
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--output_dir", required=True)
