@@ -41,3 +41,24 @@ def test_progress_shows_windowed_means_and_current_gauges(tmp_path):
   window = range(31 - train_loop.PROGRESS_WINDOW, 31)
   assert values["loss"] == pytest.approx(sum(window) / len(window))
   assert values["index_staleness"] == 0.0
+
+
+def test_the_optimizers_learning_rate_is_a_step_metric(tmp_path):
+  from realm_tf.training.optimizer import OptimizerConfig  # pylint: disable=g-import-not-at-top
+  from realm_tf.training.optimizer import create_optimizer  # pylint: disable=g-import-not-at-top
+  weight = tf.Variable(1.0)
+  optimizer = create_optimizer(OptimizerConfig(learning_rate=1e-3, num_train_steps=4,
+                                               warmup_steps=2))
+
+  def step_fn(step):
+    with tf.GradientTape() as tape:
+      loss = weight * weight
+    optimizer.apply_gradients([(tape.gradient(loss, weight), weight)])
+    return {"loss": loss}
+
+  loop = train_loop.TrainLoop(str(tmp_path), {"weight": weight, "optimizer": optimizer}, 4,
+                              verbose=False)
+  loop.run(step_fn)
+  rates = [record["learning_rate"] for record in loop.history]
+  expected = [float(optimizer.learning_rate(step)) for step in range(4)]  # the step's own rate
+  assert rates == pytest.approx(expected) and max(rates) > 0

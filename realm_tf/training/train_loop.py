@@ -41,6 +41,10 @@ _WINDOWED = ("loss", "accuracy", "retrieval_utility")
 _GAUGES = ("index_staleness",)
 
 
+def _is_optimizer(item) -> bool:
+  return isinstance(item, (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer))
+
+
 @dataclasses.dataclass
 class Evaluation:
   """`fn()` -> metrics, run every `every_n_steps` steps; `metric` (larger is better) picks the
@@ -128,9 +132,7 @@ class TrainLoop:
     if not latest:
       return None
     # The model alone is verified: a best checkpoint may predate the optimizer's slots.
-    models = {k: v for k, v in self._items.items()
-              if not isinstance(v, (keras.optimizers.Optimizer,
-                                    keras.optimizers.legacy.Optimizer))}
+    models = {k: v for k, v in self._items.items() if not _is_optimizer(v)}
     run_configs.restore_checked(tf.train.Checkpoint(step=self.step, **models), latest,
                                 read=True)
     return int(latest.rsplit("-", 1)[-1])
@@ -158,6 +160,16 @@ class TrainLoop:
     self._write_metrics()  # first: a kill after the checkpoint must not lose the records
     return self.manager.save(checkpoint_number=int(self.step.numpy()))
 
+  def _learning_rates(self) -> Dict[str, float]:
+    """`learning_rate` of the checkpointed optimizer (`learning_rate/<name>` with several)."""
+    optimizers = {k: v for k, v in self._items.items() if _is_optimizer(v)}
+    rates = {}
+    for name, optimizer in optimizers.items():
+      rate = optimizer.learning_rate
+      rate = rate(optimizer.iterations) if callable(rate) else rate
+      rates["learning_rate" if len(optimizers) == 1 else f"learning_rate/{name}"] = float(rate)
+    return rates
+
   def _write_metrics(self) -> None:
     """Appends the buffered step records to `metrics.jsonl`."""
     if self._unwritten:
@@ -184,9 +196,11 @@ class TrainLoop:
     bar.update(start_step)
     metrics = {}
     for step in range(start_step, self.num_steps):
+      rates = self._learning_rates()  # the rates this step applies
       started = time.perf_counter()
       metrics = {k: float(v) for k, v in step_fn(step).items()}
       metrics["step_time_s"] = time.perf_counter() - started
+      metrics.update(rates)
       self.step.assign(step + 1)
       self.history.append(dict(metrics, step=step + 1))
       self._unwritten.append(self.history[-1])
