@@ -116,3 +116,13 @@ def test_setup_py_builds_the_source_distribution_beam_ships_to_workers(tmp_path)
     names = tar.getnames()
   for module in ("pipelines/build_index_lib.py", "realm_tf/cli.py", "realm_tf/mips/manifest.py"):
     assert any(name.endswith(module) for name in names), module
+
+
+def test_the_gcp_extra_pins_beams_gcp_extra_at_the_installed_beam_version():
+  import configparser  # pylint: disable=g-import-not-at-top
+  config = configparser.ConfigParser()
+  config.read(os.path.join(ROOT, "setup.cfg"))
+  requires = config["options"]["install_requires"].split()
+  beam = next(r for r in requires if r.startswith("apache-beam=="))
+  gcp = config["options.extras_require"]["gcp"].split()
+  assert gcp == [beam.replace("apache-beam==", "apache-beam[gcp]==")]
