@@ -31,9 +31,8 @@ def test_help_shows_the_docstring_and_own_flags_without_importing_tensorflow(com
 
 
 def test_console_script_help_lists_the_binary_flags():
-  script = os.path.join(os.path.dirname(sys.executable), "realm-ict")
-  if not os.path.exists(script):
-    pytest.skip("realm_tf is not pip-installed in this interpreter's environment")
+  script = os.path.join(os.path.dirname(sys.executable), "realm-ict")  # make install made it
+  assert os.path.exists(script), "pip install -e . registers the console scripts"
   result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120)
   assert "Traceback" not in result.stderr
   assert result.stdout.startswith("`realm-ict`: ICT warm-start")

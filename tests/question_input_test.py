@@ -51,15 +51,17 @@ def test_asked_question(case):
                               "10,000 characters.")
 
 
-@pytest.mark.parametrize("file_format", ["jsonl", "tsv"])
-@pytest.mark.parametrize("case", sorted(CASES))
+# A TSV line cannot hold a tab or a line break, so those cases are JSONL-only.
+FILE_CASES = [(case, "jsonl") for case in sorted(CASES)] + [
+    (case, "tsv") for case in sorted(CASES) if not set("\n\r\t") & set(CASES[case][0])]
+
+
+@pytest.mark.parametrize("case,file_format", FILE_CASES)
 def test_question_file_line(tmp_path, case, file_format):
   question, expected = CASES[case]
   if file_format == "jsonl":
     line = json.dumps({"question": question, "answer": ["Shakespeare"]})
   else:
-    if "\n" in question or "\r" in question or "\t" in question:
-      pytest.skip("a TSV line holds no tab or line break")
     line = f"{question}\t['Shakespeare']"
   path = tmp_path / f"dev.{file_format}"
   path.write_text(_valid(file_format) + line + "\n", encoding="utf-8")
