@@ -12,7 +12,6 @@ import sys
 from absl import flags
 
 from realm_tf import cli
-from realm_tf import errors
 
 _MODEL = cli.define_model_flags()
 flags.adopt_module_key_flags(cli)
@@ -25,11 +24,8 @@ def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   from realm_tf.qa import ask_lib
   questions = list(_QUESTION.value) + ([" ".join(argv[1:])] if len(argv) > 1 else [])
-  try:
-    asker = ask_lib.get_asker(_MODEL.model_dir.value, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
-                              _MODEL.index_kind.value)
-  except ValueError as e:  # a model directory or corpus that does not fit: the user's to fix
-    raise errors.InputError(errors.one_line(e)) from e
+  asker = ask_lib.get_asker(_MODEL.model_dir.value, _MODEL.corpus.value,
+                            _MODEL.embeddings_dir.value, _K.value, _MODEL.index_kind.value)
   ask_lib.answer_or_interact(asker, questions, sys.stdin,
                              lambda text: print(text, end="", flush=True))
 

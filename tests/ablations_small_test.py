@@ -4,8 +4,8 @@ seeds, not what one seed happens to give.
 Tiny towers trained from scratch for a few hundred steps are chaotic: another CPU kind (other
 oneDNN kernels, other float rounding) or another thread count lands one seed elsewhere. So the
 run here is three seeds in three parallel processes, and each claim is a statistic over them
-that held in every configuration of the study in docs/ablations.md ("What `make test` asserts": ten seeds
-with oneDNN on, six with oneDNN off, three with two intra-op threads):
+that held in every configuration of the study in docs/ablations.md ("What `make test`
+asserts": ten seeds with oneDNN on, six with oneDNN off, three with two intra-op threads):
 
   * the world's facts cannot be guessed: a reader reading only the null document answers no
     test question, on any seed;

@@ -74,8 +74,9 @@ def test_native_logging_is_quiet_unless_asked(monkeypatch, argv, verbose):
 
 
 def test_pipelines_pass_unknown_flags_to_beam():
-  from apache_beam.options.pipeline_options import DirectOptions  # pylint: disable=g-import-not-at-top
-  from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from apache_beam.options.pipeline_options import DirectOptions
+  from apache_beam.options.pipeline_options import StandardOptions
   from pipelines import beam_runner  # pylint: disable=g-import-not-at-top
   options = beam_runner.pipeline_options("--direct_running_mode=in_memory",
                                          ["--runner=DirectRunner", "--direct_num_workers=1"])

@@ -14,6 +14,7 @@ them against the doc embedder. Loaded models are cached per configuration.
 import os
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
+from realm_tf import errors
 from realm_tf.qa import datasets
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
@@ -60,8 +61,8 @@ _ASKERS: Dict[Tuple, Asker] = {}
 def _model_dir(model_dir: str) -> str:
   model_dir = model_dir or os.environ.get(MODEL_ENV, "")
   if not model_dir:
-    raise ValueError(f"no model: pass model_dir= or set ${MODEL_ENV} to a fine-tuned model "
-                     "directory")
+    raise errors.InputError(f"no model: pass --model_dir (model_dir=) or set ${MODEL_ENV} to a "
+                            "fine-tuned model directory")
   return model_dir
 
 

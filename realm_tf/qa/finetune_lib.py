@@ -93,8 +93,8 @@ class FineTuneConfig:
     model: sizes and lengths.
     init: the pre-trained weights.
     batch_size: B, questions per step (global, across replicas).
-    num_train_steps, learning_rate, warmup_steps: the schedule (docs/training.md, "Optimizer"); 0 steps
-      writes the pre-trained model as a QA model directory (evaluated on dev when given:
+    num_train_steps, learning_rate, warmup_steps: the schedule (docs/training.md, "Optimizer"); 0
+      steps writes the pre-trained model as a QA model directory (evaluated on dev when given:
       the "before fine-tuning" figures).
     retriever_learning_rate: the query tower's peak learning rate (None: `learning_rate`);
       its own AdamW, so that the tower that must not forget its retrieval geometry can move
