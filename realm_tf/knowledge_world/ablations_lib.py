@@ -42,19 +42,19 @@ metric's mean and standard deviation and `orderings` each of the paper's orderin
 of its per-seed (paired) differences with its standard error: it holds when the margin exceeds
 two standard errors.
 
-Choices for tiny towers trained from scratch (docs/ablations.md, "Tiny towers from scratch"): every
-BERT uses `initializer_range=0.2` (at 0.02 a random tiny BERT gives nearly the same [CLS] vector
-for every input and ICT cannot start; the reader also learns to copy from a block far faster
-at 0.2), no dropout (the world is small and the runs short), learning rates well above
+Choices for tiny towers trained from scratch (docs/ablations.md, "Tiny towers from scratch"):
+every BERT uses `initializer_range=0.2` (at 0.02 a random tiny BERT gives nearly the same [CLS]
+vector for every input and ICT cannot start; the reader also learns to copy from a block far
+faster at 0.2), no dropout (the world is small and the runs short), learning rates well above
 BERT-base's (ICT 3e-3, pre-training 1e-3, fine-tuning 3e-3 with 10% warm-up; pre-training at
 3e-3 lets the retriever drift away from ICT's) and a 32-d retrieval projection. X is a corpus of
-its own (X != Z), so pre-training does not exclude the "source" block: the block an X example names is
-the Z block stating its fact, exactly the block worth retrieving, and the `source_retrieved`
-metric then says how often it was among the candidates. Fine-tuning keeps the paper's shape:
-the index is frozen, the reader reads the top `reader_top_k` blocks and the retriever loss
-covers the top `retriever_top_k` (40, a sixth of the full world's 240 blocks: with every block
-in it, fine-tuning made every retriever near perfect and erased the differences Table 2 is
-about; with 10, too few questions had an answer among them to fine-tune on).
+its own (X != Z), so pre-training does not exclude the "source" block: the block an X example
+names is the Z block stating its fact, exactly the block worth retrieving, and the
+`source_retrieved` metric then says how often it was among the candidates. Fine-tuning keeps the
+paper's shape: the index is frozen, the reader reads the top `reader_top_k` blocks and the
+retriever loss covers the top `retriever_top_k` (40, a sixth of the full world's 240 blocks:
+with every block in it, fine-tuning made every retriever near perfect and erased the differences
+Table 2 is about; with 10, too few questions had an answer among them to fine-tune on).
 """
 import concurrent.futures
 import dataclasses
