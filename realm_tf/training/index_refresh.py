@@ -107,15 +107,17 @@ class IndexRefresher(abc.ABC):
     logging.info("Using index %s (snapshot step %d)", version, self.snapshot_step)
     self._prune()
 
-  def _prune(self) -> None:
-    """Deletes all but the `keep_versions` newest index versions (never the one in use)."""
-    kept = index_publisher.list_versions(self.index_root)[-self.keep_versions:]
-    if self.version not in kept:
-      return  # a resumed run on an older version: keep everything until it swaps
+  def _prune(self) -> List[str]:
+    """Deletes all but the `keep_versions` newest index versions (never the one in use);
+    returns the versions left, oldest first."""
+    versions = index_publisher.list_versions(self.index_root)
+    if self.version not in versions[-self.keep_versions:]:
+      return versions  # a resumed run on an older version: keep everything until it swaps
     removed = index_publisher.keep_last(self.index_root, self.keep_versions)
     if removed:
       logging.info("Removed index versions %s (keeping the %d newest)", removed,
                    self.keep_versions)
+    return [v for v in versions if v not in removed]
 
   def _build_now(self, step: int, retriever: Retriever) -> None:
     if self._store_embedder is None or self._store_embedder.retriever is not retriever:
@@ -210,13 +212,12 @@ class AsynchronousRefresher(IndexRefresher):
     tf.io.gfile.rename(tmp, final)
     return final
 
-  def _prune(self) -> None:
+  def _prune(self) -> List[str]:
     """Also deletes the snapshots (and builder logs) older than the oldest kept version,
     except those a builder is building or will build."""
-    super()._prune()
-    versions = index_publisher.list_versions(self.index_root)
+    versions = super()._prune()
     if not versions or not tf.io.gfile.isdir(self.snapshot_root):
-      return
+      return versions
     oldest = index_publisher.step_of_version(versions[0]) or 0
     busy = {self._builder_version if self._builder is not None else "",
             os.path.basename((self._pending or "").rstrip("/"))}
@@ -229,6 +230,7 @@ class AsynchronousRefresher(IndexRefresher):
       log = self._log_path(name)
       if os.path.exists(log):
         os.remove(log)
+    return versions
 
   def builder_command(self, snapshot_dir: str) -> List[str]:
     return [sys.executable, "-m", "pipelines.build_index", f"--corpus={self.corpus_dir}",
