@@ -6,6 +6,9 @@ See `build_index_lib`. Local (DirectRunner), as the trainer's asynchronous refre
       --embedder_dir=/tmp/snapshots/step-00001200 --index_root=/tmp/index --index_kind=scann
 
 Prints the published version and directory; the index is then `load_latest(index_root)`.
+ScaNN settings (`realm_tf.mips.index_builder`, recorded in the index manifest): by default
+sqrt(N) leaves from 10k blocks, 1/20 of them searched; the reference REALM's full-Wikipedia
+index is `--scann_num_leaves=1000 --scann_num_leaves_to_search=100`.
 """
 import shlex
 
@@ -24,6 +27,8 @@ _INDEX_ROOT = flags.DEFINE_string("index_root", None, "Versioned index directory
 _KIND = flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS,
                           "ScaNN (approximate) or brute force (exact).")
 flags.DEFINE_alias("kind", "index_kind")
+_SCANN = cli.define_scann_flags()
+flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
 _VERSION = flags.DEFINE_string("version", "",
                                "Version to publish; empty: step-<export's snapshot step>.")
 _EMBEDDINGS_DIR = flags.DEFINE_string("embeddings_dir", "",
@@ -38,12 +43,13 @@ _PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
 def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
   from pipelines.build_index_lib import build_index  # the builder as a function, for local mode
+  from realm_tf.mips.index_builder import ScannSettings
   result = build_index(
       _CORPUS_DIR.value, _EMBEDDER_DIR.value, _INDEX_ROOT.value, kind=_KIND.value,
       version=_VERSION.value,
       pipeline_options=" ".join([shlex.join(argv[1:]), _PIPELINE_OPTIONS.value]),
       embeddings_dir=_EMBEDDINGS_DIR.value, num_shards=_NUM_SHARDS.value,
-      blocks_per_batch=_BLOCKS_PER_BATCH.value)
+      blocks_per_batch=_BLOCKS_PER_BATCH.value, scann=ScannSettings(**_SCANN.values()))
   for name, value in sorted(result.counters.items()):
     logging.info("%s: %d", name, value)
     print(f"{name}: {value}")

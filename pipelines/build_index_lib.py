@@ -50,13 +50,10 @@ from realm_tf.data import formats
 from realm_tf.data import shards
 from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.export.doc_embedder import export_attributes
+from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
-from realm_tf.mips.brute_force_index import BruteForceIndex
-from realm_tf.mips.mips_index import MipsIndex
-from realm_tf.mips.scann_index import ScannIndex
 from realm_tf.tokenization.bert_packer import padded_length
 
-KINDS = ("scann", "brute_force")
 EMBEDDINGS_PREFIX = "embeddings"
 BLOCKS_PER_SHARD = 100_000
 BATCHES_PER_GROUP = 64  # build_index: ~N / (64 batches) groups per length bucket
@@ -261,7 +258,8 @@ def read_embedding_shards(directory: str, num_shards: int) -> Tuple[np.ndarray, 
   dims = {r.shape[1] for r in rows}
   if len(dims) != 1:
     raise IndexBuildError(f"embeddings of different dimensions: {sorted(dims)}")
-  return np.concatenate(ids).astype(np.int64), np.concatenate(rows).astype(np.float32)
+  return (np.concatenate(ids).astype(np.int64, copy=False),
+          np.concatenate(rows).astype(np.float32, copy=False))  # no third copy of [N, D]
 
 
 def check_embeddings(block_ids: np.ndarray, embeddings: np.ndarray, corpus_ids: np.ndarray,
@@ -282,13 +280,19 @@ def check_embeddings(block_ids: np.ndarray, embeddings: np.ndarray, corpus_ids: 
     raise IndexBuildError(f"{int((~np.isfinite(embeddings)).sum())} non-finite embedding values")
 
 
-def make_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
-  """A `ScannIndex` ("scann") or `BruteForceIndex` ("brute_force") over [N, D] embeddings."""
-  if kind == "scann":
-    return ScannIndex.build(embeddings)
-  if kind == "brute_force":
-    return BruteForceIndex(embeddings)
-  raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+def publish_embeddings(embeddings_dir: str, num_shards: int, corpus_ids: np.ndarray, dim: int,
+                       index_root: str, version: str, metadata: Dict[str, object],
+                       kind: str = "scann",
+                       scann: index_builder.ScannSettings = index_builder.ScannSettings()) -> str:
+  """The launching process's part after the pipeline: reads the S embedding shards into one
+  float32 [N, D] array, checks them against the corpus ids [N], builds the index and publishes
+  it as `version`; returns its directory. Its peak memory is the builder's
+  (bench/index_builder_memory.py)."""
+  block_ids, embeddings = read_embedding_shards(embeddings_dir, num_shards)
+  check_embeddings(block_ids, embeddings, corpus_ids, dim)
+  index = index_builder.build_index(embeddings, kind, scann)
+  del block_ids, embeddings  # ScaNN holds its own copy: saving and verifying need only it
+  return index_publisher.publish(index, index_root, version, metadata)
 
 
 def build_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
@@ -320,7 +324,9 @@ def run_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
 
 def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str = "scann",
                 version: str = "", pipeline_options: str = "", embeddings_dir: str = "",
-                num_shards: int = 0, blocks_per_batch: int = 128) -> IndexBuild:
+                num_shards: int = 0, blocks_per_batch: int = 128,
+                scann: index_builder.ScannSettings = index_builder.ScannSettings()
+                ) -> IndexBuild:
   """Embeds every block of `corpus_dir`, builds the index and publishes it.
 
   Args:
@@ -334,16 +340,17 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
     embeddings_dir: keep the embedding shards there; "" = a temporary work directory.
     num_shards: S; 0 = one per `BLOCKS_PER_SHARD` blocks.
     blocks_per_batch: blocks per embedder call.
+    scann: the ScaNN settings (kind "scann"), checked against the corpus before embedding.
 
   Returns:
     the `IndexBuild`.
 
   Raises:
     IndexBuildError: the embeddings do not match the corpus.
+    InputError: an unknown kind, or ScaNN settings that do not fit the corpus.
     FileExistsError: the version is published already.
   """
-  if kind not in KINDS:
-    raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+  index_builder.check_kind(kind)
   shards.check_directory(embedder_dir, "a doc-embedder export (--embedder_dir)",
                          "Pass a directory written by `export_doc_embedder`")
   corpus_ids = block_records.corpus_block_ids(corpus_dir)  # [N], canonical order; verified
@@ -352,6 +359,8 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
         corpus_dir, "the corpus has no blocks", "Pass the output of pipelines.wikipedia_to_blocks"))
   attributes = export_attributes(embedder_dir)
   snapshot_step, dim = attributes.snapshot_step, attributes.embedding_dim
+  if kind == "scann":
+    scann.build_args(len(corpus_ids), dim)  # bad settings fail now, not after embedding
   version = version or index_publisher.version_for_step(max(0, snapshot_step))
   if tf.io.gfile.exists(os.path.join(index_root, version)):
     raise FileExistsError(f"index version {version} exists already in {index_root}")
@@ -364,13 +373,11 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
     groups_per_bucket = max(1, len(corpus_ids) // (blocks_per_batch * BATCHES_PER_GROUP))
     counters = run_pipeline(pipeline, corpus_dir, embedder_dir, work_dir, num_shards,
                             blocks_per_batch, groups_per_bucket, verify=False)
-    block_ids, embeddings = read_embedding_shards(work_dir, num_shards)
-    check_embeddings(block_ids, embeddings, corpus_ids, dim)
     metadata = {"corpus_fingerprint": block_records.fingerprint(corpus_ids),
                 "snapshot_step": snapshot_step, "embedder_dir": embedder_dir,
                 "num_blocks": int(len(corpus_ids))}
-    directory = index_publisher.publish(make_index(embeddings, kind), index_root, version,
-                                        metadata)
+    directory = publish_embeddings(work_dir, num_shards, corpus_ids, dim, index_root, version,
+                                   metadata, kind, scann)
   finally:
     if not embeddings_dir and tf.io.gfile.exists(work_dir):
       tf.io.gfile.rmtree(work_dir)

@@ -22,10 +22,12 @@ _QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable); 
 
 def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf.mips.index_builder import ScannSettings
   from realm_tf.qa import ask_lib
   questions = list(_QUESTION.value) + ([" ".join(argv[1:])] if len(argv) > 1 else [])
   asker = ask_lib.get_asker(_MODEL.model_dir.value, _MODEL.corpus.value,
-                            _MODEL.embeddings_dir.value, _K.value, _MODEL.index_kind.value)
+                            _MODEL.embeddings_dir.value, _K.value, _MODEL.index_kind.value,
+                            ScannSettings(**_MODEL.scann.values()))
   ask_lib.answer_or_interact(asker, questions, sys.stdin,
                              lambda text: print(text, end="", flush=True))
 

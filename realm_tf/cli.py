@@ -13,7 +13,7 @@ generated from the binaries' flags by `tools/cli_table.py`.
 """
 import os
 import sys
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Dict, NamedTuple, Sequence
 
 from absl import app
 from absl import flags
@@ -29,17 +29,45 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 DATASETS = ("nq", "wq", "curatedtrec")
 
 
+class ScannFlags(NamedTuple):
+  """The ScaNN settings of every binary that builds an index (`define_scann_flags`)."""
+  num_leaves: flags.FlagHolder
+  num_leaves_to_search: flags.FlagHolder
+  dimensions_per_block: flags.FlagHolder
+  reorder_k: flags.FlagHolder
+
+  def values(self) -> Dict[str, int]:
+    """{setting: value}, the keyword arguments of `realm_tf.mips.index_builder.ScannSettings`."""
+    return {name: holder.value for name, holder in self._asdict().items()}
+
+
+def define_scann_flags() -> ScannFlags:
+  """Defines `--scann_num_leaves`, `--scann_num_leaves_to_search`,
+  `--scann_dimensions_per_block` and `--scann_reorder_k` (`realm_tf.mips.index_builder`)."""
+  return ScannFlags(
+      flags.DEFINE_integer("scann_num_leaves", 0, "ScaNN tree leaves; 0: sqrt(N) from 10k "
+                           "blocks (1000 for full Wikipedia, as the reference)."),
+      flags.DEFINE_integer("scann_num_leaves_to_search", 0, "ScaNN leaves searched per query; "
+                           "0: 1/20 of the leaves (reference: 100 of 1000)."),
+      flags.DEFINE_integer("scann_dimensions_per_block", 2,
+                           "ScaNN asymmetric-hashing dimensions per block."),
+      flags.DEFINE_integer("scann_reorder_k", 100,
+                           "ScaNN candidates re-scored exactly per query."))
+
+
 class ModelFlags(NamedTuple):
   """The flags of the binaries that load a QA model directory (`ask`, `serve`)."""
   model_dir: flags.FlagHolder
   corpus: flags.FlagHolder
   embeddings_dir: flags.FlagHolder
   index_kind: flags.FlagHolder
+  scann: ScannFlags
 
 
 def define_model_flags() -> ModelFlags:
-  """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind`; the calling binary
-  lists them in its `--help` with `flags.adopt_module_key_flags(cli)`."""
+  """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind` and the ScaNN
+  settings of the index built for `--corpus`; the calling binary lists them in its `--help`
+  with `flags.adopt_module_key_flags(cli)`."""
   return ModelFlags(
       flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
                           "(default $REALM_TF_QA_MODEL)."),
@@ -48,7 +76,8 @@ def define_model_flags() -> ModelFlags:
       flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
                           "(verified against the doc embedder)."),
       flags.DEFINE_enum("index_kind", "", ("",) + INDEX_KINDS,
-                        "MIPS index for --corpus (default: the model's)."))
+                        "MIPS index for --corpus (default: the model's)."),
+      define_scann_flags())
 
 
 def _verbose(argv: Sequence[str]) -> bool:

@@ -60,6 +60,8 @@ _READ_K = flags.DEFINE_integer("reader_top_k", 5, "Blocks read per question.")
 _RETRIEVE_K = flags.DEFINE_integer("retriever_top_k", 5000, "Blocks in the retriever loss.")
 _GOLD = flags.DEFINE_integer("max_gold_spans", 32, "Gold spans kept per block.")
 _INDEX = flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
+_SCANN = cli.define_scann_flags()
+flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
 _REFRESH = flags.DEFINE_integer("refresh_every", 0,
                                 "Refresh the index every N steps (0: frozen index).")
 flags.DEFINE_alias("index_refresh_steps", "refresh_every")
@@ -82,6 +84,7 @@ def config_from_flags():
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   from realm_tf import configs
   from realm_tf import pretrained
+  from realm_tf.mips.index_builder import ScannSettings
   from realm_tf.qa import finetune_lib
   from realm_tf.qa import model as model_lib
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -108,7 +111,8 @@ def config_from_flags():
       retriever_learning_rate=_RETRIEVER_LR.value,
       warmup_steps=_WARMUP.value, reader_top_k=_READ_K.value,
       retriever_top_k=_RETRIEVE_K.value, max_gold_spans=_GOLD.value,
-      index_kind=_INDEX.value, index_refresh_steps=_REFRESH.value,
+      index_kind=_INDEX.value, scann=ScannSettings(**_SCANN.values()),
+      index_refresh_steps=_REFRESH.value,
       eval_every_steps=_EVAL_EVERY.value, eval_max_examples=_EVAL_MAX.value,
       checkpoint_every_steps=_CKPT_EVERY.value, keep_checkpoints=_KEEP.value,
       log_every_steps=_LOG_EVERY.value, seed=_SEED.value)

@@ -36,6 +36,8 @@ flags.DEFINE_integer("block_length", 288, "Block length.")
 flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")
 flags.DEFINE_integer("refresh_every", 500, "Steps between embedder snapshots / rebuilds.")
 flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
+_SCANN = cli.define_scann_flags()
+flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
 flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. Beam runner).")
 flags.DEFINE_integer("max_builder_failures", 2,
                      "Stop training after this many index builds failed in a row (async).")
@@ -61,6 +63,7 @@ def main(argv):
   from realm_tf import pretrained
   from realm_tf.data.block_store import BlockStore
   from realm_tf.keras import keras
+  from realm_tf.mips.index_builder import ScannSettings
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
   from realm_tf.training import distribute
   from realm_tf.training import model_init
@@ -82,12 +85,13 @@ def main(argv):
     reader = model_init.build_reader(encoder, FLAGS.init_weights, FLAGS.reader_dir)
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   index_root = os.path.join(FLAGS.model_dir, "index")
+  scann = ScannSettings(**_SCANN.values())
   if FLAGS.refresh == "sync":
     refresher = SynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
                                      FLAGS.index_kind, FLAGS.block_length,
                                      compute_dtype=FLAGS.embedding_dtype,
                                      jit_compile=FLAGS.embedding_jit_compile,
-                                     keep_versions=FLAGS.keep_indexes)
+                                     keep_versions=FLAGS.keep_indexes, scann=scann)
   else:
     refresher = AsynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
                                       FLAGS.corpus, os.path.join(FLAGS.model_dir, "snapshots"),
@@ -95,7 +99,7 @@ def main(argv):
                                       compute_dtype=FLAGS.embedding_dtype,
                                       jit_compile=FLAGS.embedding_jit_compile,
                                       max_builder_failures=FLAGS.max_builder_failures,
-                                      keep_versions=FLAGS.keep_indexes)
+                                      keep_versions=FLAGS.keep_indexes, scann=scann)
   config = PretrainingConfig(
       model_dir=FLAGS.model_dir, examples_dir=FLAGS.examples_dir, num_steps=FLAGS.num_steps,
       batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,

@@ -42,6 +42,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   # Imported here so that `--help` does not import TensorFlow.
+  from realm_tf.mips.index_builder import ScannSettings  # pylint: disable=g-import-not-at-top
   from realm_tf.qa import ask_lib  # pylint: disable=g-import-not-at-top
   from realm_tf.serving import server  # pylint: disable=g-import-not-at-top
   from realm_tf.serving import app as app_lib  # pylint: disable=g-import-not-at-top
@@ -54,7 +55,8 @@ def main(argv):
     raise errors.InputError(errors.describe("--model_dir", "no model directory", "Pass "
                             f"--model_dir=<fine-tuned model> or set ${ask_lib.MODEL_ENV}"))
   service = AskService.load(model_dir, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
-                            _MODEL.index_kind.value, batch_size=_MAX_BATCH.value)
+                            _MODEL.index_kind.value, batch_size=_MAX_BATCH.value,
+                            scann=ScannSettings(**_MODEL.scann.values()))
   service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions
   limits = Limits(max_body_bytes=_MAX_BODY.value, max_question_chars=_MAX_CHARS.value,
                   num_blocks=service.num_blocks, max_top_k=_MAX_TOP_K.value,

@@ -25,6 +25,7 @@ from realm_tf.data.block_store import BlockStore
 from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips import index_publisher
+from realm_tf.mips.manifest import IndexManifest
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization import WordpieceTokenizer
 
@@ -184,3 +185,25 @@ def test_builder_killed_mid_build_publishes_nothing(corpus, tmp_path):
   left_behind = sorted(n for n in os.listdir(root) if ".tmp-" in n)
   assert index_publisher.cleanup_partial(root) == left_behind
   assert sorted(os.listdir(root)) == ["LATEST", "step-00001200"]
+
+
+def test_binary_scann_flags_are_checked_first_and_recorded_in_the_manifest(corpus, tmp_path):
+  corpus_dir, embedder_dir = corpus
+  root = str(tmp_path / "index")
+  env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
+  command = [sys.executable, "-m", "pipelines.build_index", f"--corpus={corpus_dir}",
+             f"--embedder_dir={embedder_dir}", f"--index_root={root}"]
+  num_blocks = len(BlockStore.load(corpus_dir))
+  bad = subprocess.run(command + [f"--scann_num_leaves={num_blocks + 1}"], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 2, bad.stderr[-2000:]
+  assert (f"--scann_num_leaves: {num_blocks + 1} leaves for {num_blocks} documents"
+          in bad.stderr)
+  assert not os.path.exists(root) or not os.listdir(root)  # nothing embedded or published
+  good = subprocess.run(command + ["--scann_num_leaves=4", "--scann_num_leaves_to_search=2",
+                                   "--scann_dimensions_per_block=4", "--scann_reorder_k=20"],
+                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert good.returncode == 0, good.stderr[-2000:]
+  builder = IndexManifest.read(os.path.join(root, "step-00001200")).builder
+  assert (builder["num_leaves"], builder["num_leaves_to_search"],
+          builder["dimensions_per_block"], builder["reorder_k"]) == (4, 2, 4, 20)

@@ -15,6 +15,7 @@ import os
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
 from realm_tf import errors
+from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.qa import datasets
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
@@ -33,12 +34,14 @@ class Asker:
     embeddings_dir: optional precomputed embeddings of `corpus`.
     k: evidence blocks read per question.
     index_kind: with `corpus`, "scann" or "brute_force" (default: the model's).
+    scann: with `corpus`, the ScaNN settings of a "scann" index.
   """
 
   def __init__(self, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
-               index_kind: str = ""):
+               index_kind: str = "", scann: ScannSettings = ScannSettings()):
     self.model = QAModel.load(find_model_dir(model_dir), corpus=corpus,
-                              embeddings_dir=embeddings_dir, index_kind=index_kind)
+                              embeddings_dir=embeddings_dir, index_kind=index_kind,
+                              scann=scann)
     self.system = self.model.system(k=k)
 
   def ask(self, question: str) -> Answer:
@@ -67,11 +70,11 @@ def _model_dir(model_dir: str) -> str:
 
 
 def get_asker(model_dir: str = "", corpus: str = "", embeddings_dir: str = "", k: int = 5,
-              index_kind: str = "") -> Asker:
+              index_kind: str = "", scann: ScannSettings = ScannSettings()) -> Asker:
   """The cached `Asker` of a configuration (loaded on first use)."""
-  key = (os.path.abspath(_model_dir(model_dir)), corpus, embeddings_dir, k, index_kind)
+  key = (os.path.abspath(_model_dir(model_dir)), corpus, embeddings_dir, k, index_kind, scann)
   if key not in _ASKERS:
-    _ASKERS[key] = Asker(key[0], corpus, embeddings_dir, k, index_kind)
+    _ASKERS[key] = Asker(*key)
   return _ASKERS[key]
 
 

@@ -28,13 +28,12 @@ from realm_tf import errors
 from realm_tf.data import formats
 from realm_tf.data import shards
 from realm_tf.export.doc_embedder import DocEmbedder
-from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.mips.index_builder import build_index
+from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.mips.mips_index import load_index
-from realm_tf.mips.scann_index import ScannIndex
 from realm_tf.qa.corpus import Corpus
 
-INDEX_KINDS = ("scann", "brute_force")
 _INFO = "info.json"
 _EMBEDDINGS = "embeddings.npy"
 _VERIFY_SAMPLE = 8
@@ -121,15 +120,6 @@ def load_pipeline_embeddings(directory: str, corpus: Corpus) -> np.ndarray:
   return np.stack(vectors)[order].astype(np.float32)
 
 
-def build_mips_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
-  """A "scann" or "brute_force" index over float32 [N, D] embeddings."""
-  if kind == "scann":
-    return ScannIndex.build(embeddings)
-  if kind == "brute_force":
-    return BruteForceIndex(embeddings)
-  raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
-
-
 @dataclasses.dataclass
 class DocIndex:
   """Block embeddings [N, D] of a corpus and a MIPS index over them.
@@ -158,10 +148,11 @@ class DocIndex:
   @classmethod
   def build(cls, doc_embedder: DocEmbedder, corpus: Corpus, kind: str = "scann",
             snapshot_step: int = 0, batch_size: int = 64,
-            progress: Optional[Callable[[int], None]] = None) -> "DocIndex":
-    """Embeds `corpus` with `doc_embedder` and indexes it."""
+            progress: Optional[Callable[[int], None]] = None,
+            scann: ScannSettings = ScannSettings()) -> "DocIndex":
+    """Embeds `corpus` with `doc_embedder` and indexes it (`index_builder.build_index`)."""
     embeddings = embed_corpus(doc_embedder, corpus, batch_size, progress)
-    return cls(embeddings, build_mips_index(embeddings, kind), corpus.fingerprint,
+    return cls(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint,
                snapshot_step, kind)
 
   def save(self, directory: str) -> None:
@@ -218,7 +209,8 @@ class DocIndex:
 
 def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str = "",
                  kind: str = "scann", batch_size: int = 64,
-                 progress: Optional[Callable[[int], None]] = None) -> DocIndex:
+                 progress: Optional[Callable[[int], None]] = None,
+                 scann: ScannSettings = ScannSettings()) -> DocIndex:
   """The `DocIndex` of a (possibly new) knowledge corpus for a model's doc embedder.
 
   Args:
@@ -229,12 +221,14 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
       the doc embedder. Empty: embed the corpus now.
     kind: the MIPS index to build ("scann" or "brute_force") when none is loaded.
     batch_size, progress: for embedding.
+    scann: the ScaNN settings of a "scann" index built here.
 
   Raises:
     EmbeddingMismatchError: the precomputed embeddings do not match the corpus or embedder.
   """
   if not embeddings_dir:
-    return DocIndex.build(doc_embedder, corpus, kind, batch_size=batch_size, progress=progress)
+    return DocIndex.build(doc_embedder, corpus, kind, batch_size=batch_size, progress=progress,
+                          scann=scann)
   source = f"embeddings in {embeddings_dir}"
   if DocIndex.exists(embeddings_dir):
     doc_index = DocIndex.load(embeddings_dir, corpus)
@@ -242,4 +236,4 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
     return doc_index
   embeddings = load_pipeline_embeddings(embeddings_dir, corpus)
   verify_embeddings(doc_embedder, corpus, embeddings, source)
-  return DocIndex(embeddings, build_mips_index(embeddings, kind), corpus.fingerprint, 0, kind)
+  return DocIndex(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint, 0, kind)

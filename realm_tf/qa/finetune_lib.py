@@ -49,6 +49,7 @@ from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.losses.open_qa_loss import correct_spans
 from realm_tf.losses.open_qa_loss import open_qa_loss
+from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.qa import datasets
 from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.corpus import write_corpus_jsonl
@@ -103,6 +104,7 @@ class FineTuneConfig:
     retriever_top_k: K, blocks in the retriever loss (reference 5000; capped at N).
     max_gold_spans: A, gold spans kept per block.
     index_kind: "scann" or "brute_force".
+    scann: the ScaNN settings of a "scann" index (`realm_tf.mips.index_builder`).
     index_refresh_steps: 0 (default): the index is built once and frozen; > 0: refresh it
       every that many steps (see the module docstring).
     eval_every_steps, eval_max_examples: dev evaluation cadence and size (0: all).
@@ -127,6 +129,7 @@ class FineTuneConfig:
   retriever_top_k: int = 5000
   max_gold_spans: int = 32
   index_kind: str = "scann"
+  scann: ScannSettings = ScannSettings()
   index_refresh_steps: int = 0
   eval_every_steps: int = 1000
   eval_max_examples: int = 0
@@ -382,7 +385,7 @@ class FineTuner:
                         block_length=self.config.model.block_length, snapshot_step=snapshot,
                         tokenizer=self.tokenizer)
     doc_index = DocIndex.build(DocEmbedder(embedder_dir), self.corpus, self.config.index_kind,
-                               snapshot_step=snapshot)
+                               snapshot_step=snapshot, scann=self.config.scann)
     doc_index.save(index_dir)
     self.log(f"indexed {len(self.corpus)} blocks with the doc tower of step {snapshot} in "
              f"{time.perf_counter() - start:.1f} s ({index_dir})")

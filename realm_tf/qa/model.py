@@ -36,6 +36,7 @@ from realm_tf import configs
 from realm_tf import errors
 from realm_tf import pretrained
 from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.corpus import Corpus
@@ -337,7 +338,7 @@ class QAModel:
 
   @classmethod
   def load(cls, directory: str, corpus: str = "", embeddings_dir: str = "",
-           index_kind: str = "") -> "QAModel":
+           index_kind: str = "", scann: ScannSettings = ScannSettings()) -> "QAModel":
     """Loads a model directory (or its `best/`) and its latest checkpoint, checked (see the
     module docstring).
 
@@ -348,6 +349,7 @@ class QAModel:
         retraining), the one case that loads the doc-embedder SavedModel.
       embeddings_dir: with `corpus`, precomputed embeddings to verify and use instead.
       index_kind: with `corpus`, the MIPS index to build (default: the model's own kind).
+      scann: with `corpus`, the ScaNN settings of a "scann" index.
 
     Raises:
       FileNotFoundError: not a model directory, or no checkpoint in it.
@@ -370,7 +372,7 @@ class QAModel:
       model.corpus = load_corpus(corpus)
       kind = index_kind or DocIndex.read_info(paths["doc_index"])["kind"]
       model.doc_index = index_corpus(model.doc_embedder, model.corpus, embeddings_dir,
-                                     kind=kind)
+                                     kind=kind, scann=scann)
     else:
       model.corpus = load_corpus(paths["corpus"])
       model.doc_index = DocIndex.load(paths["doc_index"], model.corpus)

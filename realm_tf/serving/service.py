@@ -26,15 +26,19 @@ class AskService:
 
   @classmethod
   def load(cls, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
-           index_kind: str = "", batch_size: int = 16) -> "AskService":
-    """Loads a model directory as `realm-ask` does.
+           index_kind: str = "", batch_size: int = 16, scann=None) -> "AskService":
+    """Loads a model directory as `realm-ask` does; `scann`: the `ScannSettings` of an index
+    built for `corpus` (default: the automatic rule).
 
     Raises:
       InputError: the directory (or the corpus) does not load; the message says why.
     """
-    from realm_tf.qa import ask_lib  # pylint: disable=g-import-not-at-top (TensorFlow)
+    # pylint: disable=g-import-not-at-top (TensorFlow)
+    from realm_tf.mips.index_builder import ScannSettings
+    from realm_tf.qa import ask_lib
     try:
-      asker = ask_lib.Asker(model_dir, corpus, embeddings_dir, k, index_kind)
+      asker = ask_lib.Asker(model_dir, corpus, embeddings_dir, k, index_kind,
+                            scann or ScannSettings())
     except Exception as e:  # pylint: disable=broad-except
       problem = f"does not load as a QA model ({one_line(e).rstrip('.')})"
       raise InputError(describe(model_dir or "--model_dir", problem, "Pass --model_dir=<a "

@@ -44,11 +44,10 @@ from absl import logging
 from realm_tf import errors
 from realm_tf.data.block_store import BlockStore
 from realm_tf.export.doc_embedder import export_doc_embedder
+from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.retriever import Retriever
-from realm_tf.training.store_embedding import INDEX_KINDS
-from realm_tf.training.store_embedding import build_index
 from realm_tf.training.store_embedding import StoreEmbedder
 
 
@@ -70,20 +69,22 @@ class IndexRefresher(abc.ABC):
     jit_compile: XLA-compile the doc tower's forward when embedding (in process, or in the
       builder's doc-embedder export).
     keep_versions: index versions kept after each swap (>= 1).
+    scann: the ScaNN settings of every index built (kind "scann").
   """
 
   def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
                special_ids: Sequence[int], kind: str = "scann", block_length: int = 288,
                compute_dtype: str = "float32", jit_compile: bool = False,
-               keep_versions: int = 3):
-    if kind not in INDEX_KINDS:
-      raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
+               keep_versions: int = 3,
+               scann: index_builder.ScannSettings = index_builder.ScannSettings()):
+    index_builder.check_kind(kind)
     if keep_versions < 1:
       raise ValueError(f"keep_versions must be >= 1, got {keep_versions}")
     self.keep_versions = keep_versions
     self.index_root, self.every_n_steps, self.store = index_root, max(1, every_n_steps), store
     self.special_ids, self.kind, self.block_length = tuple(special_ids), kind, block_length
     self.compute_dtype, self.jit_compile = compute_dtype, jit_compile
+    self.scann = scann
     self.index: Optional[MipsIndex] = None
     self.version = ""
     self.snapshot_step = 0
@@ -127,7 +128,8 @@ class IndexRefresher(abc.ABC):
                                            jit_compile=self.jit_compile)
     embeddings = self._store_embedder(self.store)
     version = index_publisher.version_for_step(step)
-    index_publisher.publish(build_index(embeddings, self.kind), self.index_root, version,
+    index_publisher.publish(index_builder.build_index(embeddings, self.kind, self.scann),
+                            self.index_root, version,
                             {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint})
     self._load(version)
 
@@ -186,9 +188,10 @@ class AsynchronousRefresher(IndexRefresher):
                kind: str = "scann", block_length: int = 288,
                builder_args: Sequence[str] = (), compute_dtype: str = "float32",
                jit_compile: bool = False, max_builder_failures: int = 2,
-               keep_versions: int = 3):
+               keep_versions: int = 3,
+               scann: index_builder.ScannSettings = index_builder.ScannSettings()):
     super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length,
-                     compute_dtype, jit_compile, keep_versions)
+                     compute_dtype, jit_compile, keep_versions, scann)
     if max_builder_failures < 1:
       raise ValueError(f"max_builder_failures must be >= 1, got {max_builder_failures}")
     self.corpus_dir, self.snapshot_root = corpus_dir, snapshot_root
@@ -235,7 +238,7 @@ class AsynchronousRefresher(IndexRefresher):
   def builder_command(self, snapshot_dir: str) -> List[str]:
     return [sys.executable, "-m", "pipelines.build_index", f"--corpus={self.corpus_dir}",
             f"--embedder_dir={snapshot_dir}", f"--index_root={self.index_root}",
-            f"--index_kind={self.kind}"] + self.builder_args
+            f"--index_kind={self.kind}"] + self.scann.flag_args() + self.builder_args
 
   def _log_path(self, version: str) -> str:
     directory = self.snapshot_root

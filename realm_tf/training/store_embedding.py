@@ -8,25 +8,10 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.data.block_store import BlockStore
-from realm_tf.mips.brute_force_index import BruteForceIndex
-from realm_tf.mips.mips_index import MipsIndex
-from realm_tf.mips.scann_index import ScannIndex
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.bert_packer import padded_length
-
-INDEX_KINDS = ("scann", "brute_force")
-
-
-def build_index(embeddings: np.ndarray, kind: str) -> MipsIndex:
-  """A MIPS index of `kind` over float32 [N, D] embeddings."""
-  if kind == "scann":
-    return ScannIndex.build(embeddings)
-  if kind == "brute_force":
-    return BruteForceIndex(embeddings)
-  raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
-
 
 class StoreEmbedder:
   """A retriever's doc tower over whole block stores, traced once: `embed(store)` -> float32

@@ -1,0 +1,124 @@
+"""The TPU contract, checked on CPU: every replicated training step compiles with XLA.
+
+TPUStrategy compiles the function given to `strategy.run` with XLA: static shapes, no host
+ops (no MIPS search, no string ops, no Python callbacks). Each replicated step (ICT, REALM
+pre-training, Open-QA fine-tuning) is compiled here with `tf.function(jit_compile=True)` on
+a batch its host code prepared, and must give the losses of the plain `tf.function` for two
+steps from the same weights and optimizer state. Dropout is off, so the steps are
+deterministic; the tolerance allows XLA's and oneDNN's different summation orders.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tiny_world
+from realm_tf import configs
+from realm_tf.qa import finetune_lib
+from realm_tf.qa import tiny_world as qa_tiny_world
+from realm_tf.training.ict_data import IctCorpus
+from realm_tf.training.ict_lib import ict_step
+from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.training.optimizer import OptimizerConfig
+from realm_tf.training.optimizer import create_optimizer
+from realm_tf.training.pretraining_data import masked_query_dataset
+from realm_tf.training.pretraining_lib import PretrainingConfig
+from realm_tf.training.pretraining_lib import RealmPretrainer
+from realm_tf.training.pretraining_lib import pretraining_step
+
+ENCODER = dataclasses.replace(configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
+                              dropout_rate=0.0, attention_dropout_rate=0.0,
+                              initializer_range=0.2)
+RTOL = 1e-4
+ATOL = 1e-5
+
+
+def _towers():
+  tf.keras.utils.set_random_seed(0)
+  retriever = configs.build_retriever(configs.RetrieverConfig(encoder=ENCODER,
+                                                              projection_size=16))
+  reader = configs.build_reader(configs.ReaderConfig(encoder=ENCODER, span_hidden_size=8))
+  retriever.build()
+  reader.build()
+  return retriever, reader
+
+
+def _two_steps(step_fn, batch, variables, jit_compile: bool):
+  """Per-step outputs of two steps of `step_fn` on `batch`, from the variables' values now
+  (restored afterwards)."""
+  start = [v.numpy() for v in variables]
+  step = tf.function(step_fn, jit_compile=jit_compile)
+  outputs = [{k: float(v) for k, v in step(batch).items()} for _ in range(2)]
+  for variable, value in zip(variables, start):
+    variable.assign(value)
+  return outputs
+
+
+def _assert_compiles_and_matches(step_fn, batch, models, optimizers):
+  tf.function(step_fn)(batch)  # creates the optimizer slots before the snapshot
+  variables = [v for m in models for v in m.variables]
+  variables += [v for o in optimizers for v in o.variables()]
+  plain = _two_steps(step_fn, batch, variables, jit_compile=False)
+  compiled = _two_steps(step_fn, batch, variables, jit_compile=True)
+  assert all(np.isfinite(list(o.values())).all() for o in compiled)
+  for p, c in zip(plain, compiled):
+    assert p.keys() == c.keys()
+    for name in p:
+      np.testing.assert_allclose(c[name], p[name], rtol=RTOL, atol=ATOL, err_msg=name)
+  assert plain[1]["loss"] != plain[0]["loss"]  # the first step did update the weights
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+  directory = str(tmp_path_factory.mktemp("world"))
+  store, tokenizer = tiny_world.write_world(directory)
+  return directory, store, tokenizer
+
+
+def test_ict_step_compiles_with_xla(world):
+  _, store, tokenizer = world
+  retriever, _ = _towers()
+  optimizer = create_optimizer(OptimizerConfig(learning_rate=1e-3, num_train_steps=10,
+                                               warmup_steps=0))
+  batch = next(iter(IctCorpus(store, tokenizer).dataset(8, query_length=12, block_length=24)))
+  step_fn = ict_step(retriever, optimizer, global_batch_size=8)
+  _assert_compiles_and_matches(step_fn, batch, [retriever], [optimizer])
+
+
+def test_realm_pretraining_step_compiles_with_xla(world, tmp_path):
+  directory, store, tokenizer = world
+  retriever, reader = _towers()
+  refresher = SynchronousRefresher(str(tmp_path / "index"), 100, store,
+                                   (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
+                                   kind="brute_force", block_length=24)
+  config = PretrainingConfig(model_dir=str(tmp_path / "run"), examples_dir=directory,
+                             num_steps=10, batch_size=4, learning_rate=1e-3,
+                             num_candidates=4, query_length=16, block_length=24)
+  trainer = RealmPretrainer(config, retriever, reader, store, tokenizer, refresher)
+  batches = []  # the host's step batch: searched candidates and packed reader inputs
+  train_step = trainer._train_step  # pylint: disable=protected-access
+  trainer._train_step = lambda batch: batches.append(batch) or train_step(batch)  # pylint: disable=protected-access
+  refresher.start(0, retriever)
+  trainer._step(next(iter(masked_query_dataset(  # pylint: disable=protected-access
+      directory, tokenizer, 4, config.masking, 16, config.max_predictions))))
+  step_fn = pretraining_step(retriever, reader, trainer.optimizer, null_document=True)
+  _assert_compiles_and_matches(step_fn, batches[0], [retriever, reader], [trainer.optimizer])
+
+
+def test_finetuning_step_compiles_with_xla(tmp_path):
+  world = qa_tiny_world.write_tiny_world(str(tmp_path / "world"))
+  model = qa_tiny_world.model_config()
+  model = dataclasses.replace(model, encoder=dataclasses.replace(
+      model.encoder, dropout_rate=0.0, attention_dropout_rate=0.0))
+  tuner = finetune_lib.FineTuner(finetune_lib.FineTuneConfig(
+      model_dir=str(tmp_path / "model"), corpus=world.corpus, train_data=world.train,
+      vocab_file=world.vocab_file, model=model, batch_size=4, num_train_steps=10,
+      learning_rate=1e-3, warmup_steps=0, retriever_top_k=24, index_kind="brute_force"),
+      log=lambda message: None)
+  prepared = tuner.prepare_batch(tuner.train_examples[:4])
+  batch = {name: tf.constant(value) for name, value in prepared.items()}
+  step_fn = finetune_lib.make_replica_step(tuner.retriever, tuner.reader, tuner.optimizer,
+                                           tuner.block_embeddings, 4, tuner.retriever_optimizer)
+  _assert_compiles_and_matches(step_fn, batch, [tuner.retriever, tuner.reader],
+                               [tuner.optimizer, tuner.retriever_optimizer])
