@@ -1,4 +1,4 @@
-"""REALM's corpus pipelines on Apache Beam (DirectRunner here; Dataflow, Flink, Spark at scale).
+"""REALM's corpus pipelines on Apache Beam (locally, or on Dask, Dataflow, Flink, Spark).
 
 1. `wikipedia_to_blocks`: MediaWiki XML dump (or JSONL) -> evidence blocks.
 2. `pretraining_examples`: blocks -> salient-span (or random-mask ablation) examples.
@@ -6,5 +6,6 @@
 
 Each binary is thin over its `_lib` module (`run_pipeline(pipeline, config)`); the shared
 pieces are `dump_reader`, `wikitext_cleaner`, `sentence_splitter`, `block_packer`,
-`salient_span_tagger`, `document_sources`, `block_records`, `dead_letter`, `beam_runner`.
+`salient_span_tagger`, `document_sources`, `block_records`, `dead_letter`, `beam_runner`,
+`dask_runner`.
 """

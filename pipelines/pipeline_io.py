@@ -61,10 +61,27 @@ def check_output_dir(output_dir: str) -> None:
                                             "(--output_dir)", "Pass a directory"))
 
 
+def output_counts(output_dir: str, prefix: str, count_name: str) -> Dict[str, int]:
+  """The counts a run's outputs give without the runner's metrics: {count_name: records of the
+  `<prefix>-*.tfrecord` shards, "dead_letters": lines of the dead-letter shards} (zeros
+  omitted, as Beam omits counters never incremented)."""
+  records = tf.io.gfile.glob(os.path.join(output_dir, f"{prefix}-*{shards.TFRECORD_SUFFIX}"))
+  counts = {count_name: sum(shards.scan_shard(path, prefix).records for path in records),
+            "dead_letters": 0}
+  letters = os.path.join(output_dir, f"{dead_letter.FILE_PREFIX}-*{dead_letter.FILE_SUFFIX}")
+  for path in tf.io.gfile.glob(letters):
+    with tf.io.gfile.GFile(path, "rb") as f:
+      counts["dead_letters"] += sum(1 for line in f if line.strip())
+  return {name: value for name, value in counts.items() if value}
+
+
 def finish_output(output_dir: str, prefix: str, count_name: str, counters: Dict[str, int],
                   config: Dict[str, Any], inputs: str) -> None:
   """Writes the shards' manifest; with no records, removes the empty shards this run wrote
-  and raises InputError. Warns about dead letters."""
+  and raises InputError. Warns about dead letters. Empty `counters` (a runner that collects no
+  metrics, e.g. DaskRunner) are filled, in place, with `output_counts`."""
+  if not counters:
+    counters.update(output_counts(output_dir, prefix, count_name))
   dead = counters.get("dead_letters", 0)
   letters = os.path.join(output_dir, f"{dead_letter.FILE_PREFIX}-*{dead_letter.FILE_SUFFIX}")
   if dead:

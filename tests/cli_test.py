@@ -80,7 +80,7 @@ def test_pipelines_pass_unknown_flags_to_beam():
   from pipelines import beam_runner  # pylint: disable=g-import-not-at-top
   options = beam_runner.pipeline_options("--direct_running_mode=in_memory",
                                          ["--runner=DirectRunner", "--direct_num_workers=1"])
-  assert options.view_as(StandardOptions).runner == "DirectRunner"
+  assert options.view_as(StandardOptions).runner == beam_runner.LOCAL_RUNNER  # no Prism download
   assert options.view_as(DirectOptions).direct_num_workers == 1
   assert options.view_as(DirectOptions).direct_running_mode == "in_memory"
 
