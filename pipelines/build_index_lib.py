@@ -138,8 +138,10 @@ class DocEmbedderHandler(ModelHandler):
 
 
 def _batches(keyed_blocks, blocks_per_batch: int):
-  """(key, blocks of one length bucket) -> lists of at most `blocks_per_batch` blocks."""
-  blocks = list(keyed_blocks[1])
+  """(key, blocks of one length bucket) -> lists of at most `blocks_per_batch` blocks, in
+  block-id order: the same batches whatever order the runner grouped them in, so embeddings
+  (and the index files) do not depend on the runner."""
+  blocks = sorted(keyed_blocks[1], key=lambda b: b.block_id)
   for begin in range(0, len(blocks), blocks_per_batch):
     yield blocks[begin:begin + blocks_per_batch]
 

@@ -66,6 +66,15 @@ def test_shards_split_the_id_space_in_order():
       0, 0, 1, 3]
 
 
+def test_batches_do_not_depend_on_the_grouping_order():
+  blocks = [block_records.BlockRecord(i, "t", "x", np.zeros([0]), np.zeros([0]))
+            for i in (5, 3, 9, 1, 7)]
+  for order in (blocks, blocks[::-1]):
+    batches = list(build_index_lib._batches(  # pylint: disable=protected-access
+        ((32, 0), order), 2))
+    assert [[b.block_id for b in batch] for batch in batches] == [[1, 3], [5, 7], [9]]
+
+
 def test_embed_and_write_shards(corpus, tmp_path):
   corpus_dir, embedder_dir = corpus
   store = BlockStore.load(corpus_dir)
