@@ -25,7 +25,7 @@ RETRIEVER_HEADS = ("auto", "realm", "sentence")
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 INDEX_KINDS = ("scann", "brute_force")
 MASKINGS = ("salient_span", "random_span", "random_token")
-COMPUTE_DTYPES = ("float32", "bfloat16")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")  # auto: `models.precision.best_compute_dtype`
 DATASETS = ("nq", "wq", "curatedtrec")
 
 

@@ -25,6 +25,10 @@ flags.DEFINE_integer("block_length", 288, "Block length.")
 flags.DEFINE_float("remove_prob", 0.9, "Probability of removing the query from its block.")
 flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
 flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept (the newest).")
+flags.DEFINE_enum("compute_dtype", "auto", cli.COMPUTE_DTYPES,
+                  "Precision of the training step's matmuls (auto: bfloat16 on hardware with "
+                  "bfloat16 matmuls, else float32; bfloat16: Keras mixed_bfloat16, float32 "
+                  "variables and loss).")
 flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
@@ -36,6 +40,7 @@ def main(argv):
   from realm_tf import pretrained
   from realm_tf.data.block_store import BlockStore
   from realm_tf.keras import keras
+  from realm_tf.models import precision
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
   from realm_tf.training import distribute
   from realm_tf.training import model_init
@@ -45,7 +50,7 @@ def main(argv):
   tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
                else pretrained.minilm_tokenizer())
   strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
-  with strategy.scope():
+  with strategy.scope(), precision.policy_scope(FLAGS.compute_dtype):
     retriever = model_init.build_retriever(
         model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size), FLAGS.share_towers,
         FLAGS.init_weights, head=FLAGS.retriever_head)

@@ -41,9 +41,12 @@ flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
 flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. Beam runner).")
 flags.DEFINE_integer("max_builder_failures", 2,
                      "Stop training after this many index builds failed in a row (async).")
-flags.DEFINE_enum("embedding_dtype", "float32", cli.COMPUTE_DTYPES,
-                  "Doc-tower precision when embedding the corpus (bfloat16: faster on hardware "
-                  "with bfloat16 matmuls; see BENCHMARKS.md).")
+flags.DEFINE_enum("embedding_dtype", "auto", cli.COMPUTE_DTYPES,
+                  "Doc-tower precision when embedding the corpus (auto: bfloat16 on hardware "
+                  "with bfloat16 matmuls, else float32; see BENCHMARKS.md §1).")
+flags.DEFINE_enum("compute_dtype", "auto", cli.COMPUTE_DTYPES,
+                  "Precision of the training step's matmuls (auto as --embedding_dtype; "
+                  "bfloat16: Keras mixed_bfloat16, float32 variables and loss).")
 flags.DEFINE_bool("embedding_jit_compile", False,
                   "XLA-compile the doc tower when embedding the corpus (faster at BERT-base; "
                   "compiles once per length bucket; see BENCHMARKS.md §1).")
@@ -63,6 +66,7 @@ def main(argv):
   from realm_tf import pretrained
   from realm_tf.data.block_store import BlockStore
   from realm_tf.keras import keras
+  from realm_tf.models import precision
   from realm_tf.mips.index_builder import ScannSettings
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
   from realm_tf.training import distribute
@@ -79,7 +83,7 @@ def main(argv):
   store = BlockStore.load(FLAGS.corpus)
   strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
   encoder = model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout)
-  with strategy.scope():
+  with strategy.scope(), precision.policy_scope(FLAGS.compute_dtype):
     retriever = model_init.build_retriever(encoder, FLAGS.share_towers, FLAGS.init_weights,
                                            FLAGS.retriever_dir, head=FLAGS.retriever_head)
     reader = model_init.build_reader(encoder, FLAGS.init_weights, FLAGS.reader_dir)

@@ -10,6 +10,7 @@ from realm_tf import configs
 from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.keras import keras
+from realm_tf.models import precision
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.training.store_embedding import embed_store
 
@@ -70,3 +71,42 @@ def test_bfloat16_export_outputs_float32_close_to_float32(world, tmp_path):
   assert embeddings.dtype == np.float32
   full = embed_store(retriever, store, *special, block_length=24)
   assert _cosines(full, embeddings).min() > 0.99
+
+
+@pytest.mark.parametrize("flags,devices,expected", [
+    ({"avx2", "fma"}, ["CPU"], "float32"),  # AVX2 only (e.g. AMD Zen 3): emulated bfloat16
+    ({"avx2", "avx512f", "avx512_bf16"}, ["CPU"], "bfloat16"),  # AVX512-BF16 (e.g. Zen 4)
+    ({"avx512_bf16", "amx_bf16", "amx_tile"}, ["CPU"], "bfloat16"),  # Intel AMX
+    (set(), ["CPU", "GPU"], "bfloat16"),
+    (set(), ["CPU", "TPU"], "bfloat16")])
+def test_auto_picks_bfloat16_where_matmuls_have_bfloat16_units(flags, devices, expected):
+  assert precision.best_compute_dtype(flags, devices) == expected
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+  cpuinfo = tmp_path / "cpuinfo"
+  cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 amx_bf16\n\n"
+                     "processor\t: 1\nflags\t\t: fpu avx2 amx_bf16\n")
+  assert precision.cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "amx_bf16"}
+  assert precision.cpu_flags(str(tmp_path / "missing")) == set()
+
+
+def test_auto_resolves_to_this_machines_choice():
+  assert precision.resolve("auto") == precision.best_compute_dtype()
+  assert precision.resolve("float32") == "float32"
+  with pytest.raises(ValueError, match="compute_dtype must be one of"):
+    precision.resolve("float16")
+
+
+def test_policy_scope_builds_mixed_bfloat16_towers_and_restores_the_policy():
+  with precision.policy_scope("bfloat16") as dtype:
+    retriever = configs.build_retriever(configs.RetrieverConfig(
+        encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)), projection_size=8))
+    retriever.build()
+  assert dtype == "bfloat16"
+  assert keras.mixed_precision.global_policy().name == "float32"
+  assert retriever.doc_encoder.compute_dtype == "bfloat16"
+  assert all(v.dtype == tf.float32 for v in retriever.trainable_variables)
+  # A float32 copy of a bfloat16 tower (e.g. a portable float32 export of it).
+  full = with_compute_dtype(retriever, "float32")
+  assert full is not retriever and full.doc_encoder.compute_dtype == "float32"

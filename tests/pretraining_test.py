@@ -11,6 +11,7 @@ import tensorflow as tf
 import tiny_world
 from realm_tf import configs
 from realm_tf.data.block_store import BlockStore
+from realm_tf.models import precision
 from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
@@ -235,3 +236,23 @@ def test_ict_learns_with_in_batch_negatives(world, tmp_path):
   assert np.mean(losses[-10:]) < min(np.mean(losses[:10]), math.log(8)) - 0.2
   assert os.path.exists(tmp_path / "retriever" / "config.json")
   assert os.path.exists(tmp_path / "doc_embedder" / "saved_model.pb")
+
+
+def test_bfloat16_steps_track_float32_losses(world, tmp_path):
+  directory, store, tok = world
+
+  def losses(compute_dtype):
+    with precision.policy_scope(compute_dtype):
+      retriever, reader = _models()
+    refresher = SynchronousRefresher(str(tmp_path / compute_dtype / "index"), 5, store,
+                                     (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",
+                                     block_length=24, compute_dtype=compute_dtype)
+    history = RealmPretrainer(_config(str(tmp_path / compute_dtype / "run"), directory,
+                                      num_steps=10), retriever, reader, store, tok,
+                              refresher).train(verbose=False)
+    return np.array([h["loss"] for h in history])
+
+  full, half = losses("float32"), losses("bfloat16")
+  assert np.isfinite(half).all() and len(half) == 10
+  assert not np.array_equal(full, half)  # it did compute in bfloat16
+  np.testing.assert_allclose(half, full, atol=0.05)

@@ -1,30 +1,93 @@
-"""Compute precision of the document embedder (bench/embedding_bench.py measures the gain).
+"""Compute precision: which dtype the matmuls run in, and bfloat16 copies of the doc tower.
 
-Embedding the corpus is inference only, so it can run in bfloat16: on CPUs with AMX or
-AVX512-BF16 (and on TPUs and recent GPUs) bfloat16 matmuls are several times faster than
-float32 ones. The copy keeps float32 weights and computes under Keras's `mixed_bfloat16`
-policy; callers cast its embeddings back to float32. The benchmark reports how far its
-embeddings and nearest neighbours are from float32 ones on real blocks.
+`best_compute_dtype()` is the `auto` rule of every `--compute_dtype` / `--embedding_dtype`
+flag: bfloat16 where the matmuls have bfloat16 units, float32 elsewhere. bfloat16 units are
+a GPU or TPU, or a CPU flagging `amx_bf16` (Intel AMX) or `avx512_bf16` (AVX512-BF16, e.g.
+AMD Zen 4): AVX512-BF16 alone counts because on the Zen 4 machine of BENCHMARKS.md §1 TF's
+bfloat16 matmuls run at about twice the float32 peak and the doc tower embeds faster in
+bfloat16 (the figures are there). CPUs with neither flag (AVX2 only, e.g. Zen 3) emulate
+bfloat16 and are slower in it, so they stay float32.
+
+Embedding the corpus is inference only: `with_compute_dtype` gives the doc tower a copy with
+float32 weights that computes under Keras's `mixed_bfloat16` policy; callers cast its
+embeddings back to float32. Training steps build their towers under `policy_scope` (variables,
+scores and losses stay float32). bench/embedding_bench.py measures the speed;
+`bench/real_data.py --rows=realm_tf_step0,realm_tf_step0_bf16` the recall against float32.
 """
+import contextlib
+import os
+from typing import Iterable, Iterator, Optional
+
+import tensorflow as tf
+
 from realm_tf.keras import keras
 from realm_tf.models.retriever import Retriever
 
-COMPUTE_DTYPES = ("float32", "bfloat16")
+# The flag vocabulary: "auto" is `best_compute_dtype()`.
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
+# /proc/cpuinfo flags of CPU bfloat16 matmul units.
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> frozenset:
+  """The CPU feature flags of /proc/cpuinfo (empty where there is no such file)."""
+  if not os.path.exists(cpuinfo_path):
+    return frozenset()
+  with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+    for line in f:
+      key, _, value = line.partition(":")
+      if key.strip() == "flags":
+        return frozenset(value.split())
+  return frozenset()
+
+
+def best_compute_dtype(flags: Optional[Iterable[str]] = None,
+                       device_types: Optional[Iterable[str]] = None) -> str:
+  """"bfloat16" where matmuls have bfloat16 units (a GPU or TPU among `device_types`, or a CPU
+  with one of `CPU_BF16_FLAGS` in `flags`), else "float32".
+
+  Args:
+    flags: CPU feature flags (default: this machine's, `cpu_flags()`).
+    device_types: TF physical device types (default: this machine's, e.g. ["CPU", "GPU"]).
+  """
+  if device_types is None:
+    device_types = [d.device_type for d in tf.config.list_physical_devices()]
+  if {"GPU", "TPU"} & set(device_types):
+    return "bfloat16"
+  flags = cpu_flags() if flags is None else set(flags)
+  return "bfloat16" if set(CPU_BF16_FLAGS) & set(flags) else "float32"
+
+
+def resolve(compute_dtype: str) -> str:
+  """`compute_dtype` ("auto", "float32" or "bfloat16") as "float32" or "bfloat16"."""
+  if compute_dtype not in COMPUTE_DTYPES:
+    raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}")
+  return best_compute_dtype() if compute_dtype == "auto" else compute_dtype
+
+
+@contextlib.contextmanager
+def policy_scope(compute_dtype: str) -> Iterator[str]:
+  """Models built inside compute in `resolve(compute_dtype)` (Keras `mixed_bfloat16` for
+  bfloat16: float32 variables, bfloat16 matmuls); yields the resolved dtype. The global policy
+  is restored on exit, so build (not only construct) the models inside."""
+  dtype = resolve(compute_dtype)
+  previous = keras.mixed_precision.global_policy()
+  keras.mixed_precision.set_global_policy("mixed_bfloat16" if dtype == "bfloat16" else "float32")
+  try:
+    yield dtype
+  finally:
+    keras.mixed_precision.set_global_policy(previous)
 
 
 def with_compute_dtype(retriever: Retriever, compute_dtype: str) -> Retriever:
-  """`retriever` itself for "float32"; for "bfloat16" a copy with the same (float32)
-  weights that computes in bfloat16. The copy does not follow later training updates."""
-  if compute_dtype not in COMPUTE_DTYPES:
-    raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}")
-  if compute_dtype == "float32":
+  """`retriever` itself where `compute_dtype` resolves to its own compute dtype; otherwise a
+  copy with the same (float32) weights that computes in that dtype. The copy does not follow
+  later training updates."""
+  dtype = resolve(compute_dtype)
+  if dtype == retriever.doc_encoder.compute_dtype:
     return retriever
-  previous = keras.mixed_precision.global_policy()
-  keras.mixed_precision.set_global_policy("mixed_bfloat16")
-  try:
+  with policy_scope(dtype):
     copy = Retriever.from_config(retriever.get_config())
     copy.build()
-  finally:
-    keras.mixed_precision.set_global_policy(previous)
   copy.set_weights(retriever.get_weights())
   return copy

@@ -45,8 +45,10 @@ def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
   def step(batch):
     context = tf.distribute.get_replica_context()
     with tf.GradientTape() as tape:
-      queries = retriever.embed_query(batch["query"], training=True)  # [b, D]
-      blocks = retriever.embed_documents(batch["block"], training=True)  # [b, D]
+      # float32 scores and loss whatever the towers' compute dtype (`models.precision`).
+      queries = tf.cast(retriever.embed_query(batch["query"], training=True), tf.float32)  # [b, D]
+      blocks = tf.cast(retriever.embed_documents(batch["block"], training=True),
+                       tf.float32)  # [b, D]
       all_blocks = context.all_gather(blocks, axis=0)  # [B, D]
       logits = tf.matmul(queries, all_blocks, transpose_b=True)  # [b, B]
       local = tf.shape(queries)[0]

@@ -74,8 +74,10 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
 
   def step(batch):
     with tf.GradientTape() as tape:
-      query = retriever.embed_query(batch["query"], training=True)  # [b, D]
-      candidates = retriever.embed_candidates(batch["candidates"], training=True)  # [b, K, D]
+      # float32 scores and loss whatever the towers' compute dtype (`models.precision`).
+      query = tf.cast(retriever.embed_query(batch["query"], training=True), tf.float32)  # [b, D]
+      candidates = tf.cast(retriever.embed_candidates(batch["candidates"], training=True),
+                           tf.float32)  # [b, K, D]
       logits = Retriever.score(query, candidates)  # [b, K]
       logits = tf.where(batch["candidate_mask"], logits, -1e9)
       shape = tf.shape(batch["reader"]["input_word_ids"])
@@ -83,7 +85,7 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
       flat = {n: tf.reshape(t, [b * k, -1]) for n, t in batch["reader"].items()}
       positions = tf.repeat(batch["masked_lm_positions"], k, axis=0)  # [b*K, M]
       mlm = reader.mlm_logits(flat, positions, training=True)
-      mlm = tf.reshape(mlm, [b, k, tf.shape(positions)[1], -1])  # [b, K, M, V]
+      mlm = tf.reshape(tf.cast(mlm, tf.float32), [b, k, tf.shape(positions)[1], -1])  # [b, K, M, V]
       loss, token_log_probs = marginal_mlm_loss(logits, mlm, batch["masked_lm_ids"],
                                                 batch["masked_lm_weights"],
                                                 normalizer=batch["normalizer"][0])
