@@ -6,7 +6,6 @@
 
 A restarted job resumes from the latest checkpoint in --model_dir.
 """
-import dataclasses
 import os
 
 from absl import flags
@@ -27,6 +26,7 @@ _ENCODER = flags.DEFINE_enum("encoder", "minilm_l6", cli.ENCODERS,
                              "BERT size of the three towers.")
 _INIT_RANGE = flags.DEFINE_float("initializer_range", None,
                                  "Override of the encoder's initializer range.")
+_DROPOUT = flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
 _PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retrieval embedding size D.")
 _HEAD = flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
                           "Retrieval head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
@@ -82,17 +82,16 @@ _TPU = flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 def config_from_flags():
   """The `FineTuneConfig` the flags describe."""
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
-  from realm_tf import configs
   from realm_tf import pretrained
   from realm_tf.mips.index_builder import ScannSettings
   from realm_tf.qa import finetune_lib
   from realm_tf.qa import model as model_lib
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+  from realm_tf.training import model_init
   vocab_file = _VOCAB.value or os.path.join(pretrained.minilm_dir(), "vocab.txt")
   vocab_size = WordpieceTokenizer.from_vocab_file(vocab_file).vocab_size
-  encoder = configs.encoder_preset(_ENCODER.value, vocab_size)
-  if _INIT_RANGE.value is not None:
-    encoder = dataclasses.replace(encoder, initializer_range=_INIT_RANGE.value)
+  encoder = model_init.encoder_config(_ENCODER.value, vocab_size, _DROPOUT.value,
+                                      _INIT_RANGE.value)
   return finetune_lib.FineTuneConfig(
       model_dir=_MODEL_DIR.value, corpus=_CORPUS.value, train_data=_TRAIN.value,
       vocab_file=vocab_file, dev_data=_DEV.value, dataset=_DATASET.value,

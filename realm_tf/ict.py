@@ -13,6 +13,7 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and exports.", re
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
 flags.DEFINE_enum("encoder", "minilm_l6", cli.ENCODERS, "BERT size.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
+flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
 flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
                   "New retrievers' head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
                   "(mean pooling, unit length); 'auto': 'sentence' for --init_weights=minilm.")
@@ -46,14 +47,15 @@ def main(argv):
   from realm_tf.training import model_init
   from realm_tf.training.ict_lib import IctConfig
   from realm_tf.training.ict_lib import train_ict
+  # First: MultiWorkerMirroredStrategy configures collective ops before TensorFlow starts.
+  strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
   keras.utils.set_random_seed(FLAGS.seed)
   tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
                else pretrained.minilm_tokenizer())
-  strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
   with strategy.scope(), precision.policy_scope(FLAGS.compute_dtype):
     retriever = model_init.build_retriever(
-        model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size), FLAGS.share_towers,
-        FLAGS.init_weights, head=FLAGS.retriever_head)
+        model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout),
+        FLAGS.share_towers, FLAGS.init_weights, head=FLAGS.retriever_head)
   config = IctConfig(model_dir=FLAGS.model_dir, num_steps=FLAGS.num_steps,
                      batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
                      query_length=FLAGS.query_length, block_length=FLAGS.block_length,

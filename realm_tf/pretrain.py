@@ -77,11 +77,12 @@ def main(argv):
   from realm_tf.training.pretraining_lib import RealmPretrainer
   if FLAGS.num_cpu_devices:
     distribute.split_cpu(FLAGS.num_cpu_devices)
+  # Before any TensorFlow op: MultiWorkerMirroredStrategy configures collective ops first.
+  strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
   keras.utils.set_random_seed(FLAGS.seed)
   tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
                else pretrained.minilm_tokenizer())
   store = BlockStore.load(FLAGS.corpus)
-  strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
   encoder = model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout)
   with strategy.scope(), precision.policy_scope(FLAGS.compute_dtype):
     retriever = model_init.build_retriever(encoder, FLAGS.share_towers, FLAGS.init_weights,

@@ -30,6 +30,13 @@ may help): every that many steps the doc tower becomes a snapshot of the current
 export and the index and block-embedding matrix are swapped in, synchronously. It needs a
 pre-trained retriever with shared towers.
 
+Several workers (MultiWorkerMirroredStrategy): every worker prepares the same global batch
+(step 1) and its replicas train on their rows of it, so a step is the single-worker step; the
+chief writes the model directory, the other workers the same files into a scratch directory
+(`distribute.output_dir`; each builds its own copy of the index from the same doc tower), and
+every worker resumes from the chief's checkpoints. A worker that dies makes the others fail
+with `distribute.WorkerLostError`.
+
 Model directory layout: see `realm_tf.qa.model`.
 """
 import dataclasses
@@ -66,8 +73,10 @@ from realm_tf.qa.model import build_models
 from realm_tf.qa.model import initialize
 from realm_tf.qa.model import make_system
 from realm_tf.qa.model import model_checkpoint
+from realm_tf.training import distribute
 from realm_tf.training import run_config
 from realm_tf.training.optimizer import OptimizerConfig
+from realm_tf.training.optimizer import apply_gradients
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.qa.supervision import AnswerMatcher
 from realm_tf.qa.supervision import gold_spans
@@ -241,11 +250,11 @@ def make_replica_step(retriever, reader, optimizer, block_embeddings: tf.Variabl
     pairs = [(g, v) for g, v in zip(tape.gradient(loss, variables), variables)]
     updates = [(g, v) for g, v in pairs if g is not None]  # e.g. an unused pooler
     if retriever_optimizer is None:
-      optimizer.apply_gradients(updates)
+      apply_gradients(optimizer, updates)
     else:
       split = len([p for p in pairs[:len(query_tower)] if p[0] is not None])
-      retriever_optimizer.apply_gradients(updates[:split])
-      optimizer.apply_gradients(updates[split:])
+      apply_gradients(retriever_optimizer, updates[:split])
+      apply_gradients(optimizer, updates[split:])
     return {
         "loss": tf.reduce_sum(per_question),
         "retriever_loss": tf.reduce_sum(retriever_loss),
@@ -291,7 +300,8 @@ class FineTuner:
     if config.batch_size % self.strategy.num_replicas_in_sync:
       raise ValueError(f"batch_size {config.batch_size} is not a multiple of the "
                        f"{self.strategy.num_replicas_in_sync} replicas")
-    tf.io.gfile.makedirs(config.model_dir)
+    self.output_dir = distribute.output_dir(self.strategy, config.model_dir)
+    tf.io.gfile.makedirs(self.output_dir)
     keras.utils.set_random_seed(config.seed)
     self.dataset = datasets.dataset_of(config.train_data, config.dataset)
     self.train_examples = datasets.load_examples(config.train_data, self.dataset)
@@ -302,7 +312,7 @@ class FineTuner:
     if self.tokenizer.vocab_size != config.model.encoder.vocab_size:
       raise ValueError(f"vocabulary {config.vocab_file} has {self.tokenizer.vocab_size} "
                        f"wordpieces, the encoder {config.model.encoder.vocab_size}")
-    with tf.io.gfile.GFile(os.path.join(config.model_dir, VOCAB), "w") as f:
+    with tf.io.gfile.GFile(os.path.join(self.output_dir, VOCAB), "w") as f:
       f.write("\n".join(self.tokenizer.vocabulary) + "\n")
     self._copy_corpus()
     self.featurizer = QAFeaturizer(self.tokenizer, config.model.query_length,
@@ -320,21 +330,22 @@ class FineTuner:
     self.checkpoint = model_checkpoint(self.retriever, self.reader, optimizer=self.optimizer,
                                        retriever_optimizer=self.retriever_optimizer,
                                        step=self.step, doc_snapshot_step=self.doc_snapshot_step)
-    self.manager = tf.train.CheckpointManager(self.checkpoint, config.model_dir,
+    self.manager = tf.train.CheckpointManager(self.checkpoint, self.output_dir,
                                               max_to_keep=config.keep_checkpoints)
     self.best_manager = tf.train.CheckpointManager(
         model_checkpoint(self.retriever, self.reader, step=self.step,
                          doc_snapshot_step=self.doc_snapshot_step),
-        os.path.join(config.model_dir, BEST_DIR), max_to_keep=1)
+        os.path.join(self.output_dir, BEST_DIR), max_to_keep=1)
     self.run_config = dict(task="finetune", dataset=self.dataset, model=config.model.to_dict(),
                            vocab_fingerprint=run_config.vocab_fingerprint(
                                self.tokenizer.vocabulary),
                            corpus_fingerprint=self.corpus.fingerprint)
-    self._save_run_config = not self.manager.latest_checkpoint
-    if self.manager.latest_checkpoint:
+    latest = tf.train.latest_checkpoint(config.model_dir)  # the chief's, on every worker
+    self._save_run_config = not latest
+    if latest:
       run_config.check(config.model_dir, self.run_config)
-      run_config.restore_checked(self.checkpoint, self.manager.latest_checkpoint)
-      self.log(f"resumed from {self.manager.latest_checkpoint} at step {self._step()}")
+      run_config.restore_checked(self.checkpoint, latest)
+      self.log(f"resumed from {latest} at step {self._step()}")
     else:
       initialize(self.retriever, self.reader, config.model, config.init)
       if not config.init.checkpoint or config.init.checkpoint_share_towers:
@@ -369,8 +380,8 @@ class FineTuner:
 
   def _load_or_build_index(self, snapshot: int) -> DocIndex:
     index_name, embedder_name = _snapshot_dirs(snapshot)
-    index_dir = os.path.join(self.config.model_dir, index_name)
-    embedder_dir = os.path.join(self.config.model_dir, embedder_name)
+    index_dir = os.path.join(self.output_dir, index_name)
+    embedder_dir = os.path.join(self.output_dir, embedder_name)
     if DocIndex.exists(index_dir) and tf.io.gfile.exists(embedder_dir):
       doc_index = DocIndex.load(index_dir, self.corpus)
       if self._matches_doc_tower(doc_index):
@@ -416,10 +427,10 @@ class FineTuner:
     for path in filter(None, paths):
       keep.add(int(tf.train.load_checkpoint(path).get_tensor(
           "doc_snapshot_step/.ATTRIBUTES/VARIABLE_VALUE")))
-    for name in tf.io.gfile.listdir(self.config.model_dir):
+    for name in tf.io.gfile.listdir(self.output_dir):
       found = re.fullmatch(r"doc_(?:index|embedder)-(\d+)/?", name)
       if found and int(found.group(1)) not in keep:
-        tf.io.gfile.rmtree(os.path.join(self.config.model_dir, name.rstrip("/")))
+        tf.io.gfile.rmtree(os.path.join(self.output_dir, name.rstrip("/")))
 
   # Model directory ----------------------------------------------------------------------------
 
@@ -435,7 +446,7 @@ class FineTuner:
   def _copy_corpus(self) -> None:
     """Writes the corpus into the model directory (so that it can move), unless the copy is
     there already (its fingerprint in model.json)."""
-    model_dir = self.config.model_dir
+    model_dir = self.output_dir
     path = os.path.join(model_dir, CORPUS)
     if tf.io.gfile.exists(path) and tf.io.gfile.exists(os.path.join(model_dir, MODEL_INFO)) and (
         ModelInfo.read(model_dir).corpus_fingerprint == self.corpus.fingerprint):
@@ -445,20 +456,20 @@ class FineTuner:
 
   def _save_checkpoint(self) -> None:
     if self._save_run_config:  # before the first checkpoint: never a checkpoint without it
-      run_config.save(self.config.model_dir, self.run_config)
+      run_config.save(self.output_dir, self.run_config)
       self._save_run_config = False
     self.manager.save(checkpoint_number=self._step())
-    self._info().write(self.config.model_dir)
+    self._info().write(self.output_dir)
 
   def _read_best(self) -> float:
-    best_dir = os.path.join(self.config.model_dir, BEST_DIR)
+    best_dir = os.path.join(self.output_dir, BEST_DIR)
     if not self.best_manager.latest_checkpoint:
       return -1.0
     return float(ModelInfo.read(best_dir).metrics.get("exact_match", -1.0))
 
   def _save_best(self, metrics: Dict[str, float]) -> None:
     self.best_manager.save(checkpoint_number=self._step())
-    self._info("../", metrics).write(os.path.join(self.config.model_dir, BEST_DIR))
+    self._info("../", metrics).write(os.path.join(self.output_dir, BEST_DIR))
 
   # Batches ------------------------------------------------------------------------------------
 
@@ -569,11 +580,19 @@ class FineTuner:
     return metrics
 
   def run(self) -> FineTuneResult:
-    """Trains up to `num_train_steps`, evaluating, checkpointing and refreshing on schedule."""
+    """Trains up to `num_train_steps`, evaluating, checkpointing and refreshing on schedule.
+
+    Raises:
+      distribute.WorkerLostError: another worker of a multi-worker job stopped.
+    """
+    with distribute.reporting_lost_workers(self.strategy, self.config.model_dir, self.step):
+      return self._run()
+
+  def _run(self) -> FineTuneResult:
     config = self.config
     losses, dev_metrics = [], {}
-    log_path = os.path.join(config.model_dir, TRAIN_LOG)
-    writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
+    log_path = os.path.join(self.output_dir, TRAIN_LOG)
+    writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "train"))
     start, last_log = time.perf_counter(), self._step()
     while self._step() < config.num_train_steps:
       step = self._step()

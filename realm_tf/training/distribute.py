@@ -1,10 +1,25 @@
 """tf.distribute strategies, flag-selected, and host <-> replica helpers.
 
 Everything a TPU cannot do (MIPS search, gathering and packing block wordpieces) runs on the
-host between two replicated steps: `strategy.run` embeds the queries, `local_batch` brings the
+host between two replicated steps: `strategy.run` embeds the queries, `global_batch` brings the
 embeddings to the host, the host searches the index and packs candidate features, and
 `distribute_batch` splits them over the replicas for the replicated training step.
+
+Several workers (MultiWorkerMirroredStrategy, one process per host, `TF_CONFIG`): every worker
+reads the same global batch (same data, same seed) and does the same host work on it; its
+replicas take their rows of it (replica r of R: rows [r·B/R, (r+1)·B/R)), so a step is the
+single-worker step on the same global batch. The chief (`is_chief`) alone writes checkpoints,
+metrics, TensorBoard events, exports and indexes; the other workers write the same files into a
+scratch directory (`output_dir`: saving may involve collectives every worker must join) that is
+deleted when they exit. A worker that dies (`kill -9`, lost host) stops sending heartbeats to
+TensorFlow's coordination service: the next collective on the survivors fails within seconds
+and `reporting_lost_workers` turns that into a `WorkerLostError` saying how to resume.
 """
+import atexit
+import contextlib
+import re
+import shutil
+import tempfile
 from typing import Dict, Optional
 
 import tensorflow as tf
@@ -48,24 +63,87 @@ def local_replicas(strategy) -> int:
 
 
 def distribute_batch(strategy, batch: Dict[str, tf.Tensor]):
-  """Splits this worker's [B, ...] host batch into equal per-replica slices.
+  """Splits the [B, ...] global host batch (the same on every worker) into equal
+  per-replica slices; this worker's replicas take theirs.
 
   Raises:
-    ValueError: B is not a multiple of the number of local replicas.
+    ValueError: B is not a multiple of the number of replicas.
   """
-  n = local_replicas(strategy)
+  n = strategy.num_replicas_in_sync
   size = int(tf.nest.flatten(batch)[0].shape[0])
   if size % n:
     raise ValueError(f"batch of {size} does not split over {n} replicas")
   per_replica = size // n
 
   def value_fn(context):
-    i = context.replica_id_in_sync_group % n
+    i = context.replica_id_in_sync_group
     return tf.nest.map_structure(lambda t: t[i * per_replica:(i + 1) * per_replica], batch)
 
   return strategy.experimental_distribute_values_from_function(value_fn)
 
 
-def local_batch(strategy, per_replica) -> tf.Tensor:
-  """Concatenates this worker's per-replica results back into its [B, ...] host batch."""
-  return tf.concat(strategy.experimental_local_results(per_replica), axis=0)
+def global_batch(strategy, per_replica) -> tf.Tensor:
+  """Concatenates the per-replica results of every worker into the [B, ...] global batch, on
+  every worker."""
+  if num_workers(strategy) == 1:
+    return tf.concat(strategy.experimental_local_results(per_replica), axis=0)
+  return strategy.gather(per_replica, axis=0)
+
+
+def num_workers(strategy) -> int:
+  """Worker processes of the job (1 unless MultiWorkerMirroredStrategy has several)."""
+  return strategy.num_replicas_in_sync // local_replicas(strategy)
+
+
+def is_chief(strategy) -> bool:
+  """Whether this worker writes the run's outputs: always with one worker; under
+  MultiWorkerMirroredStrategy the "chief" task, or worker 0 when there is none."""
+  return bool(strategy.extended.should_checkpoint)
+
+
+def output_dir(strategy, path: str) -> str:
+  """`path` on the chief; on another worker a fresh local scratch directory for the same
+  files, deleted when the process exits."""
+  if is_chief(strategy):
+    return path
+  scratch = tempfile.mkdtemp(prefix="realm-tf-worker-")
+  atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+  return scratch
+
+
+def chief_value(strategy, value: int) -> int:
+  """The chief's `value` on every worker (the others' `value` is ignored); with several workers
+  an all-reduce, so also a barrier: each worker waits until the chief contributes."""
+  if num_workers(strategy) == 1:
+    return value
+  per_replica = strategy.experimental_distribute_values_from_function(
+      lambda context: tf.constant(value if context.replica_id_in_sync_group == 0 else 0,
+                                  tf.int64))
+  return int(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+
+
+class WorkerLostError(RuntimeError):
+  """A worker of a multi-worker job stopped: the job cannot go on without it."""
+
+
+_LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                       tf.errors.AbortedError, tf.errors.CancelledError)
+
+
+@contextlib.contextmanager
+def reporting_lost_workers(strategy, model_dir: str, step: tf.Variable):
+  """Turns the collective-op failure that a dead worker causes on the survivors into a
+  `WorkerLostError` naming the fix (one worker: errors pass through unchanged)."""
+  try:
+    yield
+  except _LOST_WORKER_ERRORS as e:
+    if num_workers(strategy) == 1:
+      raise
+    lines = [line.strip() for line in re.sub(r"\{\{[^}]*\}\}", "", str(e)).splitlines()]
+    lines = [line for line in lines if line] or [type(e).__name__]
+    detail = next((line for line in lines if "heartbeat" in line), lines[-1])
+    raise WorkerLostError(
+        f"a worker of this {num_workers(strategy)}-worker job stopped during step "
+        f"{int(step.numpy()) + 1} ({detail}); the job cannot go on without it. Restart every "
+        f"worker with the same flags: each resumes from the last checkpoint in {model_dir}"
+    ) from e

@@ -2,7 +2,9 @@
 
 Per replica with b examples: scores = q [b, D] · all_gather(z) [B, D]ᵀ, the positive of query i
 is the block at global row replica_id·b + i; loss = Σ softmax cross-entropy / B (the global
-batch), so gradients summed over replicas equal the single-device gradient.
+batch), so gradients summed over replicas equal the single-device gradient. Every worker reads
+the same global batches (`distribute.distribute_batch`): a multi-worker step is the
+single-worker step on the same batch.
 """
 import dataclasses
 import os
@@ -16,8 +18,10 @@ from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf.training import distribute
 from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.optimizer import OptimizerConfig
+from realm_tf.training.optimizer import apply_gradients
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
@@ -57,7 +61,7 @@ def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
       loss = tf.reduce_sum(losses) / global_batch_size
     variables = retriever.trainable_variables
     gradients = tape.gradient(loss, variables)  # None for a pooler the head does not use
-    optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables) if g is not None])
+    apply_gradients(optimizer, [(g, v) for g, v in zip(gradients, variables) if g is not None])
     correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
     return {"loss": loss, "accuracy": tf.reduce_sum(correct) / global_batch_size}
 
@@ -68,7 +72,8 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
               tokenizer: WordpieceTokenizer, strategy=None, verbose: bool = True,
               monitor: Optional[RecallMonitor] = None):
   """Trains `retriever` (built in `strategy.scope()`) with ICT; writes checkpoints, the final
-  retriever (`model_dir/retriever`) and a doc-embedder export (`model_dir/doc_embedder`).
+  retriever (`model_dir/retriever`) and a doc-embedder export (`model_dir/doc_embedder`) (the
+  chief of a multi-worker job; the other workers into scratch, `distribute.output_dir`).
 
   With a `monitor`, held-out recall is measured at the start and every
   `monitor.every_n_steps` (`TrainLoop`), and the retriever written at the end is the best
@@ -90,16 +95,18 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
                    corpus_fingerprint=store.fingerprint)
   loop = TrainLoop(config.model_dir, dict(retriever=retriever, optimizer=optimizer),
                    config.num_steps, checkpoint_every=config.checkpoint_every, verbose=verbose,
-                   max_to_keep=config.keep_checkpoints, run_config=structure)
+                   max_to_keep=config.keep_checkpoints, run_config=structure,
+                   strategy=strategy)
   start = loop.restore()
   dataset = corpus.dataset(config.batch_size, seed=config.seed + start,
                            remove_prob=config.remove_prob, query_length=config.query_length,
                            block_length=config.block_length)
-  iterator = iter(strategy.experimental_distribute_dataset(dataset))
+  iterator = iter(dataset)
   step = tf.function(ict_step(retriever, optimizer, config.batch_size))
 
   def run_step(_) -> Dict[str, tf.Tensor]:
-    per_replica = strategy.run(step, args=(next(iterator),))
+    per_replica = strategy.run(step, args=(distribute.distribute_batch(strategy,
+                                                                       next(iterator)),))
     return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
             for k, v in per_replica.items()}
 
@@ -110,8 +117,9 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
     best = loop.best()
     loop.restore_best()
     logging.info("ICT keeps the best checkpoint: %s", best)
-  save_model(retriever, os.path.join(config.model_dir, "retriever"))
-  export_doc_embedder(retriever, os.path.join(config.model_dir, "doc_embedder"),
+  output = distribute.output_dir(strategy, config.model_dir)
+  save_model(retriever, os.path.join(output, "retriever"))
+  export_doc_embedder(retriever, os.path.join(output, "doc_embedder"),
                       tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
                       block_length=config.block_length, snapshot_step=config.num_steps)
   return metrics, loop.history

@@ -27,6 +27,11 @@ with the end of its log and the command that reproduces it; after `max_builder_f
 consecutive failures `maybe_refresh` raises `IndexBuilderError`, so training stops instead of
 going on with an ever staler index. `close()` reports a build that failed since the last check
 and terminates a running one.
+
+Several workers (MultiWorkerMirroredStrategy, the trainer's strategy passed to `start`): the
+chief alone builds, snapshots, starts builders, publishes and prunes; after every step it
+sends the step of the version it uses to the other workers (`distribute.chief_value`, an
+all-reduce), which load that version, so every worker swaps to the same index at the same step.
 """
 import abc
 import os
@@ -48,11 +53,15 @@ from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.retriever import Retriever
+from realm_tf.training import distribute
 from realm_tf.training.store_embedding import StoreEmbedder
 
 
 class IndexBuilderError(RuntimeError):
   """The index builder failed `max_builder_failures` times in a row."""
+
+
+_FAILED = -2  # what the chief sends the other workers when its builds failed
 
 
 class IndexRefresher(abc.ABC):
@@ -90,6 +99,8 @@ class IndexRefresher(abc.ABC):
     self.snapshot_step = 0
     self.swaps = 0
     self._store_embedder: Optional[StoreEmbedder] = None
+    self._strategy = tf.distribute.get_strategy()
+    self._chief = True
 
   def _load(self, version: str) -> None:
     index = index_publisher.load_version(self.index_root, version, verify_checksums=False)
@@ -106,7 +117,8 @@ class IndexRefresher(abc.ABC):
     self.snapshot_step = index_publisher.step_of_version(version) or 0
     self.swaps += 1
     logging.info("Using index %s (snapshot step %d)", version, self.snapshot_step)
-    self._prune()
+    if self._chief:
+      self._prune()
 
   def _prune(self) -> List[str]:
     """Deletes all but the `keep_versions` newest index versions (never the one in use);
@@ -133,14 +145,23 @@ class IndexRefresher(abc.ABC):
                             {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint})
     self._load(version)
 
-  def start(self, step: int, retriever: Retriever, resume_version: str = "") -> None:
+  def start(self, step: int, retriever: Retriever, resume_version: str = "",
+            strategy=None) -> None:
     """Loads the index a resumed run used (or the published one, else the newest complete),
-    building one if none exists.
+    building one if none exists; `strategy` is the trainer's (the chief of several workers
+    does all of this, the others load the chief's choice).
 
     Versions after `step` (published by a killed run after its last checkpoint) are deleted:
     this run builds them again from its own weights. `LATEST` is read as everywhere, by
     `index_publisher.latest_version` (ValueError / FileNotFoundError naming the fix).
     """
+    self._strategy = strategy or tf.distribute.get_strategy()
+    self._chief = distribute.is_chief(self._strategy)
+    if self._chief:
+      self._start(step, retriever, resume_version)
+    self._follow_chief()
+
+  def _start(self, step: int, retriever: Retriever, resume_version: str) -> None:
     index_publisher.cleanup_partial(self.index_root)
     discarded = index_publisher.discard_after(self.index_root, step)
     if discarded:
@@ -153,9 +174,50 @@ class IndexRefresher(abc.ABC):
     else:
       self._build_now(step, retriever)
 
-  @abc.abstractmethod
   def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
-    """Called after each step; returns True when a new index was swapped in."""
+    """Called after each step (on every worker); returns True when a new index was swapped in.
+
+    Raises:
+      IndexBuilderError: the last `max_builder_failures` builds failed (on the chief, or
+        reported by it).
+    """
+    swapped = False
+    if self._chief:
+      try:
+        swapped = self._refresh(step, retriever)
+      except IndexBuilderError:
+        self._follow_chief(failed=True)  # the other workers stop with the chief
+        raise
+    swapped = self._follow_chief() or swapped
+    if swapped:
+      logging.info("Step %d: swapped to index %s", step, self.version)
+    return swapped
+
+  def _follow_chief(self, failed: bool = False) -> bool:
+    """With several workers: the chief sends the version it uses (or that it `failed`), the
+    others load it; returns True when this worker loaded a new version."""
+    if distribute.num_workers(self._strategy) == 1:
+      return False
+    step = index_publisher.step_of_version(self.version)
+    if self._chief and step is None:
+      raise errors.InputError(errors.describe(
+          os.path.join(self.index_root, self.version), "the index in use is not named "
+          "step-XXXXXXXX, the only names the chief can send the other workers",
+          "Publish it as step-<snapshot step> (pipelines.build_index does)"))
+    chosen = distribute.chief_value(self._strategy, _FAILED if failed else step or 0)
+    if self._chief:
+      return False
+    if chosen == _FAILED:
+      raise IndexBuilderError("stopping: the chief's index builds failed (its log says why)")
+    version = index_publisher.version_for_step(chosen)
+    if version == self.version:
+      return False
+    self._load(version)
+    return True
+
+  @abc.abstractmethod
+  def _refresh(self, step: int, retriever: Retriever) -> bool:
+    """The chief's part of `maybe_refresh`."""
 
   def close(self) -> None:
     """Releases background resources."""
@@ -164,7 +226,7 @@ class IndexRefresher(abc.ABC):
 class SynchronousRefresher(IndexRefresher):
   """Rebuilds in the trainer's process every N steps, blocking."""
 
-  def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
+  def _refresh(self, step: int, retriever: Retriever) -> bool:
     if step % self.every_n_steps:
       return False
     self._build_now(step, retriever)
@@ -285,12 +347,8 @@ class AsynchronousRefresher(IndexRefresher):
       pending, self._pending = self._pending, None
       self._launch(pending)
 
-  def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
-    """See `IndexRefresher`.
-
-    Raises:
-      IndexBuilderError: the last `max_builder_failures` builds failed.
-    """
+  def _refresh(self, step: int, retriever: Retriever) -> bool:
+    """See `IndexRefresher.maybe_refresh`."""
     self._poll_builder()
     n = len(self._failures)
     if n >= self.max_builder_failures:

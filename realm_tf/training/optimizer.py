@@ -5,10 +5,16 @@ AdamW (`official.modeling.optimization.legacy_adamw.AdamWeightDecay`: decay 0.01
 BERT's schedule (`official.nlp.optimization.WarmUp`): a linear warm-up from 0 to the peak
 learning rate over min(10000, max(100, steps / 10)) steps, then the linear decay to 0 at the
 last step that started at step 0.
+
+The clip applies to the global gradient: `apply_gradients` sums the replicas' gradients first,
+so a step under any `tf.distribute` strategy, on any number of replicas or workers, is the
+single-device step on the same global batch (the TF1 reference clipped each TPU shard's
+gradient before summing, which makes the update depend on the number of shards).
 """
 import dataclasses
 from typing import Optional
 
+import tensorflow as tf
 from official.modeling.optimization import legacy_adamw
 from official.nlp import optimization
 
@@ -46,8 +52,8 @@ class OptimizerConfig:
 
 
 def create_optimizer(config: OptimizerConfig) -> legacy_adamw.AdamWeightDecay:
-  """Builds the optimizer; apply it with `apply_gradients` (which clips each replica's
-  gradients before the cross-replica all-reduce, as the TF1 BERT optimizer did)."""
+  """Builds the optimizer; in a replicated step apply it with this module's
+  `apply_gradients` (global-norm clip of the summed gradient)."""
   if config.num_train_steps < 1:
     raise ValueError(f"num_train_steps must be >= 1, got {config.num_train_steps}")
   warmup = (default_warmup_steps(config.num_train_steps) if config.warmup_steps is None
@@ -61,3 +67,15 @@ def create_optimizer(config: OptimizerConfig) -> legacy_adamw.AdamWeightDecay:
       learning_rate=schedule, beta_1=0.9, beta_2=0.999, epsilon=config.epsilon,
       weight_decay_rate=config.weight_decay, exclude_from_weight_decay=list(NO_DECAY),
       gradient_clip_norm=config.clip_norm)
+
+
+def apply_gradients(optimizer: legacy_adamw.AdamWeightDecay, grads_and_vars) -> None:
+  """Sums the gradients over the replicas, clips their global norm to the optimizer's
+  `gradient_clip_norm` and applies them (in replica context, e.g. inside `strategy.run`)."""
+  gradients, variables = zip(*grads_and_vars)
+  context = tf.distribute.get_replica_context()
+  if context.num_replicas_in_sync > 1:
+    gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, list(gradients))
+  if optimizer.gradient_clip_norm > 0.0:
+    gradients, _ = tf.clip_by_global_norm(gradients, optimizer.gradient_clip_norm)
+  optimizer.apply_gradients(zip(gradients, variables), experimental_aggregate_gradients=False)

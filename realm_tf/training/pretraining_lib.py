@@ -7,10 +7,13 @@ Per step:
   3. replicated: re-embed query and candidates with the current θ (fresh p(z|x) and its
      gradient), read every (x, z), and minimise the per-token marginal negative log-likelihood
      over the K candidates; gradients flow into both towers and the reader.
-The index is swapped between steps by an `IndexRefresher`. Logged: loss, MLM accuracy of the
-marginal prediction, retrieval utility vs the null document, the null document's prior and
-posterior share of the retrieval mass (`null_prior`, `null_posterior`), how often the source
-block is retrieved, index version and staleness, step time.
+The index is swapped between steps by an `IndexRefresher`. With several workers
+(MultiWorkerMirroredStrategy) every worker reads the same global batch, gathers the query
+embeddings of all replicas after step 1, does step 2 on the whole batch, and its replicas take
+their rows in step 3 (`distribute`): the step is the single-worker one. Logged: loss, MLM
+accuracy of the marginal prediction, retrieval utility vs the null document, the null
+document's prior and posterior share of the retrieval mass (`null_prior`, `null_posterior`),
+how often the source block is retrieved, index version and staleness, step time.
 Legend: B batch, K candidates, M masked positions, V vocabulary, D embedding dim.
 """
 import dataclasses
@@ -31,6 +34,7 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import distribute
 from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.optimizer import OptimizerConfig
+from realm_tf.training.optimizer import apply_gradients
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training import run_config
@@ -95,7 +99,7 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
     gradients = [_scaled(g, train_retriever) if i < len(retriever.trainable_variables) else g
                  for i, g in enumerate(gradients)]
     # The span head and the reader's pooler take no part in masked-LM pre-training.
-    optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables) if g is not None])
+    apply_gradients(optimizer, [(g, v) for g, v in zip(gradients, variables) if g is not None])
 
     weights = batch["masked_lm_weights"]
     candidate_log_probs = tf.nn.log_softmax(logits, axis=-1)[:, :, None, None]
@@ -161,12 +165,14 @@ class RealmPretrainer:
     with self.strategy.scope():
       self.optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
                                                         num_train_steps=config.num_steps))
-      self.index_version = tf.Variable("", trainable=False, name="index_version")
+    # A host value (collectives do not carry strings): each worker sets it to the same version.
+    self.index_version = tf.Variable("", trainable=False, name="index_version")
     self.loop = TrainLoop(config.model_dir, dict(retriever=retriever, reader=reader,
                                                  optimizer=self.optimizer,
                                                  index_version=self.index_version),
                           config.num_steps, checkpoint_every=config.checkpoint_every,
-                          max_to_keep=config.keep_checkpoints, run_config=dict(
+                          max_to_keep=config.keep_checkpoints, strategy=self.strategy,
+                          run_config=dict(
                               task="pretrain", retriever=run_config.retriever_structure(retriever),
                               reader=run_config.reader_structure(reader),
                               vocab_fingerprint=run_config.vocab_fingerprint(
@@ -190,7 +196,7 @@ class RealmPretrainer:
       raise ValueError(f"index has {index.num_docs} blocks, the corpus {len(self.store)}")
     size = int(batch["block_id"].shape[0])
     if self.candidates.num_to_retrieve:
-      query_emb = distribute.local_batch(strategy, strategy.run(
+      query_emb = distribute.global_batch(strategy, strategy.run(
           self._embed_query, args=(distribute.distribute_batch(strategy, batch["query"]),)))
       retrieved = index.search(query_emb, self.candidates.num_to_retrieve)[1].numpy()
     else:  # the null document alone: a masked LM without retrieval
@@ -233,7 +239,8 @@ class RealmPretrainer:
     """Trains to `num_steps` (resuming from the last checkpoint); returns the step history."""
     self.loop.verbose = verbose
     start = self.loop.restore()
-    self.refresher.start(start, self.retriever, resume_version=self.index_version.numpy().decode())
+    self.refresher.start(start, self.retriever, resume_version=self.index_version.numpy().decode(),
+                         strategy=self.strategy)
     self.index_version.assign(self.refresher.version)
     data = iter(masked_query_dataset(
         self.config.examples_dir, self.tokenizer, self.config.batch_size, self.config.masking,
@@ -252,6 +259,7 @@ class RealmPretrainer:
                     evaluation=evaluation)
     finally:
       self.refresher.close()
-    save_model(self.retriever, os.path.join(self.config.model_dir, "retriever"))
-    save_model(self.reader, os.path.join(self.config.model_dir, "reader"))
+    output = distribute.output_dir(self.strategy, self.config.model_dir)
+    save_model(self.retriever, os.path.join(output, "retriever"))
+    save_model(self.reader, os.path.join(output, "reader"))
     return self.loop.history

@@ -20,6 +20,11 @@ checks it and that every variable was restored (`realm_tf.training.run_config`);
 `CheckpointManager` writes each checkpoint under a new name and only then updates its state
 file, so a `kill -9` at any moment leaves the previous checkpoint intact and the next run
 resumes from it.
+
+Under MultiWorkerMirroredStrategy (`strategy`) every worker runs the loop; the chief writes
+all of the above into `model_dir`, the others the same files into a scratch directory
+(`distribute.output_dir`), and every worker resumes from the chief's checkpoints. A worker that
+dies makes the others fail with `distribute.WorkerLostError`.
 """
 import dataclasses
 import json
@@ -31,6 +36,7 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf.keras import keras
+from realm_tf.training import distribute
 from realm_tf.training import run_config as run_configs
 
 
@@ -66,12 +72,16 @@ class TrainLoop:
     max_to_keep: checkpoints kept.
     run_config: the run's structural configuration (`run_config.retriever_structure` ...),
       saved with the first checkpoint and compared on resume.
+    strategy: the `tf.distribute` strategy the step runs under (default: the current one).
   """
 
   def __init__(self, model_dir: str, checkpoint_items: Dict[str, object], num_steps: int,
                checkpoint_every: int = 100, summary_every: int = 1, max_to_keep: int = 3,
-               verbose: bool = True, run_config: Optional[Dict[str, object]] = None):
+               verbose: bool = True, run_config: Optional[Dict[str, object]] = None,
+               strategy=None):
     self.model_dir = model_dir
+    self.strategy = strategy or tf.distribute.get_strategy()
+    output = distribute.output_dir(self.strategy, model_dir)  # model_dir on the chief
     self.run_config = run_config
     self._save_run_config = run_config is not None
     self.num_steps = num_steps
@@ -81,13 +91,14 @@ class TrainLoop:
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     self._items = checkpoint_items
     self.checkpoint = tf.train.Checkpoint(step=self.step, **checkpoint_items)
+    self.checkpoint_dir = os.path.join(model_dir, "checkpoints")  # read by every worker
     self.manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(model_dir, "checkpoints"), max_to_keep=max_to_keep)
-    self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
-    self.metrics_path = os.path.join(model_dir, "metrics.jsonl")
-    self.eval_path = os.path.join(model_dir, EVAL_LOG)
+        self.checkpoint, os.path.join(output, "checkpoints"), max_to_keep=max_to_keep)
+    self.writer = tf.summary.create_file_writer(os.path.join(output, "train"))
+    self.metrics_path = os.path.join(output, "metrics.jsonl")
+    self.eval_path = os.path.join(output, EVAL_LOG)
     self.best_manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(model_dir, BEST_DIR), max_to_keep=1)
+        self.checkpoint, os.path.join(output, BEST_DIR), max_to_keep=1)
     self.history = []
     self._unwritten: List[Dict[str, float]] = []
     self.ended_below_start = False
@@ -144,10 +155,10 @@ class TrainLoop:
       errors.InputError: the run's configuration differs from the checkpoints', or a
         checkpoint leaves a model variable unrestored.
     """
-    latest = self.manager.latest_checkpoint
+    latest = tf.train.latest_checkpoint(self.checkpoint_dir)
     if latest:
       if self.run_config is not None:
-        run_configs.check(self.manager.directory, self.run_config, self.model_dir)
+        run_configs.check(self.checkpoint_dir, self.run_config, self.model_dir)
       self._save_run_config = False
       run_configs.restore_checked(self.checkpoint, latest)
       logging.info("Resumed from %s at step %d", latest, int(self.step.numpy()))
@@ -187,7 +198,15 @@ class TrainLoop:
   def run(self, step_fn: Callable[[int], Dict[str, float]],
           after_step: Optional[Callable[[int], None]] = None,
           evaluation: Optional[Evaluation] = None) -> Dict[str, float]:
-    """Trains to `num_steps`; returns the last step's metrics."""
+    """Trains to `num_steps`; returns the last step's metrics.
+
+    Raises:
+      distribute.WorkerLostError: another worker of a multi-worker job stopped.
+    """
+    with distribute.reporting_lost_workers(self.strategy, self.model_dir, self.step):
+      return self._run(step_fn, after_step, evaluation)
+
+  def _run(self, step_fn, after_step, evaluation) -> Dict[str, float]:
     start_step = self.restore()
     if evaluation and start_step == 0 and not any(e["step"] == 0 for e in self.evaluations()):
       self._evaluate(evaluation, 0)
