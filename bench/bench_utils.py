@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmark scripts: timing, machine peak, result files."""
+"""Shared helpers of the benchmark scripts: timing, the machine (CPU kind, bfloat16 units, matmul
+peaks), result files."""
 import json
 import os
 import platform
@@ -7,6 +8,8 @@ from typing import Callable, Dict, List
 
 import numpy as np
 import tensorflow as tf
+
+from realm_tf.models import precision
 
 
 def best_time(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> float:
@@ -43,29 +46,41 @@ def matmul_peak_flops(shapes=PEAK_SHAPES, repeats: int = 5, dtype: str = "float3
 def cpu_kind() -> Dict[str, object]:
   """The CPU model and its bfloat16 matmul units (from /proc/cpuinfo where there is one):
   float results and speeds differ between CPU kinds, so every result names its kind."""
-  model, flags = platform.processor() or platform.machine(), set()
+  model = platform.processor() or platform.machine()
   if os.path.exists("/proc/cpuinfo"):
     with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-      for line in f:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-          model = value.strip()
-        elif key.strip() == "flags":
-          flags = set(value.split())
-  bf16 = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in flags]
-  return {"cpu_model": model, "bf16_units": bf16 or ["none"]}
+      models = [line.partition(":")[2].strip() for line in f
+                if line.partition(":")[0].strip() == "model name"]
+    model = models[0] if models else model
+  bf16 = [flag for flag in precision.CPU_BF16_FLAGS if flag in precision.cpu_flags()]
+  return {"cpu_model": model, "bf16_units": bf16 or ["none"],
+          "auto_compute_dtype": precision.best_compute_dtype()}
+
+
+_PEAKS: Dict[str, float] = {}
+
+
+def machine_peaks() -> Dict[str, float]:
+  """{"float32", "bfloat16"}: this machine's matmul peaks (FLOP/s), measured once per process
+  (on first use), so that every benchmark sets its figures against both."""
+  if not _PEAKS:
+    _PEAKS.update({dtype: matmul_peak_flops(dtype=dtype) for dtype in ("float32", "bfloat16")})
+  return dict(_PEAKS)
 
 
 def machine_line() -> str:
-  """One line naming the machine, for the top of every benchmark's output."""
-  kind = cpu_kind()
+  """One line naming the machine, its bfloat16 units and both matmul peaks measured in this
+  run, for the top of every benchmark's output."""
+  kind, peaks = cpu_kind(), machine_peaks()
   return (f"machine: {kind['cpu_model']}, {os.cpu_count()} cores, bf16 units: "
-          f"{'/'.join(kind['bf16_units'])}, TensorFlow {tf.__version__}")
+          f"{'/'.join(kind['bf16_units'])} (auto precision: {kind['auto_compute_dtype']}), "
+          f"matmul peaks float32 {peaks['float32'] / 1e9:.0f} / bfloat16 "
+          f"{peaks['bfloat16'] / 1e9:.0f} GFLOP/s, TensorFlow {tf.__version__}")
 
 
 def machine() -> Dict[str, object]:
   return {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-          **cpu_kind(), "tensorflow": tf.__version__,
+          **cpu_kind(), "matmul_peaks": machine_peaks(), "tensorflow": tf.__version__,
           "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]}
 
 

@@ -62,6 +62,7 @@ def op_times(trace_dir: str) -> collections.Counter:
 
 def main(argv):
   del argv
+  print(bench_utils.machine_line(), flush=True)
   peak = bench_utils.matmul_peak_flops(dtype=_DTYPE.value)
   config = getattr(configs.EncoderConfig, _ENCODER.value)()
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=config))

@@ -49,6 +49,7 @@ VARIANTS = {"one bucket": (None, False), "bucketed": (32, False), "bucketed + XL
 
 def main(argv):
   del argv
+  print(bench_utils.machine_line(), flush=True)
   logging.set_verbosity(logging.WARNING)
   tokenizer = pretrained.minilm_tokenizer()
   if _ENCODER.value == "minilm_l6":

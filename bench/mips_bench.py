@@ -48,6 +48,7 @@ def recall(found: np.ndarray, exact: np.ndarray) -> float:
 
 def main(argv):
   del argv
+  print(bench_utils.machine_line(), flush=True)
   n, dim, k = _NUM_DOCS.value, _DIM.value, _K.value
   docs, queries = clustered(n, _NUM_QUERIES.value, dim, _CLUSTERS.value, _NOISE.value)
   step_queries = queries[:_STEP_BATCH.value]

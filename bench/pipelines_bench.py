@@ -193,6 +193,7 @@ def bench_runners(dump: str, worker_counts, runner_embedder: str):
 
 def main(argv):
   del argv
+  print(bench_utils.machine_line(), flush=True)
   logging.set_verbosity(logging.WARNING)
   dump = real_dump()
   per_core, lines, results = {}, [], []

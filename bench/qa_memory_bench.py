@@ -136,6 +136,9 @@ def main(argv=None) -> None:
   if args.scenario:
     print(json.dumps(run_scenario(args)))
     return
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from bench import bench_utils  # pylint: disable=g-import-not-at-top  (not in the scenarios)
+  print(bench_utils.machine_line(), flush=True)
   results = []
   for scenario in ("finetune", "inference"):
     command = [sys.executable, os.path.abspath(__file__), f"--scenario={scenario}"] + [

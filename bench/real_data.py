@@ -14,6 +14,8 @@ of Open-QA evaluation). Rows:
   raw_minilm      all-MiniLM-L6-v2 as sentence-transformers runs it (torch, mean pooling)
   realm_tf_step0  realm_tf's Retriever with the MiniLM weights and a fresh projection
                   (`pretrained.minilm_retriever()`, seed 0), untrained
+  realm_tf_step0_bf16  the same, its blocks embedded in bfloat16 (`models.precision`): the
+                  precision check of BENCHMARKS.md §1 (recall@k against realm_tf_step0's)
 
 The prepared corpus and the block embeddings are cached under `<output_dir>/cache` (git
 ignores it); a re-run reuses them and reports the seconds they took when computed. Writes
@@ -47,7 +49,7 @@ from realm_tf.real_data import questions  # pylint: disable=wrong-import-positio
 from realm_tf.evaluation import retrieval_recall as recall  # pylint: disable=wrong-import-position
 from realm_tf.real_data import embedding_cache  # pylint: disable=wrong-import-position
 
-ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0", "finetuned")
+ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0", "realm_tf_step0_bf16", "finetuned")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "bench/results/real_data",
                                   "Results (<name>.md, <name>.json) and cache/ go here.")
 _CACHE_DIR = flags.DEFINE_string("cache_dir", "", "Prepared corpus and block embeddings "
@@ -150,10 +152,11 @@ def raw_minilm_row(ctx: Context) -> Dict:
       lambda qs: model.embed_queries(qs, ctx.query_length), segment_ids=segment_ids)
 
 
-def realm_tf_step0_row(ctx: Context) -> Dict:
+def realm_tf_step0_row(ctx: Context, compute_dtype: str = "float32") -> Dict:
   """realm_tf's Retriever as `pretrained.minilm_retriever()` builds it, before any training
-  (seed 0). A trained retriever is a row the same way: `embed_store` and
-  `recall_monitor.query_embed_fn` into `dense_row`."""
+  (seed 0), its blocks embedded in `compute_dtype` (the questions in float32). A trained
+  retriever is a row the same way: `embed_store` and `recall_monitor.query_embed_fn` into
+  `dense_row`."""
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
   from realm_tf.keras import keras
@@ -162,10 +165,12 @@ def realm_tf_step0_row(ctx: Context) -> Dict:
   keras.utils.set_random_seed(0)
   retriever = pretrained.minilm_retriever()
   tokenizer = pretrained.minilm_tokenizer()
+  name = "realm_tf_step0" + ("" if compute_dtype == "float32" else "_bf16")
   return dense_row(
-      ctx, "realm_tf_step0", {"model": "pretrained.minilm_retriever", "seed": 0},
+      ctx, name, {"model": "pretrained.minilm_retriever", "seed": 0},
       lambda: embed_store(retriever, ctx.store, tokenizer.cls_id, tokenizer.sep_id,
-                          tokenizer.pad_id, block_length=ctx.block_length),
+                          tokenizer.pad_id, block_length=ctx.block_length,
+                          compute_dtype=compute_dtype),
       query_embed_fn(retriever, tokenizer, ctx.query_length))
 
 
@@ -232,6 +237,7 @@ def finetuned_row(ctx: Context) -> Dict:
 
 
 ROWS = {"bm25": bm25_row, "raw_minilm": raw_minilm_row, "realm_tf_step0": realm_tf_step0_row,
+        "realm_tf_step0_bf16": lambda ctx: realm_tf_step0_row(ctx, "bfloat16"),
         "finetuned": finetuned_row}
 
 

@@ -53,6 +53,7 @@ def synthetic_world(directory: str, vocab_size: int, num_blocks: int, rng):
 
 def main(argv):
   del argv
+  print(bench_utils.machine_line(), flush=True)
   rng = np.random.default_rng(0)
   directory = tempfile.mkdtemp()
   tokenizer = synthetic_world(directory, 30522, _NUM_BLOCKS.value, rng)

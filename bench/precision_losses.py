@@ -1,0 +1,119 @@
+"""Training in bfloat16 (Keras mixed_bfloat16) against float32: losses over the same steps.
+
+  python bench/precision_losses.py --num_steps=100
+
+Each run builds its towers under `models.precision.policy_scope(dtype)` with the same seed and
+data, once per dtype:
+  pre-training  REALM steps (tiny BERT towers, K = 4, B = 4, brute-force index refreshed every
+                10 steps in the same dtype) over a synthetic corpus with real-Wikipedia block
+                lengths (bench/training_step_bench.py's `synthetic_world`);
+  fine-tuning   Open-QA steps (`FineTuner`) on the tiny QA world (`realm_tf.qa.tiny_world`,
+                the README's tiny model), no dev evaluation.
+Reported per run: the largest and the mean absolute per-step loss difference, the largest
+difference of 10-step mean losses and that of the last 10 steps, all relative to the float32
+run's first loss.
+Writes bench/results/precision_losses.{md,json}.
+"""
+import os
+import sys
+import tempfile
+
+import numpy as np
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import bench_utils
+from bench.training_step_bench import synthetic_world
+from realm_tf.data.block_store import BlockStore
+from realm_tf.keras import keras
+from realm_tf.models import precision
+from realm_tf.qa import tiny_world
+from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.training import model_init
+from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.training.pretraining_lib import PretrainingConfig
+from realm_tf.training.pretraining_lib import RealmPretrainer
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+_STEPS = flags.DEFINE_integer("num_steps", 100, "Training steps per run.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of both runs.")
+
+
+def pretraining_losses(directory: str, tokenizer, compute_dtype: str):
+  """Per-step REALM pre-training losses with towers in `compute_dtype`."""
+  store = BlockStore.load(directory)
+  keras.utils.set_random_seed(_SEED.value)
+  encoder = model_init.encoder_config("tiny", tokenizer.vocab_size)
+  with precision.policy_scope(compute_dtype):
+    retriever = model_init.build_retriever(encoder)
+    reader = model_init.build_reader(encoder)
+  run_dir = os.path.join(directory, compute_dtype)
+  refresher = SynchronousRefresher(os.path.join(run_dir, "index"), 10, store,
+                                   (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
+                                   "brute_force", compute_dtype=compute_dtype)
+  config = PretrainingConfig(model_dir=os.path.join(run_dir, "run"), examples_dir=directory,
+                             num_steps=_STEPS.value, batch_size=4, num_candidates=4,
+                             learning_rate=1e-3, checkpoint_every=10**6, seed=_SEED.value)
+  history = RealmPretrainer(config, retriever, reader, store, tokenizer, refresher).train(
+      verbose=False)
+  return np.array([h["loss"] for h in history])
+
+
+def finetuning_losses(directory: str, compute_dtype: str):
+  """Per-step Open-QA fine-tuning losses on the tiny QA world in `compute_dtype`."""
+  world = tiny_world.write_tiny_world(os.path.join(directory, "world"))
+  model = tiny_world.model_config()
+  config = FineTuneConfig(
+      model_dir=os.path.join(directory, compute_dtype), corpus=world.corpus,
+      train_data=world.train, vocab_file=world.vocab_file, dev_data="", model=model,
+      batch_size=4, num_train_steps=_STEPS.value, learning_rate=3e-3, warmup_steps=3,
+      retriever_top_k=24, index_kind="brute_force", eval_every_steps=10**6,
+      checkpoint_every_steps=10**6, log_every_steps=10**6, seed=_SEED.value)
+  keras.utils.set_random_seed(_SEED.value)
+  with precision.policy_scope(compute_dtype):
+    tuner = FineTuner(config, log=lambda message: None)
+  return np.array(tuner.run().losses)
+
+
+def _windows(losses: np.ndarray, size: int = 10) -> np.ndarray:
+  """Means of consecutive `size`-step windows."""
+  return losses[:len(losses) // size * size].reshape(-1, size).mean(1)
+
+
+def compare(name: str, full: np.ndarray, half: np.ndarray):
+  scale = abs(float(full[0]))
+  delta = np.abs(half - full)
+  return {"run": name, "steps": len(full), "first loss (fp32)": float(full[0]),
+          "last-10 mean fp32": float(full[-10:].mean()),
+          "last-10 mean bf16": float(half[-10:].mean()),
+          "max |Δ| / first": float(delta.max()) / scale,
+          "mean |Δ| / first": float(delta.mean()) / scale,
+          "max 10-step-mean |Δ| / first": float(np.abs(_windows(half) - _windows(full)).max())
+                                          / scale,
+          "last-10 Δ / first": abs(float(half[-10:].mean() - full[-10:].mean())) / scale}
+
+
+def main(argv):
+  del argv
+  print(bench_utils.machine_line(), flush=True)
+  rows = []
+  with tempfile.TemporaryDirectory() as directory:
+    tokenizer = synthetic_world(directory, 2000, 200, np.random.default_rng(_SEED.value))
+    full, half = (pretraining_losses(directory, tokenizer, d) for d in ("float32", "bfloat16"))
+    rows.append(compare("pre-training (REALM step)", full, half))
+    print(rows[-1], flush=True)
+    full, half = (finetuning_losses(directory, d) for d in ("float32", "bfloat16"))
+    rows.append(compare("fine-tuning (Open-QA step)", full, half))
+    print(rows[-1], flush=True)
+  markdown = (f"{bench_utils.machine_line()}\n\n{_STEPS.value} steps per run, seed "
+              f"{_SEED.value}, float32 vs bfloat16 towers (same data and initial weights):\n\n" +
+              bench_utils.markdown_table(rows, list(rows[0])))
+  print(markdown)
+  print(bench_utils.write_results("precision_losses", rows, markdown))
+
+
+if __name__ == "__main__":
+  app.run(main)
