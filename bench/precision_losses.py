@@ -89,9 +89,9 @@ def compare(name: str, full: np.ndarray, half: np.ndarray):
   return {"run": name, "steps": len(full), "first loss (fp32)": float(full[0]),
           "last-10 mean fp32": float(full[-10:].mean()),
           "last-10 mean bf16": float(half[-10:].mean()),
-          "max |Δ| / first": float(delta.max()) / scale,
-          "mean |Δ| / first": float(delta.mean()) / scale,
-          "max 10-step-mean |Δ| / first": float(np.abs(_windows(half) - _windows(full)).max())
+          "max abs Δ / first": float(delta.max()) / scale,
+          "mean abs Δ / first": float(delta.mean()) / scale,
+          "max 10-step-mean abs Δ / first": float(np.abs(_windows(half) - _windows(full)).max())
                                           / scale,
           "last-10 Δ / first": abs(float(half[-10:].mean() - full[-10:].mean())) / scale}
 

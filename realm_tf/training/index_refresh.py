@@ -74,7 +74,8 @@ class IndexRefresher(abc.ABC):
     special_ids: (cls_id, sep_id, pad_id).
     kind: "scann" or "brute_force".
     block_length: packed block length.
-    compute_dtype: "float32" or "bfloat16", the doc tower's precision when embedding.
+    compute_dtype: "float32", "bfloat16" or "auto" (`models.precision`), the doc tower's
+      precision when embedding.
     jit_compile: XLA-compile the doc tower's forward when embedding (in process, or in the
       builder's doc-embedder export).
     keep_versions: index versions kept after each swap (>= 1).
