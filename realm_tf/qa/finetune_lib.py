@@ -586,7 +586,9 @@ class FineTuner:
       distribute.WorkerLostError: another worker of a multi-worker job stopped.
     """
     with distribute.reporting_lost_workers(self.strategy, self.config.model_dir, self.step):
-      return self._run()
+      result = self._run()
+      distribute.barrier(self.strategy)  # workers exit together (see RealmPretrainer.train)
+    return result
 
   def _run(self) -> FineTuneResult:
     config = self.config

@@ -122,6 +122,11 @@ def chief_value(strategy, value: int) -> int:
   return int(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
 
 
+def barrier(strategy) -> None:
+  """Returns when every worker has called it (nothing to wait for with one worker)."""
+  chief_value(strategy, 0)
+
+
 class WorkerLostError(RuntimeError):
   """A worker of a multi-worker job stopped: the job cannot go on without it."""
 
@@ -141,7 +146,8 @@ def reporting_lost_workers(strategy, model_dir: str, step: tf.Variable):
       raise
     lines = [line.strip() for line in re.sub(r"\{\{[^}]*\}\}", "", str(e)).splitlines()]
     lines = [line for line in lines if line] or [type(e).__name__]
-    detail = next((line for line in lines if "heartbeat" in line), lines[-1])
+    detail = next((line for line in lines if "aborted by" in line or "heartbeat" in line),
+                  lines[0])
     raise WorkerLostError(
         f"a worker of this {num_workers(strategy)}-worker job stopped during step "
         f"{int(step.numpy()) + 1} ({detail}); the job cannot go on without it. Restart every "

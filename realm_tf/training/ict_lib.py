@@ -122,4 +122,5 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
   export_doc_embedder(retriever, os.path.join(output, "doc_embedder"),
                       tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
                       block_length=config.block_length, snapshot_step=config.num_steps)
+  distribute.barrier(strategy)  # workers exit together (see RealmPretrainer.train)
   return metrics, loop.history

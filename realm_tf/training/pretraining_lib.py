@@ -262,4 +262,7 @@ class RealmPretrainer:
     output = distribute.output_dir(self.strategy, self.config.model_dir)
     save_model(self.retriever, os.path.join(output, "retriever"))
     save_model(self.reader, os.path.join(output, "reader"))
+    # Workers exit together: one gone early reads as a crash to the others' coordination
+    # service, which then makes the last one wait and log errors at exit.
+    distribute.barrier(self.strategy)
     return self.loop.history
