@@ -1,6 +1,9 @@
 """realm_tf against Hugging Face transformers' REALM (PyTorch, CPU), side by side in one run.
 
-  python bench/hf_side_by_side.py --model_dir=bench/results/real_data/cache/finetuned-seed0/model
+  python bench/hf_side_by_side.py --model_dir=QA_MODEL --num_blocks=64 --questions=30
+
+QA_MODEL: a fine-tuned QA model directory (BENCHMARKS.md §10 used the MiniLM-size model that
+`bench/real_data.py --rows=finetuned` fine-tunes on the 12,911 real blocks).
 
 1. Document embedding at BERT-base size (768×12, projection 128), blocks ≤ 288 wordpieces:
    the same real blocks (Wikipedia lead extracts), the same batch size and the same length
@@ -11,7 +14,7 @@
    the machine's best precision (`models.precision.best_compute_dtype`).
 2. `ask` latency (one question at a time, p50/p95 over `--questions` NQ-open dev questions):
    our `Asker` over a fine-tuned model directory against HF `RealmForOpenQA` of the same sizes
-   (MiniLM-L6 towers, projection 128, span head 256, reader length and K from the model) with
+   (encoder, embedding size, span head, reader length and K all from the model) with
    a `RealmRetriever` over the same corpus blocks and the model's own block embeddings; both
    from question string to answer string.
 
@@ -42,9 +45,8 @@ from realm_tf.real_data import questions
 from realm_tf.tokenization.featurizers import BlockFeaturizer
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", "bench/results/real_data/cache/finetuned-seed0/"
-                                 "model", "Fine-tuned QA model directory (bench/real_data.py "
-                                 "--rows=finetuned writes one).")
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned QA model directory.",
+                                 required=True)
 _NUM_BLOCKS = flags.DEFINE_integer("num_blocks", 64, "Blocks embedded per measurement.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Blocks per embedding call.")
 _BUCKET = flags.DEFINE_integer("bucket", 32, "Trimmed lengths are rounded up to a multiple.")
