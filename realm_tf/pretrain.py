@@ -66,8 +66,8 @@ def main(argv):
   from realm_tf import pretrained
   from realm_tf.data.block_store import BlockStore
   from realm_tf.keras import keras
-  from realm_tf.models import precision
   from realm_tf.mips.index_builder import ScannSettings
+  from realm_tf.models import precision
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
   from realm_tf.training import distribute
   from realm_tf.training import model_init
