@@ -236,3 +236,28 @@ def test_optimizer_schedule_and_decay_exclusions():
   assert not decays("query_bert/pooler_transform/bias:0")
   assert default_warmup_steps(100_000) == 10_000 and default_warmup_steps(300) == 100
   assert default_warmup_steps(50) == 50
+
+
+def test_bfloat16_step_losses_track_float32(world, tmp_path):
+  """compute_dtype="bfloat16": mixed_bfloat16 towers and reader with the same float32 weights,
+  float32 losses close to float32's; the float32 doc index still matches the doc tower."""
+
+  def tuner(compute_dtype):
+    return FineTuner(tiny_config(world, str(tmp_path / compute_dtype), dev_data="",
+                                 num_train_steps=3, compute_dtype=compute_dtype),
+                     log=lambda message: None)
+
+  full, half = tuner("float32"), tuner("bfloat16")
+  assert half.reader.compute_dtype == "bfloat16"
+  assert half.retriever.query_encoder.compute_dtype == "bfloat16"
+  assert half.retriever.query_encoder.variable_dtype == "float32"
+  for a, b in zip(full.reader.get_weights(), half.reader.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  assert half.doc_index.embedding_dtype == "float32"
+  assert half._matches_doc_tower(half.doc_index)  # pylint: disable=protected-access
+  batch = full.prepare_batch(full.train_examples[:8])
+  full_loss, half_loss = full.loss(batch), half.loss(batch)
+  assert half_loss.dtype == np.float32
+  assert not np.array_equal(full_loss, half_loss)  # it did compute in bfloat16
+  np.testing.assert_allclose(half_loss, full_loss, rtol=0.02, atol=0.02)
+  assert np.isfinite(half.run().losses).all()

@@ -4,7 +4,8 @@ Legend: N blocks, D embedding dim.
 
 A `DocIndex` directory holds
 
-    info.json        {"corpus_fingerprint", "num_blocks", "dim", "snapshot_step", "kind"}
+    info.json        {"corpus_fingerprint", "num_blocks", "dim", "snapshot_step", "kind",
+                     "embedding_dtype"}
     embeddings.npy   float32 [N, D], row r = corpus row r (the retriever logits of fine-tuning
                      are gathered from it)
     index/           a saved `MipsIndex` over the same rows (`realm_tf.mips.load_index`)
@@ -14,12 +15,14 @@ path the index builder uses. Embeddings from elsewhere (another `DocIndex` direc
 embedding pipeline's `embeddings-*.tfrecord` shards) are checked against the embedder before
 use: the dimension must agree and a deterministic sample of blocks is re-embedded and compared,
 so a corpus embedded by another model is an `EmbeddingMismatchError`, never silently wrong
-retrieval.
+retrieval. The comparison allows the rounding of the precision the embeddings were computed in
+("embedding_dtype" of info.json: float32, or bfloat16 from a bfloat16 doc-embedder export,
+`models.precision`): `embedding_tolerance`.
 """
 import dataclasses
 import json
 import os
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -37,7 +40,18 @@ from realm_tf.qa.corpus import Corpus
 _INFO = "info.json"
 _EMBEDDINGS = "embeddings.npy"
 _VERIFY_SAMPLE = 8
-_VERIFY_ATOL = 1e-3
+# Largest |difference| of two embeddings of the same block by the same doc tower, relative to
+# the largest |embedding| (at least 1), by the precision of either side. bfloat16: about 4x the
+# largest measured between a float32 and a bfloat16 MiniLM doc tower on 256 Wikipedia blocks
+# (Zen 4, avx512_bf16): 0.0089 relative with the realm head (0.032 at |embedding| <= 3.57),
+# 0.0068 with the sentence head (0.0017 at |embedding| <= 0.25).
+_RELATIVE_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.04}
+
+
+def embedding_tolerance(dtypes: Sequence[str], scale: float = 1.0) -> float:
+  """The largest |difference| allowed between embeddings computed in `dtypes` ("float32" /
+  "bfloat16"), embeddings of largest |value| `scale`."""
+  return max(_RELATIVE_TOLERANCE[d] for d in dtypes) * max(1.0, scale)
 
 
 class EmbeddingMismatchError(errors.InputError):
@@ -62,12 +76,16 @@ def embed_corpus(doc_embedder: DocEmbedder, corpus: Corpus, batch_size: int = 64
 
 
 def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.ndarray,
-                      source: str = "embeddings") -> None:
+                      source: str = "embeddings",
+                      dtypes: Sequence[str] = ("float32",)) -> None:
   """Checks that `embeddings` are the doc embedder's embeddings of `corpus`.
+
+  Args:
+    dtypes: the precisions of `embeddings` and of `doc_embedder` ("float32" / "bfloat16").
 
   Raises:
     EmbeddingMismatchError: a row count or dimension disagreement, or sampled blocks whose
-      re-embedding differs (by more than 1e-3).
+      re-embedding differs by more than `embedding_tolerance(dtypes, ...)`.
   """
   embeddings = np.asarray(embeddings)
   if embeddings.ndim != 2 or embeddings.shape[0] != len(corpus):
@@ -83,11 +101,12 @@ def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.
   fresh = doc_embedder.embed_texts([corpus.titles[r] for r in rows],
                                    [corpus.texts[r] for r in rows])
   difference = float(np.max(np.abs(fresh - embeddings[rows])))
-  if not np.isfinite(difference) or difference > _VERIFY_ATOL:
+  tolerance = embedding_tolerance(dtypes, float(np.max(np.abs(fresh), initial=0.0)))
+  if not np.isfinite(difference) or difference > tolerance:
     raise EmbeddingMismatchError(
         f"{source} were not made by the doc embedder {doc_embedder.path} for corpus "
         f"{corpus.source!r}: re-embedding {len(rows)} sampled blocks differs by up to "
-        f"{difference:.3g} (tolerance {_VERIFY_ATOL}); re-embed the corpus with this model's "
+        f"{difference:.3g} (tolerance {tolerance:.3g}); re-embed the corpus with this model's "
         "doc embedder (e.g. `realm-ask --corpus=...` without a precomputed index)")
 
 
@@ -130,12 +149,14 @@ class DocIndex:
     corpus_fingerprint: `Corpus.fingerprint` of the corpus embedded.
     snapshot_step: the training step of the doc tower that embedded it (0: pre-trained).
     kind: "scann" or "brute_force".
+    embedding_dtype: the precision the embeddings were computed in ("float32" / "bfloat16").
   """
   embeddings: np.ndarray
   index: MipsIndex
   corpus_fingerprint: str
   snapshot_step: int = 0
   kind: str = "scann"
+  embedding_dtype: str = "float32"
 
   @property
   def num_blocks(self) -> int:
@@ -163,8 +184,8 @@ class DocIndex:
     self.index.save(os.path.join(directory, "index"))
     with tf.io.gfile.GFile(os.path.join(directory, _INFO), "w") as f:
       json.dump({"corpus_fingerprint": self.corpus_fingerprint, "num_blocks": self.num_blocks,
-                 "dim": self.dim, "snapshot_step": self.snapshot_step, "kind": self.kind}, f,
-                indent=2)
+                 "dim": self.dim, "snapshot_step": self.snapshot_step, "kind": self.kind,
+                 "embedding_dtype": self.embedding_dtype}, f, indent=2)
 
   @staticmethod
   def exists(directory: str) -> bool:
@@ -204,7 +225,7 @@ class DocIndex:
           f"[{index.num_docs}, {index.dim}] and {_INFO} "
           f"[{info['num_blocks']}, {info['dim']}] disagree")
     return cls(embeddings, index, info["corpus_fingerprint"], int(info["snapshot_step"]),
-               info["kind"])
+               info["kind"], info.get("embedding_dtype", "float32"))
 
 
 def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str = "",
@@ -232,7 +253,8 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
   source = f"embeddings in {embeddings_dir}"
   if DocIndex.exists(embeddings_dir):
     doc_index = DocIndex.load(embeddings_dir, corpus)
-    verify_embeddings(doc_embedder, corpus, doc_index.embeddings, source)
+    verify_embeddings(doc_embedder, corpus, doc_index.embeddings, source,
+                      (doc_index.embedding_dtype,))
     return doc_index
   embeddings = load_pipeline_embeddings(embeddings_dir, corpus)
   verify_embeddings(doc_embedder, corpus, embeddings, source)

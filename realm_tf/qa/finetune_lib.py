@@ -57,10 +57,12 @@ from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.losses.open_qa_loss import correct_spans
 from realm_tf.losses.open_qa_loss import open_qa_loss
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.models import precision
 from realm_tf.qa import datasets
 from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.corpus import write_corpus_jsonl
 from realm_tf.qa.doc_index import DocIndex
+from realm_tf.qa.doc_index import embedding_tolerance
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.model import InitConfig
@@ -120,6 +122,9 @@ class FineTuneConfig:
     checkpoint_every_steps, keep_checkpoints: checkpoint cadence and how many to keep.
     log_every_steps: training-log cadence.
     seed: shuffling and initialisation seed.
+    compute_dtype: precision of the towers' and reader's matmuls ("float32", "bfloat16": Keras
+      mixed_bfloat16 with float32 variables, or "auto": `models.precision`); the losses, the
+      retriever scores and the doc index stay float32.
   """
   model_dir: str
   corpus: str
@@ -146,6 +151,7 @@ class FineTuneConfig:
   keep_checkpoints: int = 3
   log_every_steps: int = 100
   seed: int = 0
+  compute_dtype: str = "float32"
 
   def __post_init__(self):
     if self.num_train_steps < 0:
@@ -320,7 +326,7 @@ class FineTuner:
     self.num_retrieved = min(config.retriever_top_k, len(self.corpus))
     self.num_read = min(config.reader_top_k, self.num_retrieved)
 
-    with self.strategy.scope():
+    with self.strategy.scope(), precision.policy_scope(config.compute_dtype):
       self.retriever, self.reader = build_models(config.model)
       self.optimizer = create_optimizer(config.optimizer_config("reader"))
       self.retriever_optimizer = create_optimizer(config.optimizer_config("retriever"))
@@ -408,8 +414,10 @@ class FineTuner:
     blocks = self.featurizer.block_featurizer((
         tf.constant([self.corpus.titles[r] for r in rows], tf.string),
         tf.constant([self.corpus.texts[r] for r in rows], tf.string)))
-    fresh = self.retriever.embed_documents(blocks, training=False).numpy()
-    return bool(np.allclose(fresh, doc_index.embeddings[rows], atol=1e-3))
+    fresh = tf.cast(self.retriever.embed_documents(blocks, training=False), tf.float32).numpy()
+    tolerance = embedding_tolerance((self.retriever.doc_encoder.compute_dtype,
+                                     doc_index.embedding_dtype), float(np.max(np.abs(fresh))))
+    return bool(np.allclose(fresh, doc_index.embeddings[rows], rtol=0.0, atol=tolerance))
 
   def _refresh_index(self) -> None:
     step = self._step()
