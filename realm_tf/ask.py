@@ -27,7 +27,8 @@ def main(argv):
   questions = list(_QUESTION.value) + ([" ".join(argv[1:])] if len(argv) > 1 else [])
   asker = ask_lib.get_asker(_MODEL.model_dir.value, _MODEL.corpus.value,
                             _MODEL.embeddings_dir.value, _K.value, _MODEL.index_kind.value,
-                            ScannSettings(**_MODEL.scann.values()))
+                            ScannSettings(**_MODEL.scann.values()),
+                            _MODEL.embedding_dtype.value)
   ask_lib.answer_or_interact(asker, questions, sys.stdin,
                              lambda text: print(text, end="", flush=True))
 

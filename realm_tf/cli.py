@@ -62,11 +62,12 @@ class ModelFlags(NamedTuple):
   embeddings_dir: flags.FlagHolder
   index_kind: flags.FlagHolder
   scann: ScannFlags
+  embedding_dtype: flags.FlagHolder
 
 
 def define_model_flags() -> ModelFlags:
-  """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind` and the ScaNN
-  settings of the index built for `--corpus`; the calling binary lists them in its `--help`
+  """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind`, the ScaNN
+  settings of the index built for `--corpus` and `--embedding_dtype`; the calling binary lists them in its `--help`
   with `flags.adopt_module_key_flags(cli)`."""
   return ModelFlags(
       flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
@@ -77,7 +78,15 @@ def define_model_flags() -> ModelFlags:
                           "(verified against the doc embedder)."),
       flags.DEFINE_enum("index_kind", "", ("",) + INDEX_KINDS,
                         "MIPS index for --corpus (default: the model's)."),
-      define_scann_flags())
+      define_scann_flags(),
+      define_embedding_dtype_flag())
+
+
+def define_embedding_dtype_flag() -> flags.FlagHolder:
+  """Defines `--embedding_dtype`: the precision a swapped-in `--corpus` is embedded in."""
+  return flags.DEFINE_enum("embedding_dtype", "auto", COMPUTE_DTYPES,
+                           "Doc-tower precision when embedding --corpus (auto: bfloat16 on "
+                           "hardware with bfloat16 matmuls, else float32; BENCHMARKS.md §10).")
 
 
 def _verbose(argv: Sequence[str]) -> bool:

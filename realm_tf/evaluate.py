@@ -20,6 +20,8 @@ _DATASET = flags.DEFINE_enum("dataset", "nq", cli.DATASETS,
                              "Decides string or regex (CuratedTrec) answers.")
 _CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus (default: the model's).")
 _EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus.")
+_EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
+flags.declare_key_flag("embedding_dtype")  # in --help
 _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")
 _METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
 _K = flags.DEFINE_integer("k", 5, "Blocks read per question.")
@@ -38,7 +40,7 @@ def main(argv):
   dataset = datasets.dataset_of(_DATA.value, _DATASET.value)
   examples = datasets.load_examples(_DATA.value, dataset)
   asker = Asker(_MODEL_DIR.value, corpus=_CORPUS.value, embeddings_dir=_EMBEDDINGS.value,
-                k=_K.value)
+                k=_K.value, embedding_dtype=_EMBEDDING_DTYPE.value)
   result = evaluate_lib.evaluate(
       asker.system, examples,
       evaluate_lib.EvalConfig(recall_ks=[int(k) for k in _RECALL_KS.value],

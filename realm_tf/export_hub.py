@@ -17,6 +17,8 @@ _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "Output directory.", requi
 _CORPUS = flags.DEFINE_string("corpus", "", "Knowledge corpus to package into realm_qa "
                               "(default: the model's).")
 _EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus.")
+_EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
+flags.declare_key_flag("embedding_dtype")  # in --help
 _K = flags.DEFINE_integer("k", 5, "Evidence blocks per question in realm_qa.")
 
 
@@ -26,7 +28,7 @@ def main(argv):
   from realm_tf.export import export_hub_lib
   paths = export_hub_lib.run_export(export_hub_lib.HubExportConfig(
       model_dir=_MODEL_DIR.value, export_dir=_EXPORT_DIR.value, corpus=_CORPUS.value,
-      embeddings_dir=_EMBEDDINGS.value, k=_K.value))
+      embeddings_dir=_EMBEDDINGS.value, k=_K.value, embedding_dtype=_EMBEDDING_DTYPE.value))
   for name, path in paths.items():
     print(f"{name}: {path}")
 

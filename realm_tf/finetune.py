@@ -77,7 +77,10 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
 _COMPUTE = flags.DEFINE_enum("compute_dtype", "auto", cli.COMPUTE_DTYPES,
                              "Precision of the training step's matmuls (auto: bfloat16 on "
                              "hardware with bfloat16 matmuls, else float32; bfloat16: Keras "
-                             "mixed_bfloat16, float32 variables, losses and doc index).")
+                             "mixed_bfloat16, float32 variables and losses).")
+_EMBEDDING_DTYPE = flags.DEFINE_enum("embedding_dtype", "auto", cli.COMPUTE_DTYPES,
+                                     "Doc-tower precision when embedding the QA index (auto as "
+                                     "--compute_dtype).")
 _STRATEGY = flags.DEFINE_enum("strategy", "default", cli.STRATEGIES,
                               "tf.distribute strategy.")
 _TPU = flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
@@ -118,7 +121,8 @@ def config_from_flags():
       index_refresh_steps=_REFRESH.value,
       eval_every_steps=_EVAL_EVERY.value, eval_max_examples=_EVAL_MAX.value,
       checkpoint_every_steps=_CKPT_EVERY.value, keep_checkpoints=_KEEP.value,
-      log_every_steps=_LOG_EVERY.value, seed=_SEED.value, compute_dtype=_COMPUTE.value)
+      log_every_steps=_LOG_EVERY.value, seed=_SEED.value, compute_dtype=_COMPUTE.value,
+      embedding_dtype=_EMBEDDING_DTYPE.value)
 
 
 def main(argv):

@@ -56,7 +56,8 @@ def main(argv):
                             f"--model_dir=<fine-tuned model> or set ${ask_lib.MODEL_ENV}"))
   service = AskService.load(model_dir, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
                             _MODEL.index_kind.value, batch_size=_MAX_BATCH.value,
-                            scann=ScannSettings(**_MODEL.scann.values()))
+                            scann=ScannSettings(**_MODEL.scann.values()),
+                            embedding_dtype=_MODEL.embedding_dtype.value)
   service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions
   limits = Limits(max_body_bytes=_MAX_BODY.value, max_question_chars=_MAX_CHARS.value,
                   num_blocks=service.num_blocks, max_top_k=_MAX_TOP_K.value,

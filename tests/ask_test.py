@@ -83,6 +83,26 @@ def test_corpus_swap_without_retraining(world, model_dir, asker):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+def test_corpus_swap_embedded_in_bfloat16(world, model_dir, asker, tmp_path):
+  """embedding_dtype="bfloat16": a bfloat16 copy of the doc embedder embeds the new corpus;
+  its saved index records bfloat16 and passes the float32 embedder's check."""
+  swapped = ask_lib.Asker(model_dir, corpus=world.new_corpus, embedding_dtype="bfloat16")
+  new = load_corpus(world.new_corpus)
+  half = swapped.model.doc_index
+  assert half.embedding_dtype == "bfloat16" and half.embeddings.dtype == np.float32
+  assert swapped.model.doc_embedder.path != asker.model.doc_embedder.path
+  full = asker.model.doc_embedder.embed_texts(new.titles, new.texts)
+  assert not np.array_equal(half.embeddings, full)  # it did compute in bfloat16
+  scale = max(1.0, float(np.max(np.abs(full))))
+  np.testing.assert_allclose(half.embeddings, full, rtol=0, atol=0.04 * scale)
+  assert all(2000 <= e.block_id < 3000 for e in swapped.ask(QUESTION).evidence)
+  half.save(str(tmp_path / "half"))
+  assert DocIndex.read_info(str(tmp_path / "half"))["embedding_dtype"] == "bfloat16"
+  reused = ask_lib.Asker(model_dir, corpus=world.new_corpus,
+                         embeddings_dir=str(tmp_path / "half"))  # float32 embedder
+  np.testing.assert_array_equal(reused.model.doc_index.embeddings, half.embeddings)
+
+
 def _write_pipeline_embeddings(directory, corpus, embeddings):
   os.makedirs(directory, exist_ok=True)
   with tf.io.TFRecordWriter(os.path.join(directory, "embeddings-00000-of-00001.tfrecord")) as w:

@@ -240,11 +240,13 @@ def test_optimizer_schedule_and_decay_exclusions():
 
 def test_bfloat16_step_losses_track_float32(world, tmp_path):
   """compute_dtype="bfloat16": mixed_bfloat16 towers and reader with the same float32 weights,
-  float32 losses close to float32's; the float32 doc index still matches the doc tower."""
+  float32 losses close to float32's; embedding_dtype="bfloat16": a bfloat16 doc index that
+  matches the doc tower."""
 
   def tuner(compute_dtype):
     return FineTuner(tiny_config(world, str(tmp_path / compute_dtype), dev_data="",
-                                 num_train_steps=3, compute_dtype=compute_dtype),
+                                 num_train_steps=3, compute_dtype=compute_dtype,
+                                 embedding_dtype=compute_dtype),
                      log=lambda message: None)
 
   full, half = tuner("float32"), tuner("bfloat16")
@@ -253,7 +255,9 @@ def test_bfloat16_step_losses_track_float32(world, tmp_path):
   assert half.retriever.query_encoder.variable_dtype == "float32"
   for a, b in zip(full.reader.get_weights(), half.reader.get_weights()):
     np.testing.assert_array_equal(a, b)
-  assert half.doc_index.embedding_dtype == "float32"
+  assert half.doc_index.embedding_dtype == "bfloat16"
+  np.testing.assert_allclose(half.doc_index.embeddings, full.doc_index.embeddings, rtol=0,
+                             atol=0.04 * max(1.0, np.max(np.abs(full.doc_index.embeddings))))
   assert half._matches_doc_tower(half.doc_index)  # pylint: disable=protected-access
   batch = full.prepare_batch(full.train_examples[:8])
   full_loss, half_loss = full.loss(batch), half.loss(batch)

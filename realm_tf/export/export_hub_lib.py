@@ -50,12 +50,15 @@ class HubExportConfig:
       model's doc embedder); default: the model's own.
     embeddings_dir: with `corpus`, precomputed embeddings to verify and use.
     k: evidence blocks per question in `realm_qa`.
+    embedding_dtype: with `corpus`, the precision it is embedded in (`QAModel.load`); the
+      exported doc_embedder is the export that embedded it.
   """
   model_dir: str
   export_dir: str
   corpus: str = ""
   embeddings_dir: str = ""
   k: int = 5
+  embedding_dtype: str = "float32"
 
 
 def copy_tree(source: str, destination: str) -> None:
@@ -92,5 +95,6 @@ def export_hub(model: QAModel, export_dir: str, k: int = 5) -> Dict[str, str]:
 def run_export(config: HubExportConfig) -> Dict[str, str]:
   """Loads the model of `config` (with its corpus override) and exports it."""
   model = QAModel.load(find_model_dir(config.model_dir), corpus=config.corpus,
-                       embeddings_dir=config.embeddings_dir)
+                       embeddings_dir=config.embeddings_dir,
+                       embedding_dtype=config.embedding_dtype)
   return export_hub(model, config.export_dir, config.k)

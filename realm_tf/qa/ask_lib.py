@@ -35,13 +35,16 @@ class Asker:
     k: evidence blocks read per question.
     index_kind: with `corpus`, "scann" or "brute_force" (default: the model's).
     scann: with `corpus`, the ScaNN settings of a "scann" index.
+    embedding_dtype: with `corpus`, the precision it is embedded in ("float32", "bfloat16",
+      "auto"; `QAModel.load`).
   """
 
   def __init__(self, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
-               index_kind: str = "", scann: ScannSettings = ScannSettings()):
+               index_kind: str = "", scann: ScannSettings = ScannSettings(),
+               embedding_dtype: str = "float32"):
     self.model = QAModel.load(find_model_dir(model_dir), corpus=corpus,
                               embeddings_dir=embeddings_dir, index_kind=index_kind,
-                              scann=scann)
+                              scann=scann, embedding_dtype=embedding_dtype)
     self.system = self.model.system(k=k)
 
   def ask(self, question: str) -> Answer:
@@ -70,9 +73,11 @@ def _model_dir(model_dir: str) -> str:
 
 
 def get_asker(model_dir: str = "", corpus: str = "", embeddings_dir: str = "", k: int = 5,
-              index_kind: str = "", scann: ScannSettings = ScannSettings()) -> Asker:
+              index_kind: str = "", scann: ScannSettings = ScannSettings(),
+              embedding_dtype: str = "float32") -> Asker:
   """The cached `Asker` of a configuration (loaded on first use)."""
-  key = (os.path.abspath(_model_dir(model_dir)), corpus, embeddings_dir, k, index_kind, scann)
+  key = (os.path.abspath(_model_dir(model_dir)), corpus, embeddings_dir, k, index_kind, scann,
+         embedding_dtype)
   if key not in _ASKERS:
     _ASKERS[key] = Asker(*key)
   return _ASKERS[key]

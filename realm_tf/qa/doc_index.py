@@ -170,11 +170,13 @@ class DocIndex:
   def build(cls, doc_embedder: DocEmbedder, corpus: Corpus, kind: str = "scann",
             snapshot_step: int = 0, batch_size: int = 64,
             progress: Optional[Callable[[int], None]] = None,
-            scann: ScannSettings = ScannSettings()) -> "DocIndex":
-    """Embeds `corpus` with `doc_embedder` and indexes it (`index_builder.build_index`)."""
+            scann: ScannSettings = ScannSettings(),
+            embedding_dtype: str = "float32") -> "DocIndex":
+    """Embeds `corpus` with `doc_embedder` (an export computing in `embedding_dtype`) and
+    indexes it (`index_builder.build_index`)."""
     embeddings = embed_corpus(doc_embedder, corpus, batch_size, progress)
     return cls(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint,
-               snapshot_step, kind)
+               snapshot_step, kind, embedding_dtype)
 
   def save(self, directory: str) -> None:
     """Writes the embeddings, the index and then `info.json` into `directory`."""
@@ -231,7 +233,8 @@ class DocIndex:
 def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str = "",
                  kind: str = "scann", batch_size: int = 64,
                  progress: Optional[Callable[[int], None]] = None,
-                 scann: ScannSettings = ScannSettings()) -> DocIndex:
+                 scann: ScannSettings = ScannSettings(),
+                 embedding_dtype: str = "float32") -> DocIndex:
   """The `DocIndex` of a (possibly new) knowledge corpus for a model's doc embedder.
 
   Args:
@@ -243,19 +246,22 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
     kind: the MIPS index to build ("scann" or "brute_force") when none is loaded.
     batch_size, progress: for embedding.
     scann: the ScaNN settings of a "scann" index built here.
+    embedding_dtype: the precision `doc_embedder` computes in ("float32" / "bfloat16"); a
+      `DocIndex` directory records its own, pipeline shards are taken to be in this one.
 
   Raises:
     EmbeddingMismatchError: the precomputed embeddings do not match the corpus or embedder.
   """
   if not embeddings_dir:
     return DocIndex.build(doc_embedder, corpus, kind, batch_size=batch_size, progress=progress,
-                          scann=scann)
+                          scann=scann, embedding_dtype=embedding_dtype)
   source = f"embeddings in {embeddings_dir}"
   if DocIndex.exists(embeddings_dir):
     doc_index = DocIndex.load(embeddings_dir, corpus)
     verify_embeddings(doc_embedder, corpus, doc_index.embeddings, source,
-                      (doc_index.embedding_dtype,))
+                      (doc_index.embedding_dtype, embedding_dtype))
     return doc_index
   embeddings = load_pipeline_embeddings(embeddings_dir, corpus)
-  verify_embeddings(doc_embedder, corpus, embeddings, source)
-  return DocIndex(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint, 0, kind)
+  verify_embeddings(doc_embedder, corpus, embeddings, source, (embedding_dtype,))
+  return DocIndex(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint, 0, kind,
+                  embedding_dtype)

@@ -124,7 +124,9 @@ class FineTuneConfig:
     seed: shuffling and initialisation seed.
     compute_dtype: precision of the towers' and reader's matmuls ("float32", "bfloat16": Keras
       mixed_bfloat16 with float32 variables, or "auto": `models.precision`); the losses, the
-      retriever scores and the doc index stay float32.
+      retriever scores stay float32.
+    embedding_dtype: precision of the doc-embedder export that embeds the doc index
+      ("float32", "bfloat16" or "auto"), recorded in the index's info.json.
   """
   model_dir: str
   corpus: str
@@ -152,6 +154,7 @@ class FineTuneConfig:
   log_every_steps: int = 100
   seed: int = 0
   compute_dtype: str = "float32"
+  embedding_dtype: str = "float32"
 
   def __post_init__(self):
     if self.num_train_steps < 0:
@@ -400,9 +403,10 @@ class FineTuner:
     export_doc_embedder(self.retriever, embedder_dir, cls_id=self.tokenizer.cls_id,
                         sep_id=self.tokenizer.sep_id, pad_id=self.tokenizer.pad_id,
                         block_length=self.config.model.block_length, snapshot_step=snapshot,
-                        tokenizer=self.tokenizer)
+                        tokenizer=self.tokenizer, compute_dtype=self.config.embedding_dtype)
     doc_index = DocIndex.build(DocEmbedder(embedder_dir), self.corpus, self.config.index_kind,
-                               snapshot_step=snapshot, scann=self.config.scann)
+                               snapshot_step=snapshot, scann=self.config.scann,
+                               embedding_dtype=precision.resolve(self.config.embedding_dtype))
     doc_index.save(index_dir)
     self.log(f"indexed {len(self.corpus)} blocks with the doc tower of step {snapshot} in "
              f"{time.perf_counter() - start:.1f} s ({index_dir})")

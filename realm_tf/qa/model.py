@@ -27,6 +27,7 @@ to embed another corpus (`corpus=`): answering over the model's own corpus reads
 import dataclasses
 import json
 import os
+import tempfile
 from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
@@ -36,7 +37,10 @@ from realm_tf import configs
 from realm_tf import errors
 from realm_tf import pretrained
 from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.export.doc_embedder import export_attributes
+from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.models import precision
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.corpus import Corpus
@@ -324,6 +328,8 @@ class QAModel:
       default_factory=dict, repr=False, compare=False)
   _doc_embedder: Optional[DocEmbedder] = dataclasses.field(default=None, repr=False,
                                                            compare=False)
+  _staging: Optional[tempfile.TemporaryDirectory] = dataclasses.field(default=None, repr=False,
+                                                                      compare=False)
 
   @property
   def config(self) -> ModelConfig:
@@ -338,7 +344,8 @@ class QAModel:
 
   @classmethod
   def load(cls, directory: str, corpus: str = "", embeddings_dir: str = "",
-           index_kind: str = "", scann: ScannSettings = ScannSettings()) -> "QAModel":
+           index_kind: str = "", scann: ScannSettings = ScannSettings(),
+           embedding_dtype: str = "float32") -> "QAModel":
     """Loads a model directory (or its `best/`) and its latest checkpoint, checked (see the
     module docstring).
 
@@ -350,6 +357,11 @@ class QAModel:
       embeddings_dir: with `corpus`, precomputed embeddings to verify and use instead.
       index_kind: with `corpus`, the MIPS index to build (default: the model's own kind).
       scann: with `corpus`, the ScaNN settings of a "scann" index.
+      embedding_dtype: with `corpus`, the precision it is embedded in ("float32", "bfloat16"
+        or "auto": `models.precision`); where the model's own doc index was embedded in
+        another, `doc_embedder` becomes a copy of the model's doc-embedder export computing in
+        it (written from the checkpoint's doc tower
+        into a temporary directory that lives as long as the model).
 
     Raises:
       FileNotFoundError: not a model directory, or no checkpoint in it.
@@ -370,13 +382,31 @@ class QAModel:
                 None)
     if corpus:
       model.corpus = load_corpus(corpus)
-      kind = index_kind or DocIndex.read_info(paths["doc_index"])["kind"]
+      own = DocIndex.read_info(paths["doc_index"])
+      kind = index_kind or own["kind"]
+      dtype = precision.resolve(embedding_dtype)
+      if dtype != own.get("embedding_dtype", "float32"):
+        model._export_doc_embedder(dtype)  # pylint: disable=protected-access
       model.doc_index = index_corpus(model.doc_embedder, model.corpus, embeddings_dir,
-                                     kind=kind, scann=scann)
+                                     kind=kind, scann=scann, embedding_dtype=dtype)
     else:
       model.corpus = load_corpus(paths["corpus"])
       model.doc_index = DocIndex.load(paths["doc_index"], model.corpus)
     return model
+
+  def _export_doc_embedder(self, compute_dtype: str) -> None:
+    """Points `doc_embedder` at a copy of its export (same attributes, the checkpoint's doc
+    tower) that computes in `compute_dtype`."""
+    attributes = export_attributes(self.doc_embedder_path)
+    self._staging = tempfile.TemporaryDirectory(prefix="realm_doc_embedder_")
+    path = os.path.join(self._staging.name, os.path.basename(self.doc_embedder_path))
+    export_doc_embedder(self.retriever, path, self.tokenizer.cls_id, self.tokenizer.sep_id,
+                        self.tokenizer.pad_id, block_length=attributes.block_length,
+                        snapshot_step=attributes.snapshot_step, tokenizer=self.tokenizer,
+                        compute_dtype=compute_dtype,
+                        length_multiple=attributes.length_multiple,
+                        jit_compile=attributes.jit_compile)
+    self.doc_embedder_path, self._doc_embedder = path, None
 
   def system(self, k: int = 5, batch_size: int = 16) -> RetrieveAndRead:
     """The retrieve-and-read system over the model's corpus, reading `k` blocks (one per
