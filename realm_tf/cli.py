@@ -67,8 +67,8 @@ class ModelFlags(NamedTuple):
 
 def define_model_flags() -> ModelFlags:
   """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind`, the ScaNN
-  settings of the index built for `--corpus` and `--embedding_dtype`; the calling binary lists them in its `--help`
-  with `flags.adopt_module_key_flags(cli)`."""
+  settings of the index built for `--corpus` and `--embedding_dtype`; the calling binary lists
+  them in its `--help` with `flags.adopt_module_key_flags(cli)`."""
   return ModelFlags(
       flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
                           "(default $REALM_TF_QA_MODEL)."),

@@ -227,7 +227,8 @@ def _finetune_command(world, model_dir, *extra):
           f"--vocab_file={world.vocab_file}", "--encoder=tiny",
           "--dropout=0", *sizes, "--batch_size=4", "--learning_rate=3e-3",
           "--warmup_steps=1", "--retriever_top_k=24", "--index_kind=brute_force",
-          "--log_every=1", "--checkpoint_every=2", "--seed=3", *extra]
+          "--log_every=1", "--checkpoint_every=2", "--seed=3", "--compute_dtype=float32",
+          "--embedding_dtype=float32", *extra]
 
 
 @pytest.mark.slow

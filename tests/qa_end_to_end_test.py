@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from realm_tf.qa.doc_index import embedding_tolerance
 from realm_tf.qa.evaluate_lib import read_predictions
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
@@ -202,14 +203,17 @@ def test_exports_reload_in_a_fresh_process_with_the_keras_outputs(chain, model, 
   assert out["query_trainable_weights"] == len(retriever.query_encoder.trainable_variables +
                                                retriever.query_projection.trainable_variables)
 
-  # Doc embedder: the frozen doc tower, i.e. the index's embeddings of the corpus.
+  # Doc embedder: the frozen doc tower, i.e. the index's embeddings of the corpus, in the
+  # index's precision (realm-finetune --embedding_dtype, auto: bfloat16 on some CPUs).
   blocks = BlockFeaturizer(model.tokenizer, seq_length=config.block_length)(
       (tf.constant(TITLES), tf.constant(TEXTS)))
   expected = retriever.embed_documents(blocks).numpy()
-  np.testing.assert_allclose(out["doc_texts"], expected, atol=1e-5)
-  np.testing.assert_allclose(out["doc_keras_layer"], expected, atol=1e-5)
+  atol = (1e-5 if model.doc_index.embedding_dtype == "float32" else embedding_tolerance(
+      (model.doc_index.embedding_dtype,), float(np.max(np.abs(expected)))))
+  np.testing.assert_allclose(out["doc_texts"], expected, rtol=0, atol=atol)
+  np.testing.assert_allclose(out["doc_keras_layer"], expected, rtol=0, atol=atol)
   row = list(model.corpus.texts).index(TEXTS[0])
-  np.testing.assert_allclose(expected[0], model.doc_index.embeddings[row], atol=1e-5)
+  np.testing.assert_allclose(expected[0], model.doc_index.embeddings[row], rtol=0, atol=atol)
 
   # Reader: span signature over the packed inputs, and MLM at the [MASK] positions.
   packed = featurizer.reader_inputs(query_ids, tf.constant(TITLES)[:, None],
