@@ -24,11 +24,7 @@ TIMEOUT_S = 240
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  directory = tmp_path_factory.mktemp("world")
-  tiny_world.write_world(str(directory))
-  vocab = directory / "vocab.txt"
-  vocab.write_text("\n".join(tiny_world.VOCAB) + "\n")
-  return directory, vocab
+  return tiny_world.write_world_and_vocab(tmp_path_factory.mktemp("world"))
 
 
 def _free_ports(count):

@@ -17,11 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  directory = tmp_path_factory.mktemp("world")
-  tiny_world.write_world(str(directory))
-  vocab = directory / "vocab.txt"
-  vocab.write_text("\n".join(tiny_world.VOCAB) + "\n")
-  return directory, vocab
+  return tiny_world.write_world_and_vocab(tmp_path_factory.mktemp("world"))
 
 
 def _command(world, model_dir, *extra):

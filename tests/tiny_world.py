@@ -49,3 +49,12 @@ def write_world(directory: str, num_entities: int = 16, seed: int = 0):
     for example in examples:
       w.write(formats.pretraining_example(*example))
   return BlockStore.load(directory), tok
+
+
+def write_world_and_vocab(directory) -> tuple:
+  """`write_world` into `directory` (a pathlib.Path) plus its vocab.txt, for the binaries'
+  `--vocab_file`; returns (directory, vocab path)."""
+  write_world(str(directory))
+  vocab = directory / "vocab.txt"
+  vocab.write_text("\n".join(VOCAB) + "\n")
+  return directory, vocab
