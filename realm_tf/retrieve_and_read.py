@@ -10,9 +10,10 @@ T wordpieces.
    reader over `[CLS] x [SEP] z_body [SEP]` -> the best (block, span) under
    f(x, z) + span score, one softmax over all k x S pairs.
 
-The graph pieces (`QAFeaturizer`, `RetrieveAndRead.read`) are TF ops end to end, so the same
-code runs eagerly, inside `tf.function`, in fine-tuning (`realm_tf.qa.finetune_lib` reads the
-same reader inputs) and inside the exported `realm_qa` SavedModel.
+The graph pieces (`tokenization.featurizers.Featurizer`, `RetrieveAndRead.read`) are TF ops
+end to end, so the same code runs eagerly, inside `tf.function`, in fine-tuning (which reads
+the same reader inputs) and inside the exported `realm_qa` SavedModel; pre-training's
+candidates are packed by the same `Featurizer`.
 
 Answer text: the predicted span is cut from the block's raw text with the wordpiece byte
 offsets (so "O'Connor" stays "O'Connor", not "o ' connor"); the reader's body wordpieces are
@@ -32,9 +33,7 @@ from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.tokenization.featurizers import BlockFeaturizer
-from realm_tf.tokenization.featurizers import QueryFeaturizer
-from realm_tf.tokenization.featurizers import ReaderFeaturizer
-from realm_tf.tokenization.featurizers import block_body_ids
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -70,105 +69,6 @@ def embed_blocks(retriever: Retriever, tokenizer: WordpieceTokenizer, titles: Se
   return np.concatenate(chunks, axis=0)
 
 
-class QAFeaturizer(tf.Module):
-  """Question, block and reader featurization, and spans back to text, as TF ops.
-
-  Args:
-    tokenizer: the `WordpieceTokenizer`.
-    query_length: Lq of `[CLS] x [SEP]` (longer questions are truncated).
-    block_length: length of `[CLS] title [SEP] body [SEP]` blocks (288); the reader reads the
-      body of this packing, i.e. exactly the wordpieces the doc tower embedded.
-    reader_length: Lr of `[CLS] x [SEP] z_body [SEP]`; must leave room for a body wordpiece
-      after the longest question.
-  """
-
-  def __init__(self, tokenizer: WordpieceTokenizer, query_length: int = 96,
-               block_length: int = 288, reader_length: int = 320, name: str = "qa_featurizer"):
-    super().__init__(name=name)
-    if reader_length < query_length + 2:
-      raise ValueError(f"reader_length {reader_length} must be >= query_length "
-                       f"{query_length} + 2 so that every question leaves room for the block")
-    self.tokenizer = tokenizer
-    self.query_length, self.block_length, self.reader_length = (
-        int(query_length), int(block_length), int(reader_length))
-    self.query_featurizer = QueryFeaturizer(tokenizer, seq_length=query_length)
-    self.block_featurizer = BlockFeaturizer(tokenizer, seq_length=block_length)
-    self.reader_featurizer = ReaderFeaturizer.from_tokenizer(tokenizer, seq_length=reader_length)
-
-  @staticmethod
-  def query_ids(features: Dict[str, tf.Tensor]) -> tf.RaggedTensor:
-    """[B, Lq] `[CLS] x [SEP]` features -> [B, (T)] the wordpieces of x."""
-    lengths = tf.maximum(tf.reduce_sum(features["input_mask"], axis=1) - 2, 0)
-    return tf.RaggedTensor.from_tensor(features["input_word_ids"][:, 1:], lengths=lengths)
-
-  def questions(self, questions: tf.Tensor):
-    """string [B] -> (query features {name: int32 [B, Lq]}, query wordpieces [B, (T)])."""
-    features = self.query_featurizer(questions)
-    return features, self.query_ids(features)
-
-  def reader_inputs(self, query_ids: tf.RaggedTensor, titles: tf.Tensor,
-                    texts: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """Reader inputs of each question with each of its blocks.
-
-    Args:
-      query_ids: int [B, (T)] question wordpieces (no specials).
-      titles, texts: string [B, k] the blocks to read.
-
-    Returns:
-      {"input_word_ids", "input_mask", "input_type_ids", "block_mask"}: int32 [B*k, Lr],
-      question-major (row b*k + j is question b with its j-th block).
-    """
-    num_blocks = tf.shape(titles)[1]
-    blocks = self.block_featurizer((tf.reshape(titles, [-1]), tf.reshape(texts, [-1])))
-    body = block_body_ids(blocks["input_word_ids"], blocks["input_type_ids"],
-                          blocks["input_mask"])
-    rows = tf.repeat(tf.range(query_ids.nrows(out_type=tf.int32)), num_blocks)
-    queries = tf.gather(tf.cast(query_ids, tf.int32), rows)
-    return self.reader_featurizer((queries, tf.cast(body, tf.int32)))
-
-  def span_text(self, texts: tf.Tensor, input_word_ids: tf.Tensor, block_mask: tf.Tensor,
-                starts: tf.Tensor, ends: tf.Tensor) -> tf.Tensor:
-    """The text of one span per reader input.
-
-    Args:
-      texts: string [B] block texts.
-      input_word_ids, block_mask: int [B, Lr] their reader inputs.
-      starts, ends: int [B] span positions in the reader inputs (inclusive ends).
-
-    Returns:
-      string [B]: the span cut from the raw text by wordpiece byte offsets where the reader's
-      body wordpieces agree with the text's tokenization, else the detokenized wordpieces.
-    """
-    starts = tf.cast(starts, tf.int32)
-    ends = tf.cast(ends, tf.int32)
-    input_word_ids = tf.cast(input_word_ids, tf.int32)
-    body_start = tf.cast(tf.argmax(tf.cast(block_mask, tf.int32), axis=1), tf.int32)  # [B]
-    span_ids = tf.gather(input_word_ids, tf.ragged.range(starts, ends + 1), batch_dims=1)
-    ids, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(texts)  # [B, (T)]
-    first, last = starts - body_start, ends - body_start
-    num_tokens = tf.cast(ids.row_lengths(), tf.int32)
-    in_range = (first >= 0) & (first <= last) & (last < num_tokens)
-    safe_first = tf.clip_by_value(first, 0, tf.maximum(num_tokens - 1, 0))
-    safe_last = tf.clip_by_value(last, 0, tf.maximum(num_tokens - 1, 0))
-    text_ids = tf.gather(ids, tf.ragged.range(safe_first, safe_last + 1), batch_dims=1)
-    text_dense = tf.cast(text_ids, tf.int32).to_tensor(-1)
-    span_dense = span_ids.to_tensor(-1)
-    width = tf.maximum(tf.shape(text_dense)[1], tf.shape(span_dense)[1])
-    widen = lambda t: tf.pad(t, [[0, 0], [0, width - tf.shape(t)[1]]], constant_values=-1)
-    same_ids = tf.reduce_all(tf.equal(widen(text_dense), widen(span_dense)), axis=1)
-    agree = in_range & same_ids & tf.equal(text_ids.row_lengths(), span_ids.row_lengths())
-
-    def pad(offsets):  # at least one column, so empty texts can be indexed.
-      dense = tf.cast(offsets.to_tensor(0), tf.int32)
-      return tf.concat([dense, tf.zeros_like(dense[:, :1])], axis=1)
-
-    begin = tf.gather(pad(byte_starts), safe_first, batch_dims=1)
-    end = tf.gather(pad(byte_ends), safe_last, batch_dims=1)
-    cut = tf.strings.substr(texts, begin, tf.maximum(end - begin, 0), unit="BYTE")
-    detokenized = self.tokenizer.detokenize(span_ids)
-    return tf.where(agree, cut, detokenized)
-
-
 @dataclasses.dataclass
 class Evidence:
   block_id: int
@@ -197,7 +97,7 @@ class RetrieveAndRead:
     index: a `MipsIndex` over the doc-tower embeddings of the N blocks, row r = block r.
     titles, bodies: the N blocks' titles and texts.
     k: blocks read per question.
-    query_length, block_length, reader_length: see `QAFeaturizer`.
+    query_length, block_length, reader_length: see `Featurizer`.
     block_ids: the N blocks' ids for the evidence (default: row numbers).
     batch_size: questions per batch in `answer` and `retrieve`.
   """
@@ -219,8 +119,7 @@ class RetrieveAndRead:
                       else np.asarray(block_ids, np.int64))
     self.k = min(int(k), index.num_docs)
     self.batch_size = int(batch_size)
-    self.featurizer = QAFeaturizer(tokenizer, query_length, block_length, reader_length)
-    self._query = self.featurizer.query_featurizer  # the query featurizer, as before
+    self.featurizer = Featurizer(tokenizer, query_length, block_length, reader_length)
     self._embed_fn = tf.function(self.embed_questions, reduce_retracing=True)
     self._read_fn = tf.function(self.read, reduce_retracing=True)
 

@@ -12,6 +12,7 @@ import tiny_world
 from realm_tf import configs
 from realm_tf.data.block_store import BlockStore
 from realm_tf.models import precision
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
@@ -49,7 +50,7 @@ def _config(model_dir, examples_dir, **overrides):
 
 def test_candidate_selection(world):
   _, store, tok = world
-  builder = CandidateBuilder(store, tok.cls_id, tok.sep_id, tok.pad_id, num_candidates=4)
+  builder = CandidateBuilder(store, Featurizer(tok), num_candidates=4)
   assert builder.num_to_retrieve == 4  # 4 - null + excluded source
   retrieved = np.array([[3, 5, 7, 9], [2, 4, 6, -1]])
   selection = builder.select(retrieved, np.array([5, 8]))
@@ -57,8 +58,8 @@ def test_candidate_selection(world):
   np.testing.assert_array_equal(selection.rows, [[null, 3, 7, 9], [null, 2, 4, 6]])
   np.testing.assert_array_equal(selection.mask, [[1, 1, 1, 1], [1, 1, 1, 1]])
   np.testing.assert_array_equal(selection.source_retrieved, [True, False])
-  no_null = CandidateBuilder(store, tok.cls_id, tok.sep_id, tok.pad_id, num_candidates=4,
-                             null_document=False, exclude_source=False)
+  no_null = CandidateBuilder(store, Featurizer(tok), num_candidates=4, null_document=False,
+                             exclude_source=False)
   selection = no_null.select(np.array([[3, 5, -1, -1]]), np.array([5]))
   np.testing.assert_array_equal(selection.rows, [[3, 5, null, null]])
   np.testing.assert_array_equal(selection.mask, [[1, 1, 0, 0]])
@@ -66,8 +67,8 @@ def test_candidate_selection(world):
 
 def test_candidate_features_pack_null_document_and_reader_input(world):
   _, store, tok = world
-  builder = CandidateBuilder(store, tok.cls_id, tok.sep_id, tok.pad_id, num_candidates=2,
-                             block_length=24, reader_length=40)
+  builder = CandidateBuilder(store, Featurizer(tok, query_length=16, block_length=24,
+                                               reader_length=40), num_candidates=2)
   query = tf.ragged.constant([[tok.token_to_id("ada"), tok.mask_id]], dtype=tf.int32)
   docs, reader = builder.features(tf.constant([[builder.null_row, 0]], tf.int64), query)
   cls, sep = tok.cls_id, tok.sep_id
@@ -86,7 +87,30 @@ def test_corpus_smaller_than_k_is_an_error(world):
   _, store, tok = world
   with pytest.raises(ValueError, match="17 blocks must be retrieved per query but the corpus "
                                        "has only 16"):
-    CandidateBuilder(store, tok.cls_id, tok.sep_id, tok.pad_id, num_candidates=17)
+    CandidateBuilder(store, Featurizer(tok), num_candidates=17)
+
+
+def test_trainer_candidates_are_the_serving_features(world):
+  """One featurizer: for the same question and blocks, pre-training's candidate features
+  (from the store's wordpieces) are exactly what serving and fine-tuning feed the doc tower
+  (`blocks`) and the reader (`reader_inputs`, from the texts)."""
+  _, store, tok = world
+  featurizer = Featurizer(tok, query_length=12, block_length=24, reader_length=30)
+  rows = np.array([[3, 0, 7]])
+  builder = CandidateBuilder(store, featurizer, num_candidates=3, null_document=False,
+                             exclude_source=False)
+  _, query_ids = featurizer.questions(tf.constant(["who lives in the city of paris ?"]))
+  docs, reader = builder.features(tf.constant(rows), query_ids)
+  titles = np.array([store.titles[r] for r in rows[0]])
+  texts = np.array([store.texts[r] for r in rows[0]])
+  served_docs = featurizer.blocks(tf.constant(titles), tf.constant(texts))
+  served = featurizer.reader_inputs(query_ids, tf.constant(titles[None]),
+                                    tf.constant(texts[None]))
+  assert set(reader) == {"input_word_ids", "input_mask", "input_type_ids"}
+  for name in reader:
+    np.testing.assert_array_equal(docs[name][0], served_docs[name])
+    np.testing.assert_array_equal(reader[name][0], served[name])
+  assert served["block_mask"].numpy().sum(axis=1).min() > 0
 
 
 @pytest.mark.parametrize("strategy", ["salient_span", "random_token", "random_span"])

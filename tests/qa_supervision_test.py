@@ -10,7 +10,7 @@ from realm_tf.losses.open_qa_loss import correct_spans
 from realm_tf.qa.supervision import AnswerMatcher
 from realm_tf.qa.supervision import find_spans
 from realm_tf.qa.supervision import gold_spans
-from realm_tf.retrieve_and_read import QAFeaturizer
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "beatles", "were", "a", "band",
@@ -63,8 +63,8 @@ def test_find_spans():
 
 def _reader_inputs(reader_length):
   tokenizer = WordpieceTokenizer(VOCAB)
-  featurizer = QAFeaturizer(tokenizer, query_length=8, block_length=16,
-                            reader_length=reader_length)
+  featurizer = Featurizer(tokenizer, query_length=8, block_length=16,
+                          reader_length=reader_length)
   _, query_ids = featurizer.questions(tf.constant(["who formed the beatles ?"]))
   titles = tf.constant([["the beatles", "x"]])
   texts = tf.constant([["the beatles were a band from liverpool . the beatles", "a band ."]])

@@ -47,7 +47,7 @@ def test_answers_come_from_retrieved_blocks(system):
     assert answer.answer and any(answer.answer in e.text for e in answer.evidence)
     assert all(e.text == BODIES[e.block_id] and e.title == TITLES[e.block_id]
                for e in answer.evidence)
-  query = retriever.embed_query(system_._query(np.array(["where is paris ?"])))  # pylint: disable=protected-access
+  query = retriever.embed_query(system_.featurizer.queries(np.array(["where is paris ?"])))
   expected_ids = index.search(query, 3)[1].numpy()[0]
   assert [e.block_id for e in answers[0].evidence] == list(expected_ids)
 

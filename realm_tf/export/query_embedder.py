@@ -30,7 +30,7 @@ from realm_tf.export.doc_embedder import vocab_asset
 from realm_tf.export.reusable import ReusableModule
 from realm_tf.export.reusable import tower_outputs
 from realm_tf.models.retriever import Retriever
-from realm_tf.tokenization.featurizers import QueryFeaturizer
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 ID_SPECS = {n: tf.TensorSpec([None, None], tf.int32, name=n)
@@ -47,7 +47,7 @@ class _QueryEmbedderModule(ReusableModule):
                      state=[score_scale])
     self._layers = Untracked(encoder=retriever.query_encoder,
                              projection=retriever.query_projection, pooling=retriever.pooling,
-                             featurizer=QueryFeaturizer(tokenizer, seq_length=query_length))
+                             featurizer=Featurizer(tokenizer, query_length=query_length))
     self.vocab_file = vocab_asset(tokenizer, staging_dir)
     self.do_lower_case = tf.Variable(tokenizer.lower_case, trainable=False)
     self.query_length = tf.Variable(query_length, dtype=tf.int64, trainable=False)
@@ -63,7 +63,7 @@ class _QueryEmbedderModule(ReusableModule):
 
   @tf.function(input_signature=[QUESTIONS_SPEC])
   def tokenize(self, questions):
-    return self._layers.featurizer(questions)
+    return self._layers.featurizer.queries(questions)
 
   @tf.function(input_signature=[QUESTIONS_SPEC])
   def embed_questions(self, questions):

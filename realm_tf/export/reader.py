@@ -34,7 +34,7 @@ from realm_tf.export.doc_embedder import Untracked
 from realm_tf.export.doc_embedder import vocab_asset
 from realm_tf.export.reusable import ReusableModule
 from realm_tf.models.reader import Reader
-from realm_tf.retrieve_and_read import QAFeaturizer
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -70,7 +70,7 @@ class _ReaderModule(ReusableModule):
   def __init__(self, reader: Reader, tokenizer: WordpieceTokenizer, query_length: int,
                block_length: int, reader_length: int, staging_dir: str):
     super().__init__(reader.variables)
-    self._layers = Untracked(reader=reader, featurizer=QAFeaturizer(
+    self._layers = Untracked(reader=reader, featurizer=Featurizer(
         tokenizer, query_length, block_length, reader_length))
     self.vocab_file = vocab_asset(tokenizer, staging_dir)
     int64 = lambda value: tf.Variable(value, dtype=tf.int64, trainable=False)

@@ -39,8 +39,8 @@ from realm_tf.export.doc_embedder import Untracked
 from realm_tf.export.doc_embedder import vocab_asset
 from realm_tf.export.reusable import ReusableModule
 from realm_tf.mips.brute_force_index import BruteForceIndex
-from realm_tf.retrieve_and_read import QAFeaturizer
 from realm_tf.retrieve_and_read import RetrieveAndRead
+from realm_tf.tokenization.featurizers import Featurizer
 
 ID_SPECS = {n: tf.TensorSpec([None, None], tf.int32, name=n)
             for n in ("input_word_ids", "input_mask", "input_type_ids")}
@@ -78,7 +78,7 @@ class _RealmQAModule(ReusableModule):
     safe = tf.maximum(rows, 0)
     titles = tf.where(valid, tf.gather(self.titles, safe), "")
     texts = tf.where(valid, tf.gather(self.texts, safe), "")
-    out = system.read(QAFeaturizer.query_ids(features), titles, texts, scores, valid, training)
+    out = system.read(Featurizer.query_ids(features), titles, texts, scores, valid, training)
     return {
         "answer": out["answer"],
         "score": out["probability"],

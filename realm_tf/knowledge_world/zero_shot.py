@@ -15,7 +15,7 @@ from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.datasets import QAExample
 from realm_tf.qa.supervision import AnswerMatcher
-from realm_tf.tokenization.featurizers import QueryFeaturizer
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training.store_embedding import embed_store
 
@@ -28,7 +28,7 @@ def retrieved_has_answer(retriever: Retriever, store: BlockStore,
   block_emb = embed_store(retriever, store, tokenizer.cls_id, tokenizer.sep_id,
                           tokenizer.pad_id, block_length=block_length)  # [N, D]
   index = BruteForceIndex(block_emb)
-  featurize = QueryFeaturizer(tokenizer, seq_length=query_length)
+  featurize = Featurizer(tokenizer, query_length, block_length).queries
   embed = tf.function(lambda f: retriever.embed_query(f, training=False), reduce_retracing=True)
   k = min(k, len(store))
   rows = []

@@ -8,7 +8,7 @@ Per step:
    (no dropout), the MIPS index returns their top-K corpus rows; `has_answer` [B, K] is
    computed on the block texts with `realm_tf.evaluation.has_answer` (what evaluation's
    recall@k uses); the top-k blocks are packed as reader inputs `[CLS] x [SEP] z_body [SEP]`
-   (`QAFeaturizer`, the inference featurization) and every occurrence of an answer's
+   (`Featurizer`, the inference featurization) and every occurrence of an answer's
    wordpieces in a block body becomes a gold span [B, k, A] (`supervision.gold_spans`).
 2. Replicated step (`tf.distribute`): the query tower re-embeds the questions with dropout;
    retriever logits f(x, z) [B, K] are inner products with the block embeddings, gathered
@@ -82,7 +82,7 @@ from realm_tf.training.optimizer import apply_gradients
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.qa.supervision import AnswerMatcher
 from realm_tf.qa.supervision import gold_spans
-from realm_tf.retrieve_and_read import QAFeaturizer
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "block_mask")
@@ -324,8 +324,8 @@ class FineTuner:
     with tf.io.gfile.GFile(os.path.join(self.output_dir, VOCAB), "w") as f:
       f.write("\n".join(self.tokenizer.vocabulary) + "\n")
     self._copy_corpus()
-    self.featurizer = QAFeaturizer(self.tokenizer, config.model.query_length,
-                                   config.model.block_length, config.model.reader_length)
+    self.featurizer = Featurizer(self.tokenizer, config.model.query_length,
+                                 config.model.block_length, config.model.reader_length)
     self.num_retrieved = min(config.retriever_top_k, len(self.corpus))
     self.num_read = min(config.reader_top_k, self.num_retrieved)
 

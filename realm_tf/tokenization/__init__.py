@@ -2,6 +2,7 @@
 `tf.data.Dataset.map`, and masked-LM masking as graph ops."""
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.featurizers import BlockFeaturizer
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.featurizers import ReaderFeaturizer
 from realm_tf.tokenization.featurizers import block_body_ids
@@ -14,6 +15,7 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 __all__ = [
     "BertPacker",
     "BlockFeaturizer",
+    "Featurizer",
     "QueryFeaturizer",
     "ReaderFeaturizer",
     "WordpieceTokenizer",

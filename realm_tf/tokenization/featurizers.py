@@ -10,11 +10,13 @@ Dimension legend: B batch, T wordpieces of a segment, L packed length.
   a query packed at a length <= L - 1 keep their positions and its `masked_lm_positions` stay
   valid in the reader input; with 96 + 288 the body of a 288-block is never cut either.
 
-All three are Keras layers that run inside `tf.data.Dataset.map`, batched or on single
-examples. To read K blocks per query, flatten the candidates to B*K rows and repeat the query
-ids (`tf.gather(query_ids, tf.repeat(tf.range(B), K))`).
+The three layers run inside `tf.data.Dataset.map`, batched or on single examples.
+`Featurizer` holds one of each with the run's lengths and is what every stage featurizes with
+(ICT and pre-training data, pre-training candidates, fine-tuning, the recall monitor, serving
+and the TF Hub exports): from text or from wordpiece ids, the same features. To read K blocks
+per query, it flattens them to B*K rows and repeats the query ids.
 """
-from typing import Dict
+from typing import Dict, Optional
 
 import tensorflow as tf
 
@@ -177,3 +179,137 @@ def block_body_ids(input_word_ids: tf.Tensor, input_type_ids: tf.Tensor,
   in_segment = tf.logical_and(tf.equal(input_type_ids, 1), tf.equal(input_mask, 1))
   body_and_sep = tf.ragged.boolean_mask(input_word_ids, in_segment)  # [B, (T + 1)]
   return body_and_sep[:, :-1]
+
+
+class Featurizer(tf.Module):
+  """The one featurizer of every stage: queries, blocks and reader inputs, from text or ids.
+
+  Pre-training (its candidates and masked queries), ICT, fine-tuning, the recall monitor,
+  serving (`RetrieveAndRead`) and the TF Hub exports all featurize through it, so the trainer
+  and the server build the same features for the same query and block. Text methods tokenize
+  first; `pack_*` and `reader` take wordpiece ids without specials. Spans go back to text with
+  `span_text`.
+
+  Args:
+    tokenizer: the `WordpieceTokenizer`.
+    query_length: Lq of `[CLS] x [SEP]` (longer questions are truncated).
+    block_length: Lb of `[CLS] title [SEP] body [SEP]` blocks (288); the reader reads the
+      body of this packing, i.e. exactly the wordpieces the doc tower embedded.
+    reader_length: Lr of `[CLS] x [SEP] z_body [SEP]`, default Lq + Lb (pre-training's 384: a
+      block's body is never cut); must leave room for a body wordpiece after the longest query.
+    name: the module name.
+  """
+
+  def __init__(self, tokenizer: WordpieceTokenizer, query_length: int = 96,
+               block_length: int = 288, reader_length: Optional[int] = None,
+               name: str = "featurizer"):
+    super().__init__(name=name)
+    reader_length = query_length + block_length if reader_length is None else reader_length
+    if reader_length < query_length + 2:
+      raise ValueError(f"reader_length {reader_length} must be >= query_length "
+                       f"{query_length} + 2 so that every question leaves room for the block")
+    self.tokenizer = tokenizer
+    self.query_length, self.block_length, self.reader_length = (
+        int(query_length), int(block_length), int(reader_length))
+    self.query_featurizer = QueryFeaturizer(tokenizer, seq_length=query_length)
+    self.block_featurizer = BlockFeaturizer(tokenizer, seq_length=block_length)
+    self.reader_featurizer = ReaderFeaturizer.from_tokenizer(tokenizer, seq_length=reader_length)
+
+  # Queries -----------------------------------------------------------------------------------
+
+  def queries(self, strings: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """string [B] (or a scalar) -> {name: int32 [B, Lq]} `[CLS] x [SEP]` features."""
+    return self.query_featurizer(strings)
+
+  def pack_queries(self, query_ids) -> Dict[str, tf.Tensor]:
+    """int [B, (T)] (or [T]) query wordpieces, e.g. masked -> {name: int32 [B, Lq]}."""
+    return self.query_featurizer.packer(tf.cast(query_ids, tf.int32))
+
+  @staticmethod
+  def query_ids(features: Dict[str, tf.Tensor]) -> tf.RaggedTensor:
+    """[B, Lq] `[CLS] x [SEP]` features -> [B, (T)] the wordpieces of x."""
+    lengths = tf.maximum(tf.reduce_sum(features["input_mask"], axis=1) - 2, 0)
+    return tf.RaggedTensor.from_tensor(features["input_word_ids"][:, 1:], lengths=lengths)
+
+  def questions(self, questions: tf.Tensor):
+    """string [B] -> (query features {name: int32 [B, Lq]}, query wordpieces [B, (T)])."""
+    features = self.queries(questions)
+    return features, self.query_ids(features)
+
+  # Blocks ------------------------------------------------------------------------------------
+
+  def blocks(self, titles: tf.Tensor, texts: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """string [B] titles and texts -> {name: int32 [B, Lb]} block features, title first."""
+    return self.block_featurizer((titles, texts))
+
+  def pack_blocks(self, title_ids, body_ids) -> Dict[str, tf.Tensor]:
+    """int [B, (T)] (or [T]) title and body wordpieces -> {name: int32 [B, Lb]}."""
+    return self.block_featurizer.packer((tf.cast(title_ids, tf.int32),
+                                         tf.cast(body_ids, tf.int32)))
+
+  # Reader ------------------------------------------------------------------------------------
+
+  def reader(self, query_ids, body_ids) -> Dict[str, tf.Tensor]:
+    """int [B, (T)] query and body wordpieces -> `ReaderFeaturizer` features [B, Lr]."""
+    return self.reader_featurizer((tf.cast(query_ids, tf.int32), tf.cast(body_ids, tf.int32)))
+
+  def reader_inputs(self, query_ids: tf.RaggedTensor, titles: tf.Tensor,
+                    texts: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """Reader inputs of each question with each of its blocks.
+
+    Args:
+      query_ids: int [B, (T)] question wordpieces (no specials).
+      titles, texts: string [B, k] the blocks to read.
+
+    Returns:
+      {"input_word_ids", "input_mask", "input_type_ids", "block_mask"}: int32 [B*k, Lr],
+      question-major (row b*k + j is question b with its j-th block).
+    """
+    num_blocks = tf.shape(titles)[1]
+    blocks = self.blocks(tf.reshape(titles, [-1]), tf.reshape(texts, [-1]))
+    body = block_body_ids(blocks["input_word_ids"], blocks["input_type_ids"],
+                          blocks["input_mask"])
+    rows = tf.repeat(tf.range(query_ids.nrows(out_type=tf.int32)), num_blocks)
+    return self.reader(tf.gather(tf.cast(query_ids, tf.int32), rows), body)
+
+  def span_text(self, texts: tf.Tensor, input_word_ids: tf.Tensor, block_mask: tf.Tensor,
+                starts: tf.Tensor, ends: tf.Tensor) -> tf.Tensor:
+    """The text of one span per reader input.
+
+    Args:
+      texts: string [B] block texts.
+      input_word_ids, block_mask: int [B, Lr] their reader inputs.
+      starts, ends: int [B] span positions in the reader inputs (inclusive ends).
+
+    Returns:
+      string [B]: the span cut from the raw text by wordpiece byte offsets where the reader's
+      body wordpieces agree with the text's tokenization, else the detokenized wordpieces.
+    """
+    starts = tf.cast(starts, tf.int32)
+    ends = tf.cast(ends, tf.int32)
+    input_word_ids = tf.cast(input_word_ids, tf.int32)
+    body_start = tf.cast(tf.argmax(tf.cast(block_mask, tf.int32), axis=1), tf.int32)  # [B]
+    span_ids = tf.gather(input_word_ids, tf.ragged.range(starts, ends + 1), batch_dims=1)
+    ids, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(texts)  # [B, (T)]
+    first, last = starts - body_start, ends - body_start
+    num_tokens = tf.cast(ids.row_lengths(), tf.int32)
+    in_range = (first >= 0) & (first <= last) & (last < num_tokens)
+    safe_first = tf.clip_by_value(first, 0, tf.maximum(num_tokens - 1, 0))
+    safe_last = tf.clip_by_value(last, 0, tf.maximum(num_tokens - 1, 0))
+    text_ids = tf.gather(ids, tf.ragged.range(safe_first, safe_last + 1), batch_dims=1)
+    text_dense = tf.cast(text_ids, tf.int32).to_tensor(-1)
+    span_dense = span_ids.to_tensor(-1)
+    width = tf.maximum(tf.shape(text_dense)[1], tf.shape(span_dense)[1])
+    widen = lambda t: tf.pad(t, [[0, 0], [0, width - tf.shape(t)[1]]], constant_values=-1)
+    same_ids = tf.reduce_all(tf.equal(widen(text_dense), widen(span_dense)), axis=1)
+    agree = in_range & same_ids & tf.equal(text_ids.row_lengths(), span_ids.row_lengths())
+
+    def pad(offsets):  # at least one column, so empty texts can be indexed.
+      dense = tf.cast(offsets.to_tensor(0), tf.int32)
+      return tf.concat([dense, tf.zeros_like(dense[:, :1])], axis=1)
+
+    begin = tf.gather(pad(byte_starts), safe_first, batch_dims=1)
+    end = tf.gather(pad(byte_ends), safe_last, batch_dims=1)
+    cut = tf.strings.substr(texts, begin, tf.maximum(end - begin, 0), unit="BYTE")
+    detokenized = self.tokenizer.detokenize(span_ids)
+    return tf.where(agree, cut, detokenized)

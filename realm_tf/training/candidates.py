@@ -3,8 +3,9 @@
 Retrieve R blocks from the (possibly stale) index, drop the query's source block (trivial
 retrieval) when `exclude_source`, put the null document first when `null_document`, cut to K.
 Rows the index could not fill are masked out of the softmax. Then pack, for each (query,
-candidate): the doc-tower input `[CLS] title [SEP] body [SEP]` (Lb) and the reader input
-`[CLS] x [SEP] body [SEP]` (Lr); the null document is the empty block `[CLS] [SEP] [SEP]`.
+candidate), with the run's `Featurizer` (the one serving uses): the doc-tower input
+`[CLS] title [SEP] body [SEP]` (Lb) and the reader input `[CLS] x [SEP] body [SEP]` (Lr); the
+null document is the empty block `[CLS] [SEP] [SEP]`.
 Legend: B batch, R retrieved, K candidates, Lb block length, Lr reader length.
 """
 import dataclasses
@@ -13,8 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.data.block_store import BlockStore
-from realm_tf.tokenization.bert_packer import BertPacker
-from realm_tf.tokenization.featurizers import ReaderFeaturizer
+from realm_tf.tokenization.featurizers import Featurizer
 
 
 @dataclasses.dataclass
@@ -29,16 +29,14 @@ class CandidateBuilder:
 
   Args:
     store: the block corpus the index was built from (same row order).
-    cls_id, sep_id, pad_id: special ids.
+    featurizer: packs blocks to its Lb (REALM: 288) and reader inputs to its Lr (384).
     num_candidates: K (REALM: 8, null document included).
     null_document: put the empty block first.
     exclude_source: drop the query's source block.
-    block_length, reader_length: Lb (288), Lr (384).
   """
 
-  def __init__(self, store: BlockStore, cls_id: int, sep_id: int, pad_id: int,
-               num_candidates: int = 8, null_document: bool = True, exclude_source: bool = True,
-               block_length: int = 288, reader_length: int = 384):
+  def __init__(self, store: BlockStore, featurizer: Featurizer, num_candidates: int = 8,
+               null_document: bool = True, exclude_source: bool = True):
     self.num_candidates = num_candidates
     self.null_document = null_document
     self.exclude_source = exclude_source
@@ -46,8 +44,7 @@ class CandidateBuilder:
     empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), [0])
     self._titles = tf.concat([store.title_ids, empty], axis=0)
     self._bodies = tf.concat([store.body_ids, empty], axis=0)
-    self._block_packer = BertPacker(block_length, cls_id, sep_id, pad_id)
-    self._reader_packer = ReaderFeaturizer(cls_id, sep_id, pad_id, seq_length=reader_length)
+    self.featurizer = featurizer
     self.num_to_retrieve = num_candidates - int(null_document) + int(exclude_source)
     if self.num_to_retrieve > len(store):
       raise ValueError(f"{self.num_to_retrieve} blocks must be retrieved per query but the "
@@ -81,11 +78,11 @@ class CandidateBuilder:
     """
     batch, k = tf.shape(rows)[0], tf.shape(rows)[1]
     flat = tf.reshape(rows, [-1])
-    titles = tf.cast(tf.gather(self._titles, flat), tf.int32)
-    bodies = tf.cast(tf.gather(self._bodies, flat), tf.int32)
-    queries = tf.gather(tf.cast(query_ids, tf.int32), tf.repeat(tf.range(batch), k))
+    titles = tf.gather(self._titles, flat)
+    bodies = tf.gather(self._bodies, flat)
+    queries = tf.gather(query_ids, tf.repeat(tf.range(batch), k))
     unflatten = lambda t: tf.reshape(t, tf.concat([[batch, k], tf.shape(t)[1:]], 0))
-    docs = {n: unflatten(t) for n, t in self._block_packer((titles, bodies)).items()}
-    reader = {n: unflatten(t) for n, t in self._reader_packer((queries, bodies)).items()
+    docs = {n: unflatten(t) for n, t in self.featurizer.pack_blocks(titles, bodies).items()}
+    reader = {n: unflatten(t) for n, t in self.featurizer.reader(queries, bodies).items()
               if n != "block_mask"}
     return docs, reader

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from pipelines import sentence_splitter
 from realm_tf.data.block_store import BlockStore
-from realm_tf.tokenization.bert_packer import BertPacker
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 
@@ -67,13 +67,11 @@ class IctCorpus:
     """An endless dataset of {"query": [B, Lq] features, "block": [B, Lb] features}; the
     i-th query's positive is the i-th block, every other block in the batch is a negative."""
     spec = tf.TensorSpec([None], tf.int32)
-    query_packer = BertPacker(query_length, self.tokenizer.cls_id, self.tokenizer.sep_id,
-                              self.tokenizer.pad_id)
-    block_packer = BertPacker(block_length, self.tokenizer.cls_id, self.tokenizer.sep_id,
-                              self.tokenizer.pad_id)
+    featurizer = Featurizer(self.tokenizer, query_length, block_length)
 
     def pack(query, title, body) -> Dict[str, Dict[str, tf.Tensor]]:
-      return {"query": query_packer(query), "block": block_packer((title, body))}
+      return {"query": featurizer.pack_queries(query),
+              "block": featurizer.pack_blocks(title, body)}
 
     return (tf.data.Dataset.from_generator(
         lambda: self._examples(seed, remove_prob, query_length - 2),

@@ -16,7 +16,7 @@ import tensorflow as tf
 from realm_tf.data import formats
 from realm_tf.data import shards
 from realm_tf.tokenization import masking
-from realm_tf.tokenization.bert_packer import BertPacker
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 MASKING = ("salient_span", "random_token", "random_span")
@@ -34,11 +34,11 @@ def masked_query_dataset(examples_dir: str, tokenizer: WordpieceTokenizer, batch
   if masking_strategy not in MASKING:
     raise ValueError(f"masking_strategy must be one of {MASKING}, got {masking_strategy!r}")
   files = shards.check_shards(examples_dir, "examples").files  # verified, or a warning
-  packer = BertPacker(query_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+  featurizer = Featurizer(tokenizer, query_length=query_length)
   special = [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id]
 
   def mask(index, example) -> Dict[str, tf.Tensor]:
-    features = packer(tf.cast(example["query_ids"], tf.int32))
+    features = featurizer.pack_queries(example["query_ids"])
     ids = features["input_word_ids"]
     if masking_strategy == "salient_span":
       masked = masking.salient_span_mask(

@@ -30,6 +30,7 @@ from realm_tf.losses.retrieval_utility import retrieval_utility
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import distribute
 from realm_tf.training.candidates import CandidateBuilder
@@ -142,7 +143,7 @@ class RealmPretrainer:
     config: the run's settings.
     retriever, reader: built inside `strategy.scope()`.
     store: the block corpus; row order must match the refresher's indexes.
-    tokenizer: gives the special ids.
+    tokenizer: the wordpieces the candidates' `Featurizer` packs with.
     refresher: an `IndexRefresher` (synchronous or asynchronous).
     strategy: a `tf.distribute` strategy (default: the default strategy).
     monitor: held-out recall over the store, measured through the MIPS index in use at the
@@ -159,9 +160,8 @@ class RealmPretrainer:
     self.strategy = strategy or tf.distribute.get_strategy()
     self.tokenizer = tokenizer
     self.candidates = CandidateBuilder(
-        store, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, config.num_candidates,
-        config.null_document, config.exclude_source, config.block_length,
-        config.query_length + config.block_length)
+        store, Featurizer(tokenizer, config.query_length, config.block_length),
+        config.num_candidates, config.null_document, config.exclude_source)
     with self.strategy.scope():
       self.optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
                                                         num_train_steps=config.num_steps))

@@ -21,7 +21,7 @@ from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import retrieval_recall
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.datasets import QAExample
-from realm_tf.tokenization.featurizers import QueryFeaturizer
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training.store_embedding import StoreEmbedder
 
@@ -30,7 +30,7 @@ def query_embed_fn(retriever: Retriever, tokenizer: WordpieceTokenizer,
                    query_length: int = 64) -> retrieval_recall.QueryEmbedFn:
   """Q questions -> float32 [Q, D] by `retriever.embed_query` with its current weights (no
   dropout; traced once per batch shape)."""
-  featurize = QueryFeaturizer(tokenizer, seq_length=query_length)
+  featurize = Featurizer(tokenizer, query_length=query_length).queries
   embed = tf.function(lambda f: tf.cast(retriever.embed_query(f, training=False), tf.float32),
                       reduce_retracing=True)
   return lambda questions: embed(featurize(tf.constant(list(questions)))).numpy()
