@@ -155,22 +155,24 @@ def raw_minilm_row(ctx: Context) -> Dict:
 def realm_tf_step0_row(ctx: Context, compute_dtype: str = "float32") -> Dict:
   """realm_tf's Retriever as `pretrained.minilm_retriever()` builds it, before any training
   (seed 0), its blocks embedded in `compute_dtype` (the questions in float32). A trained
-  retriever is a row the same way: `embed_store` and `recall_monitor.query_embed_fn` into
+  retriever is a row the same way: `retrieval.embedding.embed_blocks` and `recall_monitor.query_embed_fn` into
   `dense_row`."""
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
   from realm_tf.keras import keras
   from realm_tf.training.recall_monitor import query_embed_fn
-  from realm_tf.training.store_embedding import embed_store
+  from realm_tf.retrieval.embedding import DocTower
+  from realm_tf.retrieval.embedding import embed_blocks
   keras.utils.set_random_seed(0)
   retriever = pretrained.minilm_retriever()
   tokenizer = pretrained.minilm_tokenizer()
   name = "realm_tf_step0" + ("" if compute_dtype == "float32" else "_bf16")
   return dense_row(
       ctx, name, {"model": "pretrained.minilm_retriever", "seed": 0},
-      lambda: embed_store(retriever, ctx.store, tokenizer.cls_id, tokenizer.sep_id,
-                          tokenizer.pad_id, block_length=ctx.block_length,
-                          compute_dtype=compute_dtype),
+      lambda: embed_blocks(
+          DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+                   block_length=ctx.block_length, compute_dtype=compute_dtype),
+          ctx.store.title_ids, ctx.store.body_ids),
       query_embed_fn(retriever, tokenizer, ctx.query_length))
 
 

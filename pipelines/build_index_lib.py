@@ -52,6 +52,7 @@ from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.export.doc_embedder import export_attributes
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
+from realm_tf.retrieval import embedding
 from realm_tf.tokenization.bert_packer import padded_length
 
 EMBEDDINGS_PREFIX = "embeddings"
@@ -103,8 +104,9 @@ class DocEmbedderHandler(ModelHandler):
   `BlockRecord`s of one length bucket -> [(block_id, float32 [D])]; the model is loaded once
   per worker.
 
-  With an XLA-compiled export a short batch is padded with empty blocks to `blocks_per_batch`
-  rows, so that every call has one of the few (rows, bucket length) shapes XLA compiled.
+  A batch goes through `retrieval.embedding.embed_blocks` as one batch of `blocks_per_batch`
+  (with an XLA-compiled export a short batch is padded to that many rows, so that every call
+  has one of the few (rows, bucket length) shapes XLA compiled).
   """
 
   def __init__(self, embedder_dir: str, blocks_per_batch: int):
@@ -114,27 +116,24 @@ class DocEmbedderHandler(ModelHandler):
     self._blocks = beam_runner.counter("blocks_embedded")
     self._batches = beam_runner.counter("embedding_batches")
 
-  def load_model(self) -> DocEmbedder:
-    return DocEmbedder(self._embedder_dir)
+  def load_model(self) -> embedding.ExportTower:
+    return embedding.ExportTower(DocEmbedder(self._embedder_dir))
 
-  def run_inference(self, batch: Sequence[List[block_records.BlockRecord]], model: DocEmbedder,
+  def run_inference(self, batch: Sequence[List[block_records.BlockRecord]],
+                    model: embedding.ExportTower,
                     inference_args=None) -> List[List[Tuple[int, np.ndarray]]]:
     return [self._embed(blocks, model) for blocks in batch]
 
-  def _embed(self, blocks: List[block_records.BlockRecord], model: DocEmbedder):
-    title_ids = [b.title_ids for b in blocks]
-    body_ids = [b.body_ids for b in blocks]
-    if model.jit_compile and len(blocks) < self._blocks_per_batch:
-      padding = [np.zeros([0], np.int64)] * (self._blocks_per_batch - len(blocks))
-      title_ids, body_ids = title_ids + padding, body_ids + padding
+  def _embed(self, blocks: List[block_records.BlockRecord], model: embedding.ExportTower):
     ragged = lambda rows: tf.RaggedTensor.from_row_lengths(
         np.concatenate(rows + [np.zeros([0], np.int64)]), np.array([len(r) for r in rows],
                                                                    np.int64))
-    embeddings = model.embed_blocks(ragged(title_ids), ragged(body_ids))  # [B, D]
+    embeddings = embedding.embed_blocks(  # [B, D]
+        model, ragged([b.title_ids for b in blocks]), ragged([b.body_ids for b in blocks]),
+        batch_size=self._blocks_per_batch)
     self._batches.inc()
     self._blocks.inc(len(blocks))
-    return [(block.block_id, embedding.astype(np.float32))
-            for block, embedding in zip(blocks, embeddings)]
+    return [(block.block_id, vector) for block, vector in zip(blocks, embeddings)]
 
 
 def _batches(keyed_blocks, blocks_per_batch: int):

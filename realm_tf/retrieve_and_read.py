@@ -3,7 +3,8 @@
 Legend: N blocks, B questions, k retrieved blocks, L length, S spans, D embedding dim,
 T wordpieces.
 
-1. `embed_blocks`: (title, body) -> `[CLS] title [SEP] body [SEP]` -> doc tower -> [N, D].
+1. `retrieval.embedding.embed_texts`: (title, body) -> `[CLS] title [SEP] body [SEP]` -> doc
+   tower -> [N, D].
 2. A `MipsIndex` over the block embeddings (ScaNN or exact).
 3. `RetrieveAndRead.answer`: question -> query tower -> top-k blocks and their retrieval
    logits f(x, z) (the index's inner products with the block embeddings it holds) ->
@@ -22,7 +23,7 @@ wordpieces where they differ. Questions longer than the query length are truncat
 tower and the reader see the same wordpieces); empty questions are an error.
 """
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 import numpy as np
@@ -32,41 +33,10 @@ from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
-from realm_tf.tokenization.featurizers import BlockFeaturizer
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
-
-
-def embed_blocks(retriever: Retriever, tokenizer: WordpieceTokenizer, titles: Sequence[str],
-                 bodies: Sequence[str], batch_size: int = 32, block_length: int = 288,
-                 progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
-  """Embeds blocks with the document tower, in order.
-
-  Each batch is padded only to its longest block (length bucketing by batch), which saves
-  most of the compute on short Wikipedia blocks.
-
-  Returns:
-    float32 [N, D] block embeddings.
-  """
-  featurize = BlockFeaturizer(tokenizer, seq_length=block_length)
-
-  def trim(features):
-    longest = tf.reduce_max(tf.reduce_sum(features["input_mask"], axis=1))
-    return {name: t[:, :longest] for name, t in features.items()}
-
-  dataset = (tf.data.Dataset.from_tensor_slices((list(titles), list(bodies)))
-             .batch(batch_size).map(lambda t, b: trim(featurize((t, b))))
-             .prefetch(tf.data.AUTOTUNE))
-  embed = tf.function(lambda f: retriever.embed_documents(f, training=False),
-                      reduce_retracing=True)
-  chunks = []
-  for features in dataset:
-    chunks.append(embed(features).numpy())
-    if progress:
-      progress(len(chunks[-1]))
-  return np.concatenate(chunks, axis=0)
 
 
 @dataclasses.dataclass

@@ -21,7 +21,8 @@ from realm_tf.export.realm_qa import export_realm_qa
 from realm_tf.keras import keras
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.retrieve_and_read import RetrieveAndRead
-from realm_tf.retrieve_and_read import embed_blocks
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_texts
 from realm_tf.tokenization.featurizers import BlockFeaturizer
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -52,7 +53,9 @@ def models():
   retriever.build()
   reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
   reader.build()
-  embeddings = embed_blocks(retriever, tokenizer, TITLES, BODIES, batch_size=4)
+  embeddings = embed_texts(DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id,
+                                    tokenizer.pad_id, bucket=1),
+                           tokenizer, TITLES, BODIES, batch_size=4)
   system = RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), TITLES,
                            BODIES, k=3, **LENGTHS)
   return tokenizer, retriever, reader, system, embeddings

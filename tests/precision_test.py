@@ -12,7 +12,8 @@ from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.keras import keras
 from realm_tf.models import precision
 from realm_tf.models.precision import with_compute_dtype
-from realm_tf.training.store_embedding import embed_store
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_blocks
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +50,10 @@ def test_bfloat16_copy_shares_weights_and_leaves_the_original(world):
 def test_bfloat16_store_embedding_is_close_to_float32(world):
   store, tok, retriever = world
   special = (tok.cls_id, tok.sep_id, tok.pad_id)
-  full = embed_store(retriever, store, *special, block_length=24, batch_size=5)
-  half = embed_store(retriever, store, *special, block_length=24, batch_size=5,
-                     compute_dtype="bfloat16")
+  full = embed_blocks(DocTower(retriever, *special, block_length=24), store.title_ids,
+                      store.body_ids, batch_size=5)
+  half = embed_blocks(DocTower(retriever, *special, block_length=24, compute_dtype="bfloat16"),
+                      store.title_ids, store.body_ids, batch_size=5)
   assert half.dtype == np.float32 and half.shape == full.shape
   assert not np.array_equal(half, full)  # it did compute in bfloat16
   assert _cosines(full, half).min() > 0.999
@@ -69,7 +71,8 @@ def test_bfloat16_export_outputs_float32_close_to_float32(world, tmp_path):
                                              block_length=24, compute_dtype="bfloat16"))
   embeddings = exported.embed_blocks(store.title_ids, store.body_ids)
   assert embeddings.dtype == np.float32
-  full = embed_store(retriever, store, *special, block_length=24)
+  full = embed_blocks(DocTower(retriever, *special, block_length=24), store.title_ids,
+                      store.body_ids)
   assert _cosines(full, embeddings).min() > 0.99
 
 

@@ -12,7 +12,8 @@ from realm_tf.qa.evaluate_lib import compute_metrics
 from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.evaluate_lib import read_predictions
 from realm_tf.retrieve_and_read import RetrieveAndRead
-from realm_tf.retrieve_and_read import embed_blocks
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_texts
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 
@@ -53,7 +54,9 @@ def system():
   reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
   titles = [title for title, _ in tiny_world.BLOCKS]
   texts = [text for _, text in tiny_world.BLOCKS]
-  embeddings = embed_blocks(retriever, tokenizer, titles, texts, block_length=32)
+  embeddings = embed_texts(DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id,
+                                    tokenizer.pad_id, block_length=32, bucket=1),
+                           tokenizer, titles, texts, batch_size=32)
   ids = [1000 + 7 * i for i in range(len(titles))]
   return RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), titles,
                          texts, k=3, query_length=16, block_length=32, reader_length=48,

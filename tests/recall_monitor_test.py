@@ -14,11 +14,12 @@ from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.models.saving import load_model
 from realm_tf.qa.datasets import QAExample
 from realm_tf.qa.supervision import AnswerMatcher
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.recall_monitor import RecallMonitor
-from realm_tf.training.store_embedding import embed_store
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
 
@@ -44,7 +45,8 @@ def _retriever(seed=0):
 
 
 def _oracle(retriever, store, tok, examples, k):
-  docs = embed_store(retriever, store, tok.cls_id, tok.sep_id, tok.pad_id, block_length=24)
+  docs = embed_blocks(DocTower(retriever, tok.cls_id, tok.sep_id, tok.pad_id, block_length=24),
+                      store.title_ids, store.body_ids)
   features = QueryFeaturizer(tok, seq_length=16)(tf.constant([e.question for e in examples]))
   queries = retriever.embed_query(features, training=False).numpy()
   ranked = np.argsort(-(queries @ docs.T), axis=1, kind="stable")[:, :k]
@@ -60,7 +62,8 @@ def test_recall_matches_a_brute_force_oracle(world):
   result = monitor(retriever)
   assert result == {"recall@1": pytest.approx(_oracle(retriever, store, tok, examples, 1)),
                     "recall@3": pytest.approx(_oracle(retriever, store, tok, examples, 3))}
-  docs = embed_store(retriever, store, tok.cls_id, tok.sep_id, tok.pad_id, block_length=24)
+  docs = embed_blocks(DocTower(retriever, tok.cls_id, tok.sep_id, tok.pad_id, block_length=24),
+                      store.title_ids, store.body_ids)
   index = BruteForceIndex(docs)
   searched = monitor(retriever, lambda q, k: index.search(q, k=k)[1].numpy())
   assert searched == pytest.approx(result)

@@ -5,7 +5,8 @@ import pytest
 from realm_tf import configs
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.retrieve_and_read import RetrieveAndRead
-from realm_tf.retrieve_and_read import embed_blocks
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_texts
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "dog", "sat", "on", "mat",
@@ -21,16 +22,13 @@ def system():
   encoder = configs.EncoderConfig.tiny(vocab_size=len(VOCAB))
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder, projection_size=8))
   reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
-  embeddings = embed_blocks(retriever, tokenizer, TITLES, BODIES, batch_size=4)
+  embeddings = _embed(retriever, tokenizer, TITLES, BODIES)
   return tokenizer, retriever, reader, embeddings
 
 
-def test_embed_blocks_matches_unbatched_padded_embedding(system):
-  tokenizer, retriever, _, embeddings = system
-  assert embeddings.shape == (6, 8)
-  one_by_one = np.concatenate([embed_blocks(retriever, tokenizer, [t], [b], batch_size=1)
-                               for t, b in zip(TITLES, BODIES)])
-  np.testing.assert_allclose(embeddings, one_by_one, atol=1e-5)
+def _embed(retriever, tokenizer, titles, bodies):
+  tower = DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, bucket=1)
+  return embed_texts(tower, tokenizer, titles, bodies, batch_size=4)
 
 
 def test_answers_come_from_retrieved_blocks(system):
@@ -59,21 +57,10 @@ def test_index_and_corpus_must_agree(system):
                     BODIES)
 
 
-def test_empty_over_long_and_invalid_utf8_blocks_embed_finitely(system):
-  tokenizer, retriever, _, _ = system
-  bodies = ["", "the cat sat on the mat . " * 5000, b"paris \xff\xfe is".decode("latin-1"),
-            "paris is in france ."]
-  embeddings = embed_blocks(retriever, tokenizer, ["", "cat", "paris", ""], bodies,
-                            batch_size=2, block_length=288)
-  assert embeddings.shape == (4, 8) and np.isfinite(embeddings).all()
-  raw = embed_blocks(retriever, tokenizer, [b"paris \xff"], [b"\xc3\x28 is"], batch_size=1)
-  assert np.isfinite(raw).all()
-
-
 def test_answers_when_retrieved_blocks_are_empty(system):
   tokenizer, retriever, reader, _ = system
   titles, bodies = TITLES + ["", "mat"], BODIES + ["", ""]
-  embeddings = embed_blocks(retriever, tokenizer, titles, bodies, batch_size=4)
+  embeddings = _embed(retriever, tokenizer, titles, bodies)
   system_ = RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), titles,
                             bodies, k=len(bodies), query_length=16, block_length=24,
                             reader_length=40)

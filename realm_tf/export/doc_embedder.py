@@ -183,6 +183,9 @@ class ExportAttributes:
   snapshot_step: int
   length_multiple: int
   jit_compile: bool
+  cls_id: int
+  sep_id: int
+  pad_id: int
 
 
 def export_attributes(path: str) -> ExportAttributes:
@@ -193,7 +196,8 @@ def export_attributes(path: str) -> ExportAttributes:
   return ExportAttributes(
       embedding_dim=int(value("embedding_dim")), block_length=int(value("block_length")),
       snapshot_step=int(value("snapshot_step")), length_multiple=int(value("length_multiple")),
-      jit_compile=bool(value("jit_compile")))
+      jit_compile=bool(value("jit_compile")), cls_id=int(value("cls_id")),
+      sep_id=int(value("sep_id")), pad_id=int(value("pad_id")))
 
 
 class DocEmbedder:
@@ -207,11 +211,24 @@ class DocEmbedder:
     self.embedding_dim, self.block_length = attributes.embedding_dim, attributes.block_length
     self.snapshot_step = attributes.snapshot_step
     self.length_multiple, self.jit_compile = attributes.length_multiple, attributes.jit_compile
+    self.cls_id, self.sep_id, self.pad_id = attributes.cls_id, attributes.sep_id, attributes.pad_id
 
   @property
   def takes_text(self) -> bool:
     """Whether the export has the "embed_texts" signature."""
     return "embed_texts" in self._module.signatures
+
+  def tokenizer(self) -> WordpieceTokenizer:
+    """The export's own tokenizer (its `vocab_file` asset and `do_lower_case`).
+
+    Raises:
+      ValueError: the export has no tokenizer.
+    """
+    if not self.takes_text:
+      raise ValueError(f"doc embedder {self.path} was exported without a tokenizer")
+    return WordpieceTokenizer.from_vocab_file(
+        self._module.vocab_file.asset_path.numpy().decode("utf-8"),
+        lower_case=bool(self._module.do_lower_case.numpy()))
 
   def embed_texts(self, titles: Sequence[str], texts: Sequence[str],
                   batch_size: int = 64) -> np.ndarray:

@@ -15,9 +15,10 @@ from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.datasets import QAExample
 from realm_tf.qa.supervision import AnswerMatcher
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-from realm_tf.training.store_embedding import embed_store
 
 
 def retrieved_has_answer(retriever: Retriever, store: BlockStore,
@@ -25,8 +26,9 @@ def retrieved_has_answer(retriever: Retriever, store: BlockStore,
                          query_length: int, block_length: int,
                          batch_size: int = 64) -> np.ndarray:
   """bool [Q, k]: whether the i-th retrieved block of each question holds an answer."""
-  block_emb = embed_store(retriever, store, tokenizer.cls_id, tokenizer.sep_id,
-                          tokenizer.pad_id, block_length=block_length)  # [N, D]
+  tower = DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+                   block_length=block_length)
+  block_emb = embed_blocks(tower, store.title_ids, store.body_ids)  # [N, D]
   index = BruteForceIndex(block_emb)
   featurize = Featurizer(tokenizer, query_length, block_length).queries
   embed = tf.function(lambda f: retriever.embed_query(f, training=False), reduce_retracing=True)

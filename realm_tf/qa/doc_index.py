@@ -10,14 +10,14 @@ A `DocIndex` directory holds
                      are gathered from it)
     index/           a saved `MipsIndex` over the same rows (`realm_tf.mips.load_index`)
 
-Embeddings always come from a doc-embedder export (`realm_tf.export.doc_embedder`), the same
-path the index builder uses. Embeddings from elsewhere (another `DocIndex` directory, or the
-embedding pipeline's `embeddings-*.tfrecord` shards) are checked against the embedder before
-use: the dimension must agree and a deterministic sample of blocks is re-embedded and compared,
-so a corpus embedded by another model is an `EmbeddingMismatchError`, never silently wrong
-retrieval. The comparison allows the rounding of the precision the embeddings were computed in
-("embedding_dtype" of info.json: float32, or bfloat16 from a bfloat16 doc-embedder export,
-`models.precision`): `embedding_tolerance`.
+Embeddings always come from a doc-embedder export (`realm_tf.export.doc_embedder`) through
+`retrieval.embedding.embed_blocks`, as in the index builder. Embeddings from elsewhere
+(another `DocIndex` directory, or the embedding pipeline's `embeddings-*.tfrecord` shards) are
+checked against the embedder before use: the dimension must agree and a deterministic sample
+of blocks is re-embedded and compared, so a corpus embedded by another model is an
+`EmbeddingMismatchError`, never silently wrong retrieval. The comparison allows the rounding
+of the precision the embeddings were computed in ("embedding_dtype" of info.json: float32, or
+bfloat16 from a bfloat16 doc-embedder export, `models.precision`): `embedding_tolerance`.
 """
 import dataclasses
 import json
@@ -36,6 +36,7 @@ from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.mips.mips_index import load_index
 from realm_tf.qa.corpus import Corpus
+from realm_tf.retrieval import embedding
 
 _INFO = "info.json"
 _EMBEDDINGS = "embeddings.npy"
@@ -56,23 +57,6 @@ def embedding_tolerance(dtypes: Sequence[str], scale: float = 1.0) -> float:
 
 class EmbeddingMismatchError(errors.InputError):
   """Block embeddings do not belong to the corpus or were not made by the doc embedder."""
-
-
-def embed_corpus(doc_embedder: DocEmbedder, corpus: Corpus, batch_size: int = 64,
-                 progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
-  """Embeds every block of `corpus` with a doc-embedder export (its "embed_texts").
-
-  Returns:
-    float32 [N, D].
-  """
-  chunks = []
-  for begin in range(0, len(corpus), batch_size):
-    end = min(begin + batch_size, len(corpus))
-    chunks.append(doc_embedder.embed_texts(corpus.titles[begin:end], corpus.texts[begin:end],
-                                           batch_size=batch_size))
-    if progress:
-      progress(end - begin)
-  return np.concatenate(chunks, axis=0).astype(np.float32)
 
 
 def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.ndarray,
@@ -98,8 +82,8 @@ def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.
         f"{doc_embedder.path} makes dimension {doc_embedder.embedding_dim}; re-embed the "
         "corpus with this model's doc embedder")
   rows = np.unique(np.linspace(0, len(corpus) - 1, min(_VERIFY_SAMPLE, len(corpus))).astype(int))
-  fresh = doc_embedder.embed_texts([corpus.titles[r] for r in rows],
-                                   [corpus.texts[r] for r in rows])
+  fresh = embedding.embed_texts(embedding.ExportTower(doc_embedder), doc_embedder.tokenizer(),
+                                [corpus.titles[r] for r in rows], [corpus.texts[r] for r in rows])
   difference = float(np.max(np.abs(fresh - embeddings[rows])))
   tolerance = embedding_tolerance(dtypes, float(np.max(np.abs(fresh), initial=0.0)))
   if not np.isfinite(difference) or difference > tolerance:
@@ -172,9 +156,12 @@ class DocIndex:
             progress: Optional[Callable[[int], None]] = None,
             scann: ScannSettings = ScannSettings(),
             embedding_dtype: str = "float32") -> "DocIndex":
-    """Embeds `corpus` with `doc_embedder` (an export computing in `embedding_dtype`) and
-    indexes it (`index_builder.build_index`)."""
-    embeddings = embed_corpus(doc_embedder, corpus, batch_size, progress)
+    """Embeds `corpus` with `doc_embedder` (an export computing in `embedding_dtype`), tokenized
+    by the export's own tokenizer (`retrieval.embedding.embed_texts`), and indexes it
+    (`index_builder.build_index`)."""
+    embeddings = embedding.embed_texts(embedding.ExportTower(doc_embedder),
+                                       doc_embedder.tokenizer(), corpus.titles, corpus.texts,
+                                       batch_size, progress)
     return cls(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint,
                snapshot_step, kind, embedding_dtype)
 

@@ -53,8 +53,9 @@ from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.retriever import Retriever
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.training import distribute
-from realm_tf.training.store_embedding import StoreEmbedder
 
 
 class IndexBuilderError(RuntimeError):
@@ -99,7 +100,7 @@ class IndexRefresher(abc.ABC):
     self.version = ""
     self.snapshot_step = 0
     self.swaps = 0
-    self._store_embedder: Optional[StoreEmbedder] = None
+    self._doc_tower: Optional[DocTower] = None
     self._strategy = tf.distribute.get_strategy()
     self._chief = True
 
@@ -134,12 +135,10 @@ class IndexRefresher(abc.ABC):
     return [v for v in versions if v not in removed]
 
   def _build_now(self, step: int, retriever: Retriever) -> None:
-    if self._store_embedder is None or self._store_embedder.retriever is not retriever:
-      self._store_embedder = StoreEmbedder(retriever, *self.special_ids,
-                                           block_length=self.block_length,
-                                           compute_dtype=self.compute_dtype,
-                                           jit_compile=self.jit_compile)
-    embeddings = self._store_embedder(self.store)
+    if self._doc_tower is None or self._doc_tower.retriever is not retriever:
+      self._doc_tower = DocTower(retriever, *self.special_ids, block_length=self.block_length,
+                                 compute_dtype=self.compute_dtype, jit_compile=self.jit_compile)
+    embeddings = embed_blocks(self._doc_tower, self.store.title_ids, self.store.body_ids)
     version = index_publisher.version_for_step(step)
     index_publisher.publish(index_builder.build_index(embeddings, self.kind, self.scann),
                             self.index_root, version,

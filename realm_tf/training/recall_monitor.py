@@ -21,9 +21,10 @@ from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import retrieval_recall
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.datasets import QAExample
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-from realm_tf.training.store_embedding import StoreEmbedder
 
 
 def query_embed_fn(retriever: Retriever, tokenizer: WordpieceTokenizer,
@@ -68,15 +69,14 @@ class RecallMonitor:
       raise ValueError(f"metric {self.metric!r} is not one of the cut-offs {self.ks}")
     self.tokenizer, self.block_length, self.batch_size = tokenizer, block_length, batch_size
     self.query_length = query_length
-    self._store_embedder: Optional[StoreEmbedder] = None
+    self._doc_tower: Optional[DocTower] = None
     self._query_embedder: Optional[Tuple[Retriever, retrieval_recall.QueryEmbedFn]] = None
 
   def _embed_store(self, retriever: Retriever) -> np.ndarray:
-    if self._store_embedder is None or self._store_embedder.retriever is not retriever:
-      self._store_embedder = StoreEmbedder(retriever, self.tokenizer.cls_id,
-                                           self.tokenizer.sep_id, self.tokenizer.pad_id,
-                                           block_length=self.block_length)
-    return self._store_embedder(self.store)
+    if self._doc_tower is None or self._doc_tower.retriever is not retriever:
+      self._doc_tower = DocTower(retriever, self.tokenizer.cls_id, self.tokenizer.sep_id,
+                                 self.tokenizer.pad_id, block_length=self.block_length)
+    return embed_blocks(self._doc_tower, self.store.title_ids, self.store.body_ids)
 
   def embed_questions(self, retriever: Retriever) -> np.ndarray:
     """[Q, D] query embeddings (no dropout)."""

@@ -1,0 +1,145 @@
+"""The one block-embedding function: wordpieces of (title, body) blocks -> float32 [N, D].
+
+Every path that embeds a corpus runs `embed_blocks`: the synchronous index refresh and the
+recall monitor of pre-training, the QA document index (and its swap for another corpus and its
+refresh during fine-tuning), retrieve-and-read over texts, and the Beam index builder's
+`EmbedBlocks`. What differs between them is the doc tower, behind the `Tower` interface:
+`DocTower` (a retriever in memory, optionally in bfloat16 and XLA-compiled) and `ExportTower`
+(a doc-embedder SavedModel, whose precision and XLA option were fixed at export).
+
+Length bucketing: blocks are embedded shortest first and each batch is padded only to its
+longest block, rounded up to a multiple of the tower's `bucket` (few distinct shapes to trace).
+Blocks of short articles (and each article's last block) are far below 288 wordpieces, so this
+does a fraction of the fixed-length work (bench/embedding_bench.py: 2.1-2.6x blocks/s on
+Wikipedia lead extracts, which average 108 wordpieces). With an XLA-compiled tower the last
+batch is padded to `batch_size` rows so that there is one batch size.
+Legend: N blocks, B blocks per batch, L padded length, T wordpieces, D embedding dim.
+"""
+from typing import Callable, Dict, Optional, Protocol, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.models.precision import with_compute_dtype
+from realm_tf.models.retriever import Retriever
+from realm_tf.tokenization.bert_packer import BertPacker
+from realm_tf.tokenization.bert_packer import padded_length
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+Features = Dict[str, tf.Tensor]
+
+
+class Tower(Protocol):
+  """A doc tower as `embed_blocks` runs it.
+
+  Attributes:
+    packer: packs `[CLS] title [SEP] body [SEP]` to at most `block_length` wordpieces.
+    bucket: padded lengths are multiples of this.
+    dim: D.
+    jit_compile: whether the forward is XLA-compiled (then every batch has `batch_size` rows).
+  """
+  packer: BertPacker
+  bucket: int
+  dim: int
+  jit_compile: bool
+
+  def start(self) -> None:
+    """Called once before a corpus is embedded."""
+
+  def __call__(self, features: Features) -> np.ndarray:
+    """int32 [B, L] features -> float32 [B, D]."""
+
+
+class DocTower:
+  """A retriever's doc tower in memory, traced once (callers that embed repeatedly, such as
+  the synchronous refresher, keep one instead of re-tracing per call); it embeds with the
+  tower's weights at the time of `embed_blocks`.
+
+  `compute_dtype="bfloat16"` embeds with a bfloat16 copy of the doc tower (`models.precision`),
+  several times faster where the hardware has bfloat16 matmuls; the copy takes the retriever's
+  weights at every `start`. `jit_compile=True` XLA-compiles the forward, once per bucket
+  length.
+  """
+
+  def __init__(self, retriever: Retriever, cls_id: int, sep_id: int, pad_id: int,
+               block_length: int = 288, bucket: int = 32, compute_dtype: str = "float32",
+               jit_compile: bool = False):
+    self.retriever = retriever
+    self.packer = BertPacker(block_length, cls_id, sep_id, pad_id)
+    self.bucket, self.dim, self.jit_compile = bucket, retriever.projection_size, jit_compile
+    self._embedder = with_compute_dtype(retriever, compute_dtype)
+    embedder = self._embedder
+    self._embed = tf.function(
+        lambda f: tf.cast(embedder.embed_documents(f, training=False), tf.float32),
+        reduce_retracing=True, jit_compile=jit_compile)
+
+  def start(self) -> None:
+    if self._embedder is not self.retriever:
+      self._embedder.set_weights(self.retriever.get_weights())
+
+  def __call__(self, features: Features) -> np.ndarray:
+    return self._embed(features).numpy()
+
+
+class ExportTower:
+  """A doc-embedder export (`realm_tf.signatures.doc_embedder`) through its "serving_default"
+  signature, with the export's packing, `length_multiple` and XLA option."""
+
+  def __init__(self, doc_embedder: DocEmbedder):
+    self.doc_embedder = doc_embedder
+    self.packer = BertPacker(doc_embedder.block_length, doc_embedder.cls_id,
+                             doc_embedder.sep_id, doc_embedder.pad_id)
+    self.bucket, self.dim = doc_embedder.length_multiple, doc_embedder.embedding_dim
+    self.jit_compile = doc_embedder.jit_compile
+
+  def start(self) -> None:
+    """Nothing to prepare: the export's weights are fixed."""
+
+  def __call__(self, features: Features) -> np.ndarray:
+    return self.doc_embedder.embed_features(features)
+
+
+def embed_blocks(tower: Tower, title_ids: tf.RaggedTensor, body_ids: tf.RaggedTensor,
+                 batch_size: int = 64,
+                 progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
+  """Embeds blocks with `tower`, `batch_size` at a time, by length buckets (module docstring).
+
+  Args:
+    tower: the doc tower.
+    title_ids, body_ids: int RaggedTensors [N, (T)], the wordpieces without specials.
+    batch_size: B.
+    progress: called with the number of blocks of each batch embedded.
+
+  Returns:
+    float32 [N, D] in input order.
+  """
+  tower.start()
+  lengths = (title_ids.row_lengths() + body_ids.row_lengths()).numpy() + 3
+  order = np.argsort(lengths, kind="stable")
+  block_length = tower.packer.seq_length
+  embeddings = np.zeros([len(lengths), tower.dim], np.float32)
+  for start in range(0, len(lengths), batch_size):
+    rows = order[start:start + batch_size]
+    titles = tf.cast(tf.gather(title_ids, rows), tf.int32)
+    bodies = tf.cast(tf.gather(body_ids, rows), tf.int32)
+    length = padded_length(int(lengths[rows].max()), tower.bucket, block_length)
+    features = {n: t[:, :length] for n, t in tower.packer((titles, bodies)).items()}
+    if tower.jit_compile and len(rows) < batch_size:
+      features = {n: tf.pad(t, [[0, batch_size - len(rows)], [0, 0]])
+                  for n, t in features.items()}
+    embeddings[rows] = tower(features)[:len(rows)]
+    if progress:
+      progress(len(rows))
+  return embeddings
+
+
+def embed_texts(tower: Tower, tokenizer: WordpieceTokenizer, titles: Sequence[str],
+                texts: Sequence[str], batch_size: int = 64,
+                progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
+  """N titles and texts, tokenized by `tokenizer`, through `embed_blocks`: float32 [N, D]."""
+  if len(titles) != len(texts):
+    raise ValueError(f"{len(titles)} titles for {len(texts)} texts")
+  tokenize = lambda strings: tokenizer(tf.constant(list(strings), tf.string)) if len(
+      strings) else tf.ragged.constant([], tf.int32, ragged_rank=1)
+  return embed_blocks(tower, tokenize(titles), tokenize(texts), batch_size, progress)
