@@ -1,13 +1,13 @@
 """Reading the block records of a corpus directory (`blocks-*.tfrecord`, see
-`realm_tf.data.formats`) in Beam, and the corpus fingerprint without loading the texts.
+`realm_tf.data.formats`) in Beam, and the corpus ids and fingerprint without holding the texts.
 
-`corpus_fingerprint(corpus_dir)` equals `BlockStore.load(corpus_dir).fingerprint` (sha256 of
-the ascending int64 block ids) but reads only the ids, so it stays cheap for 13M blocks.
+`corpus_ids_and_fingerprint(corpus_dir)` gives the canonical ids and the fingerprint that
+`BlockStore.load(corpus_dir).fingerprint` gives (`retrieval.fingerprint`), streaming the
+records: it holds 40 bytes a block (id and block digest), so it stays cheap for 13M blocks.
 """
 import dataclasses
-import hashlib
 import os
-from typing import List
+from typing import List, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -15,6 +15,8 @@ import tensorflow as tf
 
 from realm_tf.data import formats
 from realm_tf.data import shards
+from realm_tf.retrieval.fingerprint import block_digest
+from realm_tf.retrieval.fingerprint import fingerprint_digests
 
 
 @dataclasses.dataclass
@@ -77,22 +79,18 @@ class ReadBlocks(beam.PTransform):
             | "Parse" >> beam.Map(parse_block_record))
 
 
-def corpus_block_ids(corpus_dir: str, batch_size: int = 4096) -> np.ndarray:
-  """The block ids of `corpus_dir` in canonical (ascending) order: int64 [N]."""
-  spec = {"block_id": formats.BLOCK_FEATURES["block_id"]}
+def corpus_ids_and_fingerprint(corpus_dir: str, batch_size: int = 4096
+                               ) -> Tuple[np.ndarray, str]:
+  """The block ids of `corpus_dir` in canonical (ascending) order, int64 [N], and the corpus
+  fingerprint (= `BlockStore.load(corpus_dir).fingerprint`), the texts streamed."""
+  spec = {name: formats.BLOCK_FEATURES[name] for name in ("block_id", "title", "text")}
   dataset = (tf.data.TFRecordDataset(block_files(corpus_dir))
              .batch(batch_size)
-             .map(lambda records: tf.io.parse_example(records, spec)["block_id"]))
-  chunks = [ids.numpy() for ids in dataset]
-  ids = np.concatenate(chunks) if chunks else np.zeros([0], np.int64)
-  return np.sort(ids.astype(np.int64), kind="stable")
-
-
-def fingerprint(block_ids: np.ndarray) -> str:
-  """sha256 of the canonical int64 block-id sequence (as `BlockStore.fingerprint`)."""
-  return hashlib.sha256(np.ascontiguousarray(block_ids, np.int64).tobytes()).hexdigest()
-
-
-def corpus_fingerprint(corpus_dir: str) -> str:
-  """`BlockStore.load(corpus_dir).fingerprint`, reading only the block ids."""
-  return fingerprint(corpus_block_ids(corpus_dir))
+             .map(lambda records: tf.io.parse_example(records, spec)))
+  chunks, digests = [], []
+  for batch in dataset:
+    chunks.append(batch["block_id"].numpy())
+    digests.extend(block_digest(title.decode("utf-8"), text.decode("utf-8"))
+                   for title, text in zip(batch["title"].numpy(), batch["text"].numpy()))
+  ids = np.concatenate(chunks).astype(np.int64) if chunks else np.zeros([0], np.int64)
+  return np.sort(ids, kind="stable"), fingerprint_digests(ids, digests)

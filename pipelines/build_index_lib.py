@@ -22,7 +22,8 @@ The launching process verifies the block shards (`realm_tf.data.shards`, against
 `blocks.manifest.json`) before the pipeline starts, and writes `embeddings.manifest.json`
 beside the embedding shards. Checks before publishing: every corpus block has exactly one
 embedding, the ids read back are the corpus's canonical ids
-(`block_records.corpus_fingerprint`, equal to `BlockStore.load(corpus_dir).fingerprint`), all
+(`block_records.corpus_ids_and_fingerprint`, whose fingerprint is
+`BlockStore.load(corpus_dir).fingerprint`), all
 embeddings finite with the export's dimension.
 The manifest's builder parameters carry `corpus_fingerprint`, `snapshot_step` (from the
 export), `embedder_dir` and `num_blocks`.
@@ -271,9 +272,8 @@ def check_embeddings(block_ids: np.ndarray, embeddings: np.ndarray, corpus_ids: 
   if not np.array_equal(block_ids, corpus_ids):
     wrong = np.nonzero(block_ids != corpus_ids)[0]
     raise IndexBuildError(
-        f"embedding ids are not the corpus's canonical ids (fingerprint "
-        f"{block_records.fingerprint(block_ids)[:12]} vs "
-        f"{block_records.fingerprint(corpus_ids)[:12]}); first mismatch at row {wrong[0]}")
+        f"embedding ids are not the corpus's canonical ids: first mismatch at row {wrong[0]} "
+        f"(id {block_ids[wrong[0]]}, the corpus has {corpus_ids[wrong[0]]})")
   if embeddings.shape != (len(corpus_ids), dim):
     raise IndexBuildError(f"embeddings have shape {embeddings.shape}, expected "
                           f"({len(corpus_ids)}, {dim})")
@@ -354,7 +354,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
   index_builder.check_kind(kind)
   shards.check_directory(embedder_dir, "a doc-embedder export (--embedder_dir)",
                          "Pass a directory written by `export_doc_embedder`")
-  corpus_ids = block_records.corpus_block_ids(corpus_dir)  # [N], canonical order; verified
+  corpus_ids, fingerprint = block_records.corpus_ids_and_fingerprint(corpus_dir)  # verified
   if len(corpus_ids) == 0:
     raise IndexBuildError(errors.describe(
         corpus_dir, "the corpus has no blocks", "Pass the output of pipelines.wikipedia_to_blocks"))
@@ -374,7 +374,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
     groups_per_bucket = max(1, len(corpus_ids) // (blocks_per_batch * BATCHES_PER_GROUP))
     counters = run_pipeline(pipeline, corpus_dir, embedder_dir, work_dir, num_shards,
                             blocks_per_batch, groups_per_bucket, verify=False)
-    metadata = {"corpus_fingerprint": block_records.fingerprint(corpus_ids),
+    metadata = {"corpus_fingerprint": fingerprint,
                 "snapshot_step": snapshot_step, "embedder_dir": embedder_dir,
                 "num_blocks": int(len(corpus_ids))}
     directory = publish_embeddings(work_dir, num_shards, corpus_ids, dim, index_root, version,

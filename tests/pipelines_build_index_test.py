@@ -143,7 +143,8 @@ def test_build_index_publishes_versions(corpus, tmp_path):
   version, exact, metadata = index_publisher.load_latest(root)
   assert metadata == {"corpus_fingerprint": store.fingerprint, "snapshot_step": 1200,
                       "embedder_dir": embedder_dir, "num_blocks": len(store)}
-  assert block_records.corpus_fingerprint(corpus_dir) == store.fingerprint
+  ids, fingerprint = block_records.corpus_ids_and_fingerprint(corpus_dir)
+  assert fingerprint == store.fingerprint and list(ids) == list(store.block_ids)
   second = build_index_lib.build_index(corpus_dir, embedder_dir, root, kind="scann",
                                        version="step-00002400",
                                        embeddings_dir=str(tmp_path / "kept"))

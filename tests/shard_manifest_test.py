@@ -102,7 +102,8 @@ FAULTS = {
 READERS = {
     "BlockStore.load": ("blocks", BlockStore.load),
     "qa.load_corpus (ask, finetune)": ("blocks", qa_corpus.load_corpus),
-    "block_records.corpus_block_ids": ("blocks", block_records.corpus_block_ids),
+    "block_records.corpus_ids_and_fingerprint": (
+        "blocks", block_records.corpus_ids_and_fingerprint),
     "pretraining_examples pipeline": ("blocks", lambda d: pretraining_examples_lib.run_pipeline(
         None, pretraining_examples_lib.ExamplesConfig(d, d + "-out", tagger="dates"))),
     "build_index": ("blocks", lambda d: build_index_lib.build_index(d, d, d + "-index")),

@@ -1,11 +1,12 @@
 """All blocks of a corpus in canonical order (ascending block id), held in memory.
 
 Row r of a `BlockStore` is row r of every block-embedding matrix and MIPS index built from it;
-`fingerprint` identifies that order so an index can be checked against its corpus.
+`fingerprint` (`retrieval.fingerprint.corpus_fingerprint`) identifies those blocks in that order
+so an index can be checked against its corpus.
 Legend: N blocks, T wordpieces.
 """
 import dataclasses
-import hashlib
+import functools
 from typing import List, Sequence
 
 import numpy as np
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 from realm_tf.data import formats
 from realm_tf.data import shards
+from realm_tf.retrieval.fingerprint import corpus_fingerprint
 
 
 def _ragged(rows: Sequence[Sequence[int]]) -> tf.RaggedTensor:
@@ -48,10 +50,10 @@ class BlockStore:
   def __len__(self) -> int:
     return len(self.block_ids)
 
-  @property
+  @functools.cached_property
   def fingerprint(self) -> str:
-    """sha256 of the canonical block-id sequence."""
-    return hashlib.sha256(np.ascontiguousarray(self.block_ids, np.int64).tobytes()).hexdigest()
+    """`retrieval.fingerprint.corpus_fingerprint` of the ids, titles and texts (computed once)."""
+    return corpus_fingerprint(self.block_ids, self.titles, self.texts)
 
   def rows(self, block_ids) -> np.ndarray:
     """Rows of `block_ids` (int64 array); raises KeyError naming any unknown id."""

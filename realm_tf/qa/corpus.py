@@ -16,7 +16,7 @@ vocabulary, so a corpus prepared for another vocabulary still embeds and reads c
 """
 import csv
 import dataclasses
-import hashlib
+import functools
 import json
 import os
 from typing import List, Sequence
@@ -27,6 +27,7 @@ import tensorflow as tf
 from realm_tf import errors
 from realm_tf.data.block_store import BlockStore
 from realm_tf.qa.datasets import MalformedRecordError
+from realm_tf.retrieval.fingerprint import corpus_fingerprint
 
 
 @dataclasses.dataclass
@@ -57,16 +58,10 @@ class Corpus:
   def __len__(self) -> int:
     return len(self.block_ids)
 
-  @property
+  @functools.cached_property
   def fingerprint(self) -> str:
-    """sha256 over the ids, titles and texts, in order."""
-    digest = hashlib.sha256(self.block_ids.tobytes())
-    for title, text in zip(self.titles, self.texts):
-      for field in (title, text):
-        data = field.encode("utf-8")
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()
+    """`retrieval.fingerprint.corpus_fingerprint` of the ids, titles and texts (computed once)."""
+    return corpus_fingerprint(self.block_ids, self.titles, self.texts)
 
   @classmethod
   def from_blocks(cls, block_ids: Sequence[int], titles: Sequence[str], texts: Sequence[str],
