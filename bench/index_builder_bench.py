@@ -33,7 +33,7 @@ from realm_tf import configs  # pylint: disable=g-import-not-at-top
 from realm_tf import pretrained  # pylint: disable=g-import-not-at-top
 from realm_tf.data.block_store import BlockStore  # pylint: disable=g-import-not-at-top
 from realm_tf.demo import wikipedia  # pylint: disable=g-import-not-at-top
-from realm_tf.export.doc_embedder import export_doc_embedder  # pylint: disable=g-import-not-at-top
+from realm_tf.signatures import doc_embedder  # pylint: disable=g-import-not-at-top
 
 _NUM_DOCS = flags.DEFINE_integer("num_docs", 300, "Lead extracts to pack into blocks.")
 _ENCODER = flags.DEFINE_enum("encoder", "minilm_l6", ["minilm_l6", "bert_base"],
@@ -72,9 +72,9 @@ def main(argv):
     lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
     for variant in _VARIANTS.value:
       multiple, jit = VARIANTS[variant]
-      embedder = export_doc_embedder(retriever, os.path.join(tmp, variant.replace(" ", "_")),
-                                     *special, length_multiple=multiple or 288,
-                                     jit_compile=jit)
+      embedder = doc_embedder.export_doc_embedder(
+          retriever, os.path.join(tmp, variant.replace(" ", "_")), *special,
+          length_multiple=multiple or 288, jit_compile=jit)
       start = time.perf_counter()
       build = build_index_lib.build_index(corpus, embedder, os.path.join(tmp, "index"),
                                           kind="brute_force", version=f"v{len(rows)}",

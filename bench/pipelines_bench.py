@@ -43,8 +43,8 @@ from pipelines import wikipedia_to_blocks_lib  # pylint: disable=wrong-import-po
 from pipelines import wikitext_cleaner  # pylint: disable=wrong-import-position
 from realm_tf import configs  # pylint: disable=wrong-import-position
 from realm_tf import pretrained  # pylint: disable=wrong-import-position
-from realm_tf.export.doc_embedder import DocEmbedder  # pylint: disable=wrong-import-position
-from realm_tf.export.doc_embedder import export_doc_embedder  # pylint: disable=C0413
+from realm_tf.signatures.doc_embedder import DocEmbedder  # pylint: disable=wrong-import-position
+from realm_tf.signatures.doc_embedder import export_doc_embedder  # pylint: disable=C0413
 
 _STAGES = flags.DEFINE_list("stages", ["stages", "runners"],
                             "What to run: 'stages' (per worker) and/or 'runners' (DirectRunner).")

@@ -43,7 +43,7 @@ from absl import flags  # pylint: disable=wrong-import-position
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=wrong-import-position
 from realm_tf.data.block_store import BlockStore  # pylint: disable=wrong-import-position
-from realm_tf.qa.datasets import QAExample  # pylint: disable=wrong-import-position
+from realm_tf.evaluation.qa_example import QAExample  # pylint: disable=wrong-import-position
 from realm_tf.real_data import corpus  # pylint: disable=wrong-import-position
 from realm_tf.real_data import questions  # pylint: disable=wrong-import-position
 from realm_tf.evaluation import retrieval_recall as recall  # pylint: disable=wrong-import-position
@@ -129,7 +129,7 @@ def dense_row(ctx: Context, name: str, key: Dict, doc_embed_fn: Callable[[], np.
 
 
 def bm25_row(ctx: Context) -> Dict:
-  from realm_tf.real_data.bm25 import Bm25Index  # pylint: disable=g-import-not-at-top
+  from realm_tf.evaluation.bm25 import Bm25Index  # pylint: disable=g-import-not-at-top
   started = time.perf_counter()
   index = Bm25Index.from_store(ctx.store)
   index_seconds = time.perf_counter() - started

@@ -49,11 +49,11 @@ from pipelines import pipeline_io
 from realm_tf import errors
 from realm_tf.data import formats
 from realm_tf.data import shards
-from realm_tf.export.doc_embedder import DocEmbedder
-from realm_tf.export.doc_embedder import export_attributes
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.retrieval import embedding
+from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.signatures.doc_embedder import export_attributes
 from realm_tf.tokenization.bert_packer import padded_length
 
 EMBEDDINGS_PREFIX = "embeddings"
@@ -159,7 +159,7 @@ class EmbedBlocks(beam.PTransform):
   DirectRunner in batch mode, left a bucket's last partial batch unembedded (88 of 90 blocks).
 
   Args:
-    embedder_dir: a `realm_tf.export.doc_embedder` SavedModel.
+    embedder_dir: a `realm_tf.signatures.doc_embedder` SavedModel.
     num_shards: S, the embedding shards.
     blocks_per_batch: blocks per embedder call.
     groups_per_bucket: parallelism within one length bucket.
@@ -332,7 +332,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
 
   Args:
     corpus_dir: the block shards of pipeline 1.
-    embedder_dir: a doc-embedder export (`realm_tf.export.doc_embedder`).
+    embedder_dir: a doc-embedder export (`realm_tf.signatures.doc_embedder`).
     index_root: where versions and `LATEST` live (`realm_tf.mips.index_publisher`).
     kind: "scann" or "brute_force".
     version: the version to publish; "" = `version_for_step(export's snapshot_step)` (step 0

@@ -26,9 +26,11 @@ def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   from realm_tf.export import export_hub_lib
-  paths = export_hub_lib.run_export(export_hub_lib.HubExportConfig(
-      model_dir=_MODEL_DIR.value, export_dir=_EXPORT_DIR.value, corpus=_CORPUS.value,
-      embeddings_dir=_EMBEDDINGS.value, k=_K.value, embedding_dtype=_EMBEDDING_DTYPE.value))
+  from realm_tf.qa.model import QAModel
+  from realm_tf.qa.model import find_model_dir
+  model = QAModel.load(find_model_dir(_MODEL_DIR.value), corpus=_CORPUS.value,
+                       embeddings_dir=_EMBEDDINGS.value, embedding_dtype=_EMBEDDING_DTYPE.value)
+  paths = export_hub_lib.export_hub(model, _EXPORT_DIR.value, _K.value)
   for name, path in paths.items():
     print(f"{name}: {path}")
 

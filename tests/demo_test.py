@@ -13,7 +13,7 @@ from realm_tf.demo import report
 from realm_tf.demo import stages
 from realm_tf.demo import wikipedia
 from realm_tf.evaluation import has_answer
-from realm_tf.qa.datasets import QAExample
+from realm_tf.evaluation.qa_example import QAExample
 
 TEXTS = ["Hamlet is a tragedy written by William Shakespeare around 1600.",
          "The Beatles were an English rock band formed in Liverpool in 1960.",

@@ -3,8 +3,8 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import configs
-from realm_tf.export.doc_embedder import DocEmbedder
-from realm_tf.export.doc_embedder import export_doc_embedder
+from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization import WordpieceTokenizer
 from realm_tf.tokenization.bert_packer import BertPacker
 

@@ -13,7 +13,6 @@ import tensorflow as tf
 import tensorflow_hub as hub
 
 from realm_tf import configs
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.export.preprocessor import export_preprocessor
 from realm_tf.export.query_embedder import export_query_embedder
 from realm_tf.export.reader import export_reader
@@ -23,6 +22,7 @@ from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_texts
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.featurizers import BlockFeaturizer
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer

@@ -22,10 +22,10 @@ from pipelines import build_index_lib
 from realm_tf import configs
 from realm_tf.data import formats
 from realm_tf.data.block_store import BlockStore
-from realm_tf.export.doc_embedder import DocEmbedder
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips import index_publisher
 from realm_tf.mips.manifest import IndexManifest
+from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization import WordpieceTokenizer
 

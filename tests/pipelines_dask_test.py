@@ -17,8 +17,8 @@ from realm_tf import configs
 from realm_tf import pretrained
 from realm_tf.data import formats
 from realm_tf.data.block_store import BlockStore
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips import manifest as manifest_lib
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 from wiki_dump_xml import dump_xml
 from wiki_dump_xml import page_xml
 

@@ -22,8 +22,8 @@ from realm_tf import configs
 from realm_tf import pretrained
 from realm_tf.data import formats
 from realm_tf.data.block_store import BlockStore
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips import index_publisher
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 
 GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 

@@ -7,13 +7,13 @@ import tensorflow as tf
 
 import tiny_world
 from realm_tf import configs
-from realm_tf.export.doc_embedder import DocEmbedder
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.keras import keras
 from realm_tf.models import precision
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
+from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 
 
 @pytest.fixture(scope="module")

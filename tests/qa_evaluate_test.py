@@ -4,9 +4,9 @@ import pytest
 
 from realm_tf import configs
 from realm_tf.evaluation import has_answer
+from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.qa import tiny_world
-from realm_tf.qa.datasets import QAExample
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import compute_metrics
 from realm_tf.qa.evaluate_lib import evaluate

@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from realm_tf import configs
 from realm_tf.evaluation import has_answer
+from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.qa import finetune_lib
 from realm_tf.qa import tiny_world
-from realm_tf.qa.datasets import QAExample
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import InitConfig

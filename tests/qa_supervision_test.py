@@ -5,9 +5,9 @@ import tensorflow as tf
 
 from realm_tf.evaluation import InvalidAnswerPattern
 from realm_tf.evaluation import has_answer
+from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.layers.span_scorer import span_candidates
 from realm_tf.losses.open_qa_loss import correct_spans
-from realm_tf.qa.supervision import AnswerMatcher
 from realm_tf.qa.supervision import find_spans
 from realm_tf.qa.supervision import gold_spans
 from realm_tf.tokenization.featurizers import Featurizer

@@ -14,11 +14,11 @@ import pytest
 from pipelines import wikipedia_to_blocks_lib
 from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import has_answer
-from realm_tf.qa.datasets import QAExample
+from realm_tf.evaluation.bm25 import Bm25Index
+from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.real_data import corpus
 from realm_tf.real_data import questions
 from realm_tf.evaluation import retrieval_recall as recall
-from realm_tf.real_data.bm25 import Bm25Index
 from realm_tf.real_data.embedding_cache import cached_embeddings
 
 NUM_DOCS = 200

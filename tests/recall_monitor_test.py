@@ -10,10 +10,10 @@ import tensorflow as tf
 
 import tiny_world
 from realm_tf import configs
+from realm_tf.evaluation.answer_matcher import AnswerMatcher
+from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.models.saving import load_model
-from realm_tf.qa.datasets import QAExample
-from realm_tf.qa.supervision import AnswerMatcher
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.tokenization.featurizers import QueryFeaturizer

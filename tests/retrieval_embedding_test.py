@@ -4,12 +4,12 @@ import pytest
 
 import tiny_world
 from realm_tf import configs
-from realm_tf.export.doc_embedder import DocEmbedder
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import ExportTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.retrieval.embedding import embed_texts
+from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 

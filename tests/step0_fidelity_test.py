@@ -13,9 +13,9 @@ from realm_tf import configs
 from realm_tf import pretrained
 from realm_tf.demo import questions as questions_lib
 from realm_tf.demo import wikipedia
+from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.models.retriever import pool
 from realm_tf.qa import datasets
-from realm_tf.qa.supervision import AnswerMatcher
 from realm_tf.tokenization.featurizers import BlockFeaturizer
 from realm_tf.tokenization.featurizers import QueryFeaturizer
 from realm_tf.training import model_init

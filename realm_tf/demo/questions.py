@@ -12,8 +12,8 @@ import re
 import unicodedata
 from typing import Dict, List, Sequence, Set, Tuple
 
-from realm_tf.qa.datasets import QAExample
-from realm_tf.qa.supervision import AnswerMatcher
+from realm_tf.evaluation.answer_matcher import AnswerMatcher
+from realm_tf.evaluation.qa_example import QAExample
 
 _RUN = re.compile(r"[^\W_]+")
 

@@ -58,11 +58,11 @@ from realm_tf.demo.progress import bar
 from realm_tf.demo.report import DemoReport
 from realm_tf.demo.report import StageResult
 from realm_tf.demo.report import stage_line
+from realm_tf.evaluation.bm25 import Bm25Index
 from realm_tf.export import export_hub_lib
 from realm_tf.keras import keras
 from realm_tf.mips import index_publisher
 from realm_tf.qa import ask_lib
-from realm_tf.real_data.bm25 import Bm25Index
 from realm_tf.qa import datasets
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
@@ -395,8 +395,8 @@ class Demo:
     return self._evaluate("after")
 
   def export(self) -> Dict[str, Any]:
-    paths = export_hub_lib.run_export(export_hub_lib.HubExportConfig(
-        model_dir=self.path("qa"), export_dir=self.path("hub"), k=self.config.k))
+    model = QAModel.load(find_model_dir(self.path("qa")))
+    paths = export_hub_lib.export_hub(model, self.path("hub"), self.config.k)
     size = sum(os.path.getsize(os.path.join(directory, name))
                for directory, _, names in os.walk(self.path("hub")) for name in names)
     return {"modules": sorted(paths), "megabytes": size / 2**20, "path": "hub"}

@@ -1,4 +1,5 @@
-"""Open-QA evaluation: answer normalisation and matching, retrieval recall@k."""
+"""Open-QA evaluation: questions (`qa_example`), answer normalisation and matching
+(`answer_matcher`), retrieval recall@k and the BM25 baseline (`bm25`)."""
 from realm_tf.evaluation.answer_normalization import InvalidAnswerPattern
 from realm_tf.evaluation.answer_normalization import exact_match
 from realm_tf.evaluation.answer_normalization import has_answer

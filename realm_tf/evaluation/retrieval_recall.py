@@ -14,8 +14,8 @@ import numpy as np
 
 from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import RecallAtK
-from realm_tf.qa.datasets import QAExample
-from realm_tf.qa.supervision import AnswerMatcher
+from realm_tf.evaluation.answer_matcher import AnswerMatcher
+from realm_tf.evaluation.qa_example import QAExample
 
 DEFAULT_KS = (5, 20, 100)
 QueryEmbedFn = Callable[[Sequence[str]], np.ndarray]  # Q questions -> float32 [Q, D]

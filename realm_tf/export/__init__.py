@@ -1,3 +1,5 @@
-"""SavedModel exports of the REALM towers: the doc embedder the index builder runs
-(`doc_embedder`), and the TF Hub modules of a fine-tuned QA model (`query_embedder`,
-`reader`, `realm_qa`, written together by `export_hub_lib`)."""
+"""The TF Hub modules of a fine-tuned QA model (`preprocessor`, `query_embedder`, `reader`,
+`realm_qa`, written with the doc embedder by `export_hub_lib`). They build on
+`realm_tf.signatures` (the doc-embedder export, the Reusable SavedModel base) and import none
+of the stages (`qa`, `training`, `demo`, `knowledge_world`); the `realm-export-hub` binary
+loads the model and calls `export_hub_lib.export_hub`."""

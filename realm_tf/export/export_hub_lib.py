@@ -1,23 +1,22 @@
 """Exports a fine-tuned QA model as five TF Hub SavedModels (Model Garden `export_tfhub_lib`
-style; `realm_tf/export_hub.py` is the binary).
+style; `realm_tf/export_hub.py` is the binary, which loads the model).
 
-    <export_dir>/preprocessor/     `realm_tf.export.preprocessor`    text -> the encoders' inputs
-                                                                     (tokenize, bert_pack_inputs)
-    <export_dir>/query_embedder/   `realm_tf.export.query_embedder`  Embed_input
-    <export_dir>/doc_embedder/     `realm_tf.export.doc_embedder`    Embed_doc (with strings): the
-                                                                     very export that embedded
-                                                                     the model's index
-    <export_dir>/reader/           `realm_tf.export.reader`          MLM and span heads
-    <export_dir>/realm_qa/         `realm_tf.export.realm_qa`        question -> answer + evidence,
-                                                                     corpus and index packaged
+    <export_dir>/preprocessor/     `export.preprocessor`       text -> the encoders' inputs
+                                                               (tokenize, bert_pack_inputs)
+    <export_dir>/query_embedder/   `export.query_embedder`     Embed_input
+    <export_dir>/doc_embedder/     `signatures.doc_embedder`   Embed_doc (with strings): the very
+                                                               export that embedded the model's
+                                                               index (copied)
+    <export_dir>/reader/           `export.reader`             MLM and span heads
+    <export_dir>/realm_qa/         `export.realm_qa`           question -> answer + evidence,
+                                                               corpus and index packaged
     <export_dir>/export.json       what was exported: model, step, corpus, sizes, signatures
 
 Each loads with `hub.load(path)` or `hub.KerasLayer(path)` after `import tensorflow_text`,
-without realm_tf, and is a Reusable SavedModel (`realm_tf.export.reusable`):
+without realm_tf, and is a Reusable SavedModel (`realm_tf.signatures.reusable`):
 `hub.KerasLayer(path, trainable=True)` fine-tunes its weights inside a user's Keras model. See
 each module's docstring for its signatures.
 """
-import dataclasses
 import json
 import os
 from typing import Dict
@@ -28,8 +27,6 @@ from realm_tf.export.preprocessor import export_preprocessor
 from realm_tf.export.query_embedder import export_query_embedder
 from realm_tf.export.realm_qa import export_realm_qa
 from realm_tf.export.reader import export_reader
-from realm_tf.qa.model import QAModel
-from realm_tf.qa.model import find_model_dir
 
 MODULES = ("preprocessor", "query_embedder", "doc_embedder", "reader", "realm_qa")
 SIGNATURES = {
@@ -39,26 +36,6 @@ SIGNATURES = {
     "reader": ("span", "mlm", "read_text", "mlm_text"),
     "realm_qa": ("serving_default", "answer_ids"),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class HubExportConfig:
-  """Attributes:
-    model_dir: a fine-tuned model directory (`<model_dir>/best` is used when present).
-    export_dir: where the five SavedModels go.
-    corpus: optional other knowledge corpus to package into `realm_qa` (embedded with the
-      model's doc embedder); default: the model's own.
-    embeddings_dir: with `corpus`, precomputed embeddings to verify and use.
-    k: evidence blocks per question in `realm_qa`.
-    embedding_dtype: with `corpus`, the precision it is embedded in (`QAModel.load`); the
-      exported doc_embedder is the export that embedded it.
-  """
-  model_dir: str
-  export_dir: str
-  corpus: str = ""
-  embeddings_dir: str = ""
-  k: int = 5
-  embedding_dtype: str = "float32"
 
 
 def copy_tree(source: str, destination: str) -> None:
@@ -72,8 +49,15 @@ def copy_tree(source: str, destination: str) -> None:
       tf.io.gfile.copy(os.path.join(directory, name), os.path.join(target, name))
 
 
-def export_hub(model: QAModel, export_dir: str, k: int = 5) -> Dict[str, str]:
-  """Writes the five SavedModels of `model` under `export_dir`; returns {module: path}."""
+def export_hub(model, export_dir: str, k: int = 5) -> Dict[str, str]:
+  """Writes the five SavedModels of `model` under `export_dir`; returns {module: path}.
+
+  Args:
+    model: a loaded fine-tuned model (`realm_tf.qa.model.QAModel`, with the corpus to package
+      into `realm_qa`; its doc embedder is the export that embedded that corpus).
+    export_dir: where the five SavedModels go.
+    k: evidence blocks per question in `realm_qa`.
+  """
   tf.io.gfile.makedirs(export_dir)
   config, tokenizer = model.config, model.tokenizer
   paths = {name: os.path.join(export_dir, name) for name in MODULES}
@@ -91,10 +75,3 @@ def export_hub(model: QAModel, export_dir: str, k: int = 5) -> Dict[str, str]:
                "signatures": {name: list(SIGNATURES[name]) for name in MODULES}}, f, indent=2)
   return paths
 
-
-def run_export(config: HubExportConfig) -> Dict[str, str]:
-  """Loads the model of `config` (with its corpus override) and exports it."""
-  model = QAModel.load(find_model_dir(config.model_dir), corpus=config.corpus,
-                       embeddings_dir=config.embeddings_dir,
-                       embedding_dtype=config.embedding_dtype)
-  return export_hub(model, config.export_dir, config.k)

@@ -20,9 +20,9 @@ import tempfile
 
 import tensorflow as tf
 
-from realm_tf.export.doc_embedder import Untracked
-from realm_tf.export.doc_embedder import vocab_asset
-from realm_tf.export.reusable import ReusableModule
+from realm_tf.signatures.doc_embedder import Untracked
+from realm_tf.signatures.doc_embedder import vocab_asset
+from realm_tf.signatures.reusable import ReusableModule
 from realm_tf.tokenization.bert_packer import pack_segments
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 

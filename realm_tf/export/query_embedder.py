@@ -14,7 +14,7 @@ dropout on):
   string [B]                 -> float32 [B, D] (the "serving_default" embeddings)
   the three id tensors, dict -> TF Hub's BERT-encoder dict "pooled_output", "default" [B, H],
                                 "sequence_output" [B, L, H], "encoder_outputs" (per layer) and
-                                "embeddings" [B, D] (`realm_tf.export.reusable`)
+                                "embeddings" [B, D] (`realm_tf.signatures.reusable`)
 It is a Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the tower's
 weights (`variables`, `trainable_variables`, `regularization_losses`); the matching text
 preprocessor is the `preprocessor` export (`realm_tf.export.preprocessor`).
@@ -25,11 +25,11 @@ import tempfile
 
 import tensorflow as tf
 
-from realm_tf.export.doc_embedder import Untracked
-from realm_tf.export.doc_embedder import vocab_asset
-from realm_tf.export.reusable import ReusableModule
-from realm_tf.export.reusable import tower_outputs
 from realm_tf.models.retriever import Retriever
+from realm_tf.signatures.doc_embedder import Untracked
+from realm_tf.signatures.doc_embedder import vocab_asset
+from realm_tf.signatures.reusable import ReusableModule
+from realm_tf.signatures.reusable import tower_outputs
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 

@@ -35,11 +35,11 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.export.doc_embedder import Untracked
-from realm_tf.export.doc_embedder import vocab_asset
-from realm_tf.export.reusable import ReusableModule
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.retrieve_and_read import RetrieveAndRead
+from realm_tf.signatures.doc_embedder import Untracked
+from realm_tf.signatures.doc_embedder import vocab_asset
+from realm_tf.signatures.reusable import ReusableModule
 from realm_tf.tokenization.featurizers import Featurizer
 
 ID_SPECS = {n: tf.TensorSpec([None, None], tf.int32, name=n)

@@ -31,13 +31,14 @@ import json
 import os
 import unicodedata
 import zipfile
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
 
 from realm_tf import errors
 from realm_tf.evaluation import InvalidAnswerPattern
 from realm_tf.evaluation import regex_match
+from realm_tf.evaluation.qa_example import QAExample
 
 PYSERINI_PREFIX = "pyserini:"
 PYSERINI_JAR = os.path.join("resources", "jars", "anserini-0.21.0-fatjar.jar")
@@ -80,22 +81,6 @@ class MalformedRecordError(errors.InputError):
     super().__init__(f"{path}:{line}: {reason}")
     self.path = path
     self.line = line
-
-
-@dataclasses.dataclass(frozen=True)
-class QAExample:
-  """One question with its gold answers.
-
-  Attributes:
-    question: the question text (non-empty).
-    answers: gold answers, or gold regular expressions when `match == "regex"`.
-    match: "string" (exact match after normalisation) or "regex" (CuratedTrec).
-    source: "file:line" the example was read from.
-  """
-  question: str
-  answers: Tuple[str, ...]
-  match: str = "string"
-  source: str = ""
 
 
 def dataset_spec(dataset: str) -> DatasetSpec:

@@ -10,7 +10,7 @@ A `DocIndex` directory holds
                      are gathered from it)
     index/           a saved `MipsIndex` over the same rows (`realm_tf.mips.load_index`)
 
-Embeddings always come from a doc-embedder export (`realm_tf.export.doc_embedder`) through
+Embeddings always come from a doc-embedder export (`realm_tf.signatures.doc_embedder`) through
 `retrieval.embedding.embed_blocks`, as in the index builder. Embeddings from elsewhere
 (another `DocIndex` directory, or the embedding pipeline's `embeddings-*.tfrecord` shards) are
 checked against the embedder before use: the dimension must agree and a deterministic sample
@@ -30,13 +30,13 @@ import tensorflow as tf
 from realm_tf import errors
 from realm_tf.data import formats
 from realm_tf.data import shards
-from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.mips.index_builder import build_index
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.mips.mips_index import load_index
 from realm_tf.qa.corpus import Corpus
 from realm_tf.retrieval import embedding
+from realm_tf.signatures.doc_embedder import DocEmbedder
 
 _INFO = "info.json"
 _EMBEDDINGS = "embeddings.npy"

@@ -23,8 +23,8 @@ import tensorflow as tf
 from realm_tf.evaluation import RecallAtK
 from realm_tf.evaluation import exact_match
 from realm_tf.evaluation import regex_match
-from realm_tf.qa.datasets import QAExample
-from realm_tf.qa.supervision import AnswerMatcher
+from realm_tf.evaluation.answer_matcher import AnswerMatcher
+from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.retrieve_and_read import Answer
 from realm_tf.retrieve_and_read import RetrieveAndRead
 

@@ -50,9 +50,8 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.export.doc_embedder import DocEmbedder
+from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.keras import keras
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.losses.open_qa_loss import correct_spans
 from realm_tf.losses.open_qa_loss import open_qa_loss
@@ -75,14 +74,15 @@ from realm_tf.qa.model import build_models
 from realm_tf.qa.model import initialize
 from realm_tf.qa.model import make_system
 from realm_tf.qa.model import model_checkpoint
+from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.signatures.doc_embedder import export_doc_embedder
+from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.training import distribute
 from realm_tf.training import run_config
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import apply_gradients
 from realm_tf.training.optimizer import create_optimizer
-from realm_tf.qa.supervision import AnswerMatcher
 from realm_tf.qa.supervision import gold_spans
-from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "block_mask")

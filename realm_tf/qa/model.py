@@ -36,9 +36,6 @@ from realm_tf import checkpoints
 from realm_tf import configs
 from realm_tf import errors
 from realm_tf import pretrained
-from realm_tf.export.doc_embedder import DocEmbedder
-from realm_tf.export.doc_embedder import export_attributes
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.models import precision
 from realm_tf.models.reader import Reader
@@ -48,6 +45,9 @@ from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import index_corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
+from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.signatures.doc_embedder import export_attributes
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
 

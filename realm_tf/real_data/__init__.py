@@ -1,8 +1,8 @@
 """Zero-shot retrieval on real data: Wikipedia lead extracts and NQ-open dev questions.
 
 Modules: `corpus` (all lead extracts as blocks, prepared once by the Beam pipeline),
-`questions` (the NQ-open dev questions the corpus answers, train/dev by hash), `bm25`
-(BM25 with `bm25s`), `sentence_minilm` (all-MiniLM-L6-v2 as sentence-transformers runs it, in
-torch) and `embedding_cache` (block embeddings kept between runs); recall@k is
-`realm_tf.evaluation.retrieval_recall`'s. `bench/real_data.py` runs them.
+`questions` (the NQ-open dev questions the corpus answers, train/dev by hash),
+`sentence_minilm` (all-MiniLM-L6-v2 as sentence-transformers runs it, in torch) and
+`embedding_cache` (block embeddings kept between runs); the BM25 baseline and recall@k are
+`realm_tf.evaluation`'s (`bm25`, `retrieval_recall`). `bench/real_data.py` runs them.
 """

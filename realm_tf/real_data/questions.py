@@ -11,8 +11,8 @@ import dataclasses
 from typing import List, Sequence
 
 from realm_tf.demo import questions as questions_lib
+from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.qa import datasets
-from realm_tf.qa.datasets import QAExample
 
 NQ_DEV = "pyserini:nq-dev"
 

@@ -20,9 +20,9 @@ from typing import Callable, Dict, Optional, Protocol, Sequence
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.export.doc_embedder import DocEmbedder
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
+from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.bert_packer import padded_length
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer

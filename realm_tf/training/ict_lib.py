@@ -14,9 +14,9 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf.data.block_store import BlockStore
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import distribute
 from realm_tf.training.ict_data import IctCorpus

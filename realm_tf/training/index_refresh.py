@@ -48,13 +48,13 @@ from absl import logging
 
 from realm_tf import errors
 from realm_tf.data.block_store import BlockStore
-from realm_tf.export.doc_embedder import export_doc_embedder
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
+from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.training import distribute
 
 

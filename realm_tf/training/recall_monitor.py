@@ -19,8 +19,8 @@ import tensorflow as tf
 
 from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import retrieval_recall
+from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.models.retriever import Retriever
-from realm_tf.qa.datasets import QAExample
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.tokenization.featurizers import Featurizer

@@ -18,7 +18,7 @@ A plain TF SavedModel (no realm_tf import needed to use it) with
     (with a tokenizer) {"titles", "texts"} string [N] -> float32 [N, D], as "embed_texts";
     {input_word_ids, input_mask, input_type_ids} int32 [N, L] -> TF Hub's BERT-encoder dict
     "pooled_output", "default" [N, H], "sequence_output" [N, L, H], "encoder_outputs" (per
-    layer) and "embeddings" [N, D] (`realm_tf.export.reusable`; the text preprocessor that
+    layer) and "embeddings" [N, D] (`realm_tf.signatures.reusable`; the text preprocessor that
     packs blocks for it is the `preprocessor` export, `bert_pack_inputs` with seq_length L).
   It is a Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the doc
   tower (`variables`, `trainable_variables`, `regularization_losses`).
@@ -36,11 +36,11 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.export.reusable import ReusableModule
-from realm_tf.export.reusable import tower_outputs
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.retriever import tower_embedding
+from realm_tf.signatures.reusable import ReusableModule
+from realm_tf.signatures.reusable import tower_outputs
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 

@@ -1,4 +1,5 @@
-"""BM25 over block texts with `bm25s`: the sparse baseline of the benchmark.
+"""BM25 over block texts with `bm25s`: the sparse baseline of the demo and the real-data
+benchmark.
 
 A block's text is its title and body; `bm25s.tokenize` with its defaults (lower-cased
 scikit-learn word pattern `(?u)\\b\\w\\w+\\b`, no stemmer) drops English stopwords from blocks
