@@ -26,13 +26,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import bench_utils
 from bench.training_step_bench import synthetic_world
+from realm_tf import presets
 from realm_tf.data.block_store import BlockStore
 from realm_tf.keras import keras
 from realm_tf.models import precision
 from realm_tf.qa import tiny_world
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
-from realm_tf.training import model_init
 from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
@@ -46,10 +46,10 @@ def pretraining_losses(directory: str, tokenizer, compute_dtype: str):
   """Per-step REALM pre-training losses with towers in `compute_dtype`."""
   store = BlockStore.load(directory)
   keras.utils.set_random_seed(_SEED.value)
-  encoder = model_init.encoder_config("tiny", tokenizer.vocab_size)
+  encoder = presets.encoder_config("tiny", tokenizer.vocab_size)
   with precision.policy_scope(compute_dtype):
-    retriever = model_init.build_retriever(encoder)
-    reader = model_init.build_reader(encoder)
+    retriever = presets.build_retriever(encoder)
+    reader = presets.build_reader(encoder)
   run_dir = os.path.join(directory, compute_dtype)
   refresher = SynchronousRefresher(os.path.join(run_dir, "index"), 10, store,
                                    (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),

@@ -63,16 +63,15 @@ def run_scenario(args) -> dict:
   """Runs one scenario in this process and returns its figures."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from realm_tf import configs  # pylint: disable=g-import-not-at-top
+  from realm_tf import presets  # pylint: disable=g-import-not-at-top
   from realm_tf.qa import finetune_lib  # pylint: disable=g-import-not-at-top
-  from realm_tf.qa import model as model_lib  # pylint: disable=g-import-not-at-top
   from realm_tf.training import optimizer as optimization  # pylint: disable=g-import-not-at-top
 
   device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
   rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-  config = model_lib.ModelConfig(encoder=configs.encoder_preset("bert_base", 30522))
+  config = presets.ModelConfig(encoder=presets.encoder_config("bert_base", 30522))
   with tf.device(device):
-    retriever, reader = model_lib.build_models(config)
+    retriever, reader = presets.build_models(config)
     block_embeddings = tf.Variable(
         tf.random.normal([args.num_blocks, config.projection_size]), trainable=False)
   inputs = {n: tf.constant(v) for n, v in _inputs(

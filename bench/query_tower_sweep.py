@@ -21,12 +21,12 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=wrong-import-position
+from realm_tf import presets  # pylint: disable=wrong-import-position
 from realm_tf import pretrained  # pylint: disable=wrong-import-position
 from realm_tf.data.block_store import BlockStore  # pylint: disable=wrong-import-position
 from realm_tf.evaluation import retrieval_recall  # pylint: disable=wrong-import-position
 from realm_tf.real_data import questions  # pylint: disable=wrong-import-position
 from realm_tf.tokenization.featurizers import QueryFeaturizer  # pylint: disable=wrong-import-position
-from realm_tf.training import model_init  # pylint: disable=wrong-import-position
 from realm_tf.training.optimizer import OptimizerConfig  # pylint: disable=wrong-import-position
 from realm_tf.training.optimizer import create_optimizer  # pylint: disable=wrong-import-position
 
@@ -56,9 +56,9 @@ def _recall(retriever, featurizer, docs, examples, store):
 def sweep_one(rate: float, store, docs, split, tokenizer):
   """Trains a fresh query tower at `rate`; prints and returns dev recall after each epoch."""
   tf.keras.utils.set_random_seed(_SEED.value)
-  retriever = model_init.build_retriever(
-      model_init.encoder_config("minilm_l6", tokenizer.vocab_size), share_towers=False,
-      init_weights="minilm")
+  retriever = presets.build_retriever(
+      presets.encoder_config("minilm_l6", tokenizer.vocab_size), share_towers=False,
+      bert_weights="minilm")
   featurizer = QueryFeaturizer(tokenizer, seq_length=_QUERY_LENGTH.value)
   start = _recall(retriever, featurizer, docs, split.dev, store)
   print(f"lr {rate:g} epoch 0: dev recall@5 {start[0]:.4f}, recall@20 {start[1]:.4f}",

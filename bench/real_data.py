@@ -181,16 +181,16 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
   `realm_tf.qa.finetune_lib` (resumable), evaluated on dev like a user's model."""
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
+  from realm_tf.presets import InitConfig
+  from realm_tf.presets import ModelConfig
+  from realm_tf.presets import encoder_config
   from realm_tf.qa import datasets
   from realm_tf.qa.evaluate_lib import EvalConfig
   from realm_tf.qa.evaluate_lib import evaluate
   from realm_tf.qa.finetune_lib import FineTuneConfig
   from realm_tf.qa.finetune_lib import run_finetuning
-  from realm_tf.qa.model import InitConfig
-  from realm_tf.qa.model import ModelConfig
   from realm_tf.qa.model import QAModel
   from realm_tf.qa.model import find_model_dir
-  from realm_tf.training import model_init
   run_dir = os.path.join(ctx.cache_dir, f"finetuned-seed{seed}")
   os.makedirs(run_dir, exist_ok=True)
   train_path = os.path.join(run_dir, "train.jsonl")
@@ -201,11 +201,11 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
       model_dir=os.path.join(run_dir, "model"),
       corpus=os.path.join(ctx.cache_dir, "corpus", "blocks"), train_data=train_path,
       vocab_file=os.path.join(pretrained.minilm_dir(), "vocab.txt"),
-      model=ModelConfig(encoder=model_init.encoder_config("minilm_l6", tokenizer.vocab_size),
+      model=ModelConfig(encoder=encoder_config("minilm_l6", tokenizer.vocab_size),
                         retriever_head="sentence", query_length=query_length,
                         block_length=ctx.block_length,
                         reader_length=query_length + ctx.block_length),
-      init=InitConfig(minilm=True), batch_size=_FT_BATCH.value,
+      init=InitConfig(bert_weights="minilm"), batch_size=_FT_BATCH.value,
       num_train_steps=_FT_STEPS.value, learning_rate=_FT_LR.value,
       retriever_learning_rate=_FT_RETRIEVER_LR.value, reader_top_k=_READ_K.value,
       retriever_top_k=1000, index_kind="brute_force", checkpoint_every_steps=50,

@@ -20,16 +20,16 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import presets  # pylint: disable=g-import-not-at-top
 from realm_tf.data import formats  # pylint: disable=g-import-not-at-top
 from realm_tf.data.block_store import BlockStore  # pylint: disable=g-import-not-at-top
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer  # pylint: disable=g-import-not-at-top
-from realm_tf.training import model_init  # pylint: disable=g-import-not-at-top
 from realm_tf.training.index_refresh import SynchronousRefresher  # pylint: disable=g-import-not-at-top
 from realm_tf.training.pretraining_lib import PretrainingConfig  # pylint: disable=g-import-not-at-top
 from realm_tf.training.pretraining_lib import RealmPretrainer  # pylint: disable=g-import-not-at-top
 from realm_tf.training.pretraining_data import masked_query_dataset  # pylint: disable=g-import-not-at-top
 
-_ENCODER = flags.DEFINE_enum("encoder", "minilm_l6", model_init.ENCODERS, "BERT size.")
+_ENCODER = flags.DEFINE_enum("encoder", presets.DEFAULT_ENCODER, presets.ENCODERS, "BERT size.")
 _BATCH = flags.DEFINE_integer("batch_size", 4, "Queries per step.")
 _K = flags.DEFINE_integer("num_candidates", 8, "K, null document included.")
 _NUM_BLOCKS = flags.DEFINE_integer("num_blocks", 2000, "Synthetic corpus size.")
@@ -58,9 +58,9 @@ def main(argv):
   directory = tempfile.mkdtemp()
   tokenizer = synthetic_world(directory, 30522, _NUM_BLOCKS.value, rng)
   store = BlockStore.load(directory)
-  encoder = model_init.encoder_config(_ENCODER.value, tokenizer.vocab_size)
-  retriever = model_init.build_retriever(encoder)
-  reader = model_init.build_reader(encoder)
+  encoder = presets.encoder_config(_ENCODER.value, tokenizer.vocab_size)
+  retriever = presets.build_retriever(encoder)
+  reader = presets.build_reader(encoder)
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   refresher = SynchronousRefresher(os.path.join(directory, "index"), 10**9, store, special,
                                    "scann")

@@ -21,6 +21,7 @@ from absl import flags
 from realm_tf import errors
 
 ENCODERS = ("tiny", "minilm_l6", "bert_base")
+DEFAULT_ENCODER = "minilm_l6"  # `presets.DEFAULT_ENCODER`, the demo's
 RETRIEVER_HEADS = ("auto", "realm", "sentence")
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 INDEX_KINDS = ("scann", "brute_force")

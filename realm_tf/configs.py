@@ -1,9 +1,9 @@
 """Typed configs for the BERT towers, the retriever and the reader, with one factory each.
 
-Presets: `EncoderConfig.bert_base()` (REALM's size), `EncoderConfig.minilm_l6()` (the
-all-MiniLM-L6-v2 weights the demo loads) and `EncoderConfig.tiny()` (tests); retriever heads
-"realm" and "sentence" (`retriever_config`). Build with `build_encoder`, `build_retriever`,
-`build_reader`.
+Sizes: `EncoderConfig.bert_base()` (REALM's size), `EncoderConfig.minilm_l6()` (the
+all-MiniLM-L6-v2 weights the demo loads) and `EncoderConfig.tiny()` (tests), named by the
+presets of `realm_tf.presets`; retriever heads "realm" and "sentence"
+(`retriever_config`). Build with `build_encoder`, `build_retriever`, `build_reader`.
 """
 import dataclasses
 
@@ -56,20 +56,6 @@ class EncoderConfig:
   def tiny(cls, vocab_size: int = 128) -> "EncoderConfig":
     return cls(vocab_size=vocab_size, hidden_size=32, num_layers=2, num_attention_heads=4,
                intermediate_size=64, max_position_embeddings=512)
-
-
-ENCODER_PRESETS = ("tiny", "minilm_l6", "bert_base")
-
-
-def encoder_preset(name: str, vocab_size: int) -> EncoderConfig:
-  """The named preset ("tiny", "minilm_l6", "bert_base") for a vocabulary of `vocab_size`."""
-  if name == "tiny":
-    return EncoderConfig.tiny(vocab_size=vocab_size)
-  if name == "minilm_l6":
-    return dataclasses.replace(EncoderConfig.minilm_l6(), vocab_size=vocab_size)
-  if name == "bert_base":
-    return EncoderConfig.bert_base(vocab_size=vocab_size)
-  raise ValueError(f"encoder must be one of {ENCODER_PRESETS}, got {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ _VOCAB = flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: M
                              "vocab).")
 _DATASET = flags.DEFINE_enum("dataset", "nq", cli.DATASETS,
                              "Decides string or regex (CuratedTrec) answers.")
-_ENCODER = flags.DEFINE_enum("encoder", "minilm_l6", cli.ENCODERS,
+_ENCODER = flags.DEFINE_enum("encoder", cli.DEFAULT_ENCODER, cli.ENCODERS,
                              "BERT size of the three towers.")
 _INIT_RANGE = flags.DEFINE_float("initializer_range", None,
                                  "Override of the encoder's initializer range.")
@@ -44,8 +44,8 @@ _INIT_SHARED = flags.DEFINE_bool("init_checkpoint_share_towers", True,
 _INIT_EMBEDDER = flags.DEFINE_string("init_realm_embedder", "", "Released REALM embedder.")
 _INIT_ENCODER = flags.DEFINE_string("init_realm_encoder", "", "Released REALM encoder.")
 _INIT_ORQA = flags.DEFINE_string("init_orqa", "", "Released ORQA checkpoint.")
-_INIT_WEIGHTS = flags.DEFINE_enum("init_weights", "", ["", "minilm"],
-                                  "'minilm': all-MiniLM-L6-v2 BERT weights in every tower.")
+_INIT_WEIGHTS = flags.DEFINE_string("init_weights", "", "BERT weights of every tower: '', "
+                                    "'minilm', HF safetensors or TF1 BERT ckpt.")
 _BATCH = flags.DEFINE_integer("batch_size", 4, "Questions per step (global).")
 _STEPS = flags.DEFINE_integer("num_steps", 10000, "Training steps (0: export the "
                              "initialisation as a QA model).")
@@ -89,30 +89,28 @@ _TPU = flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 def config_from_flags():
   """The `FineTuneConfig` the flags describe."""
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf import presets
   from realm_tf import pretrained
   from realm_tf.mips.index_builder import ScannSettings
   from realm_tf.qa import finetune_lib
-  from realm_tf.qa import model as model_lib
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-  from realm_tf.training import model_init
   vocab_file = _VOCAB.value or os.path.join(pretrained.minilm_dir(), "vocab.txt")
   vocab_size = WordpieceTokenizer.from_vocab_file(vocab_file).vocab_size
-  encoder = model_init.encoder_config(_ENCODER.value, vocab_size, _DROPOUT.value,
-                                      _INIT_RANGE.value)
+  encoder = presets.encoder_config(_ENCODER.value, vocab_size, _DROPOUT.value,
+                                   _INIT_RANGE.value)
   return finetune_lib.FineTuneConfig(
       model_dir=_MODEL_DIR.value, corpus=_CORPUS.value, train_data=_TRAIN.value,
       vocab_file=vocab_file, dev_data=_DEV.value, dataset=_DATASET.value,
-      model=model_lib.ModelConfig(
+      model=presets.ModelConfig(
           encoder=encoder, projection_size=_PROJECTION.value,
-          retriever_head=(_HEAD.value if _HEAD.value != "auto" else
-                          "sentence" if _INIT_WEIGHTS.value == "minilm" else "realm"),
+          retriever_head=presets.resolve_head(_HEAD.value, _INIT_WEIGHTS.value),
           span_hidden_size=_SPAN_HIDDEN.value, max_span_width=_MAX_SPAN.value,
           query_length=_QUERY_LEN.value, block_length=_BLOCK_LEN.value,
           reader_length=_READER_LEN.value),
-      init=model_lib.InitConfig(
+      init=presets.InitConfig(
           checkpoint=_INIT_CKPT.value, checkpoint_share_towers=_INIT_SHARED.value,
           realm_embedder=_INIT_EMBEDDER.value, realm_encoder=_INIT_ENCODER.value,
-          orqa=_INIT_ORQA.value, minilm=_INIT_WEIGHTS.value == "minilm"),
+          orqa=_INIT_ORQA.value, bert_weights=_INIT_WEIGHTS.value),
       batch_size=_BATCH.value, num_train_steps=_STEPS.value, learning_rate=_LR.value,
       retriever_learning_rate=_RETRIEVER_LR.value,
       warmup_steps=_WARMUP.value, reader_top_k=_READ_K.value,

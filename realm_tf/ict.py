@@ -11,7 +11,7 @@ flags.DEFINE_string("corpus", None, "Directory of blocks-*.tfrecord shards.", re
 flags.DEFINE_alias("corpus_dir", "corpus")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and exports.", required=True)
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
-flags.DEFINE_enum("encoder", "minilm_l6", cli.ENCODERS, "BERT size.")
+flags.DEFINE_enum("encoder", cli.DEFAULT_ENCODER, cli.ENCODERS, "BERT size.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
 flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
 flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
@@ -38,13 +38,13 @@ flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
 def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf import presets
   from realm_tf import pretrained
   from realm_tf.data.block_store import BlockStore
   from realm_tf.keras import keras
   from realm_tf.models import precision
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
   from realm_tf.training import distribute
-  from realm_tf.training import model_init
   from realm_tf.training.ict_lib import IctConfig
   from realm_tf.training.ict_lib import train_ict
   # First: MultiWorkerMirroredStrategy configures collective ops before TensorFlow starts.
@@ -53,8 +53,8 @@ def main(argv):
   tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
                else pretrained.minilm_tokenizer())
   with strategy.scope(), precision.policy_scope(FLAGS.compute_dtype):
-    retriever = model_init.build_retriever(
-        model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout),
+    retriever = presets.build_retriever(
+        presets.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout),
         FLAGS.share_towers, FLAGS.init_weights, head=FLAGS.retriever_head)
   config = IctConfig(model_dir=FLAGS.model_dir, num_steps=FLAGS.num_steps,
                      batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,

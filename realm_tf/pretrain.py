@@ -17,7 +17,7 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, indexes.", requi
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
 flags.DEFINE_string("retriever_dir", "", "Saved retriever to start from (ICT output).")
 flags.DEFINE_string("reader_dir", "", "Saved reader to start from.")
-flags.DEFINE_enum("encoder", "minilm_l6", cli.ENCODERS, "BERT size for new towers.")
+flags.DEFINE_enum("encoder", cli.DEFAULT_ENCODER, cli.ENCODERS, "BERT size for new towers.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
 flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
 flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
@@ -63,6 +63,7 @@ flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
 def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf import presets
   from realm_tf import pretrained
   from realm_tf.data.block_store import BlockStore
   from realm_tf.keras import keras
@@ -70,7 +71,6 @@ def main(argv):
   from realm_tf.models import precision
   from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
   from realm_tf.training import distribute
-  from realm_tf.training import model_init
   from realm_tf.training.index_refresh import AsynchronousRefresher
   from realm_tf.training.index_refresh import SynchronousRefresher
   from realm_tf.training.pretraining_lib import PretrainingConfig
@@ -83,11 +83,11 @@ def main(argv):
   tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
                else pretrained.minilm_tokenizer())
   store = BlockStore.load(FLAGS.corpus)
-  encoder = model_init.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout)
+  encoder = presets.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout)
   with strategy.scope(), precision.policy_scope(FLAGS.compute_dtype):
-    retriever = model_init.build_retriever(encoder, FLAGS.share_towers, FLAGS.init_weights,
-                                           FLAGS.retriever_dir, head=FLAGS.retriever_head)
-    reader = model_init.build_reader(encoder, FLAGS.init_weights, FLAGS.reader_dir)
+    retriever = presets.build_retriever(encoder, FLAGS.share_towers, FLAGS.init_weights,
+                                        FLAGS.retriever_dir, head=FLAGS.retriever_head)
+    reader = presets.build_reader(encoder, FLAGS.init_weights, FLAGS.reader_dir)
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   index_root = os.path.join(FLAGS.model_dir, "index")
   scann = ScannSettings(**_SCANN.values())

@@ -6,13 +6,13 @@ import pytest
 import tensorflow as tf
 
 from realm_tf.data import formats
+from realm_tf.presets import build_models
 from realm_tf.qa import ask_lib
 from realm_tf.qa import tiny_world
 from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import EmbeddingMismatchError
 from realm_tf.qa.doc_index import index_corpus
-from realm_tf.qa.model import build_models
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer

@@ -46,14 +46,15 @@ def test_readme_command_line_table_is_generated_from_the_flags():
 def test_shared_choices_are_the_libraries_choices():
   from pipelines import build_index_lib  # pylint: disable=g-import-not-at-top
   from pipelines import pretraining_examples_lib  # pylint: disable=g-import-not-at-top
-  from realm_tf import configs  # pylint: disable=g-import-not-at-top
+  from realm_tf import presets  # pylint: disable=g-import-not-at-top
+  from realm_tf.demo.config import DemoConfig  # pylint: disable=g-import-not-at-top
   from realm_tf.mips import index_builder  # pylint: disable=g-import-not-at-top
   from realm_tf.models import precision  # pylint: disable=g-import-not-at-top
   from realm_tf.training import distribute  # pylint: disable=g-import-not-at-top
-  from realm_tf.training import model_init  # pylint: disable=g-import-not-at-top
   from realm_tf.training import pretraining_data  # pylint: disable=g-import-not-at-top
-  assert set(cli.ENCODERS) == set(configs.ENCODER_PRESETS)
-  assert set(cli.RETRIEVER_HEADS) == set(model_init.HEAD_CHOICES)
+  assert cli.ENCODERS == presets.ENCODERS
+  assert cli.DEFAULT_ENCODER == presets.DEFAULT_ENCODER == DemoConfig().encoder
+  assert set(cli.RETRIEVER_HEADS) == set(presets.HEAD_CHOICES)
   assert cli.STRATEGIES == distribute.STRATEGIES
   assert set(cli.INDEX_KINDS) == set(index_builder.KINDS)
   assert set(cli.MASKINGS) == set(pretraining_examples_lib.MASKINGS) == set(

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from realm_tf import configs
+from realm_tf import presets
 from realm_tf import pretrained
 from realm_tf.demo import questions as questions_lib
 from realm_tf.demo import wikipedia
@@ -18,7 +19,6 @@ from realm_tf.models.retriever import pool
 from realm_tf.qa import datasets
 from realm_tf.tokenization.featurizers import BlockFeaturizer
 from realm_tf.tokenization.featurizers import QueryFeaturizer
-from realm_tf.training import model_init
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -84,9 +84,9 @@ def sample():
 @pytest.fixture(scope="module")
 def retriever():
   """What `realm-ict --init_weights=minilm` builds (the default head for MiniLM)."""
-  return model_init.build_retriever(
-      model_init.encoder_config("minilm_l6", pretrained.minilm_tokenizer().vocab_size),
-      init_weights="minilm")
+  return presets.build_retriever(
+      presets.encoder_config("minilm_l6", pretrained.minilm_tokenizer().vocab_size),
+      bert_weights="minilm")
 
 
 def test_minilm_gets_its_own_head_by_default(retriever):
@@ -127,9 +127,9 @@ def test_realm_head_on_minilm_loses_the_geometry(sample):
   """The reason for the default: REALM's head (pooler -> fresh Dense -> LayerNorm) on the same
   weights ranks worse than the checkpoint before any training."""
   tf.keras.utils.set_random_seed(0)
-  realm_head = model_init.build_retriever(
-      model_init.encoder_config("minilm_l6", pretrained.minilm_tokenizer().vocab_size),
-      init_weights="minilm", head="realm")
+  realm_head = presets.build_retriever(
+      presets.encoder_config("minilm_l6", pretrained.minilm_tokenizer().vocab_size),
+      bert_weights="minilm", head="realm")
   docs_raw = _hf_mean_pooled(sample["reference"], sample["blocks"])
   queries_raw = _hf_mean_pooled(sample["reference"], sample["queries"])
   docs = _ours(lambda f: realm_head.embed_documents(f, training=False), sample["blocks"])

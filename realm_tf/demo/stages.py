@@ -45,6 +45,7 @@ import numpy as np
 from pipelines import beam_runner
 from pipelines import pretraining_examples_lib
 from pipelines import wikipedia_to_blocks_lib
+from realm_tf import presets
 from realm_tf import pretrained
 from realm_tf.data.block_store import BlockStore
 from realm_tf.demo import questions as questions_lib
@@ -69,11 +70,8 @@ from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import TRAIN_LOG
 from realm_tf.qa.finetune_lib import run_finetuning
-from realm_tf.qa.model import InitConfig
-from realm_tf.qa.model import ModelConfig
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
-from realm_tf.training import model_init
 from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.index_refresh import AsynchronousRefresher
@@ -205,7 +203,7 @@ class Demo:
     return "minilm" if self.config.encoder == "minilm_l6" else ""
 
   def encoder(self, vocab_size: int):
-    return model_init.encoder_config(self.config.encoder, vocab_size)
+    return presets.encoder_config(self.config.encoder, vocab_size)
 
   def _beam_pipeline(self) -> beam.Pipeline:
     return beam.Pipeline(options=beam_runner.pipeline_options(self.config.pipeline_options))
@@ -288,8 +286,8 @@ class Demo:
     config = self.config
     tokenizer = pretrained.minilm_tokenizer()
     keras.utils.set_random_seed(config.seed)
-    retriever = model_init.build_retriever(self.encoder(tokenizer.vocab_size),
-                                           init_weights=self.init_weights)
+    retriever = presets.build_retriever(self.encoder(tokenizer.vocab_size),
+                                        bert_weights=self.init_weights)
     model_dir = self.path("ict")
     with LogProgress(os.path.join(model_dir, "metrics.jsonl"), config.ict_steps, "ICT",
                      keys=("loss", "accuracy")):
@@ -311,8 +309,8 @@ class Demo:
     tokenizer = pretrained.minilm_tokenizer()
     encoder = self.encoder(tokenizer.vocab_size)
     keras.utils.set_random_seed(config.seed)
-    retriever = model_init.build_retriever(encoder, saved_dir=self.path("ict", "retriever"))
-    reader = model_init.build_reader(encoder, self.init_weights)
+    retriever = presets.build_retriever(encoder, saved_dir=self.path("ict", "retriever"))
+    reader = presets.build_reader(encoder, self.init_weights)
     model_dir = self.path("realm")
     index_root = os.path.join(model_dir, "index")
     refresher = AsynchronousRefresher(
@@ -349,12 +347,12 @@ class Demo:
     return FineTuneConfig(
         model_dir=self.path("qa"), corpus=self.path("corpus"),
         train_data=self.path("questions", "train.jsonl"), vocab_file=self.vocab_file,
-        model=ModelConfig(encoder=self.encoder(vocab_size),
-                          retriever_head=model_init.resolve_head("auto", self.init_weights),
-                          query_length=config.query_length,
-                          block_length=config.block_length,
-                          reader_length=config.query_length + config.block_length),
-        init=InitConfig(checkpoint=self.path("realm", "checkpoints")),
+        model=presets.ModelConfig(
+            encoder=self.encoder(vocab_size),
+            retriever_head=presets.resolve_head("auto", self.init_weights),
+            query_length=config.query_length, block_length=config.block_length,
+            reader_length=config.query_length + config.block_length),
+        init=presets.InitConfig(checkpoint=self.path("realm", "checkpoints")),
         batch_size=config.finetune_batch_size, num_train_steps=num_train_steps,
         learning_rate=config.finetune_learning_rate,
         warmup_steps=max(1, config.finetune_steps // 10), reader_top_k=config.k,

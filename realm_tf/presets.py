@@ -1,0 +1,230 @@
+"""Encoder presets and the weights every stage's towers start from, in one place.
+
+Presets (`encoder_config`): "minilm_l6" (the size of all-MiniLM-L6-v2, `DEFAULT_ENCODER`: the
+demo's and every binary's default), "bert_base" (REALM's size) and "tiny" (tests). Retriever
+heads (`resolve_head`): "realm", "sentence", or "auto", the head the weights were trained with.
+
+BERT weights (`bert_weights`, the binaries' `--init_weights`): "" (random), "minilm" (the
+offline all-MiniLM-L6-v2 package), a directory or file of HF safetensors, or a TF1 BERT
+checkpoint prefix (Google BERT); `load_bert_weights` loads them into a BERT, `load_reader_weights`
+into a reader (with the MLM head when the checkpoint has one).
+
+ICT and REALM pre-training build their towers with `build_retriever` / `build_reader` (a
+previous stage's saved retriever / reader, `models.saving`, wins over BERT weights). Open-QA
+builds its model from a `ModelConfig` (`build_models`) and loads an `InitConfig` into it
+(`initialize`): a REALM pre-training checkpoint, released REALM / ORQA TF1 checkpoints, or
+BERT weights.
+"""
+import dataclasses
+import os
+from typing import Any, Dict, Optional, Tuple
+
+import tensorflow as tf
+
+from realm_tf import checkpoints
+from realm_tf import configs
+from realm_tf import pretrained
+from realm_tf.models.reader import Reader
+from realm_tf.models.retriever import Retriever
+from realm_tf.models.saving import load_model
+from realm_tf.training import run_config
+
+ENCODERS = ("tiny", "minilm_l6", "bert_base")
+DEFAULT_ENCODER = "minilm_l6"
+HEAD_CHOICES = ("auto",) + configs.RETRIEVER_HEADS
+
+
+def encoder_config(name: str, vocab_size: int, dropout_rate: Optional[float] = None,
+                   initializer_range: Optional[float] = None) -> configs.EncoderConfig:
+  """The preset `name` (one of `ENCODERS`) for a vocabulary of `vocab_size`, with optional
+  dropout / initializer-range overrides."""
+  if name == "tiny":
+    config = configs.EncoderConfig.tiny(vocab_size=vocab_size)
+  elif name == "minilm_l6":
+    config = dataclasses.replace(configs.EncoderConfig.minilm_l6(), vocab_size=vocab_size)
+  elif name == "bert_base":
+    config = configs.EncoderConfig.bert_base(vocab_size=vocab_size)
+  else:
+    raise ValueError(f"encoder must be one of {ENCODERS}, got {name!r}")
+  overrides = {}
+  if dropout_rate is not None:
+    overrides.update(dropout_rate=dropout_rate, attention_dropout_rate=dropout_rate)
+  if initializer_range is not None:
+    overrides.update(initializer_range=initializer_range)
+  return dataclasses.replace(config, **overrides)
+
+
+def resolve_head(head: str, bert_weights: str) -> str:
+  """"auto" -> the head the weights were trained with: "sentence" (mean pooling, unit length)
+  for all-MiniLM-L6-v2 ("minilm"), "realm" ([CLS] pooler, Dense, LayerNorm) otherwise."""
+  if head == "auto":
+    return "sentence" if bert_weights == "minilm" else "realm"
+  if head not in configs.RETRIEVER_HEADS:
+    raise ValueError(f"retriever head must be one of {HEAD_CHOICES}, got {head!r}")
+  return head
+
+
+def _weights_path(bert_weights: str) -> str:
+  return pretrained.minilm_dir() if bert_weights == "minilm" else bert_weights
+
+
+def load_bert_weights(encoder, bert_weights: str) -> None:
+  """Loads the BERT weights `bert_weights` (see the module docstring) into `encoder`."""
+  if not bert_weights:
+    return
+  path = _weights_path(bert_weights)
+  if bert_weights == "minilm" or path.endswith(".safetensors") or (
+      os.path.isdir(path) and not tf.train.latest_checkpoint(path)):
+    checkpoints.load_hf_bert(encoder, path)
+  else:
+    checkpoints.load_bert_checkpoint(encoder, path)
+
+
+def load_reader_weights(reader: Reader, bert_weights: str) -> None:
+  """Loads `bert_weights` into the reader's BERT, and its MLM head (transform, LayerNorm,
+  output bias) when that checkpoint has one (Google BERT, REALM); without one
+  (all-MiniLM-L6-v2) the head keeps its initialisation and the decoder is tied."""
+  if bert_weights:
+    checkpoints.load_bert_reader(reader, _weights_path(bert_weights))
+
+
+def build_retriever(encoder: configs.EncoderConfig, share_towers: bool = True,
+                    bert_weights: str = "", saved_dir: str = "",
+                    projection_size: int = 128, head: str = "auto") -> Retriever:
+  """A saved retriever, or a new one with BERT weights from `bert_weights` and the retrieval
+  head `resolve_head(head, bert_weights)`."""
+  if saved_dir:
+    return load_model(saved_dir)
+  retriever = configs.build_retriever(configs.retriever_config(
+      resolve_head(head, bert_weights), encoder, share_towers, projection_size))
+  retriever.build()
+  for tower in {id(e): e for e in (retriever.query_encoder, retriever.doc_encoder)}.values():
+    load_bert_weights(tower, bert_weights)
+  return retriever
+
+
+def build_reader(encoder: configs.EncoderConfig, bert_weights: str = "",
+                 saved_dir: str = "") -> Reader:
+  """A saved reader, or a new one with `load_reader_weights(bert_weights)`."""
+  if saved_dir:
+    return load_model(saved_dir)
+  reader = configs.build_reader(configs.ReaderConfig(encoder=encoder))
+  reader.build()
+  load_reader_weights(reader, bert_weights)
+  return reader
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The Open-QA model: BERT size, heads and input lengths.
+
+  Attributes:
+    encoder: the BERT of all three towers (query, doc, reader); default the
+      `DEFAULT_ENCODER` preset for the 30522-wordpiece uncased BERT / MiniLM vocabulary.
+    projection_size: D of the retrieval embeddings with the "realm" head (128).
+    retriever_head: "realm" ([CLS] pooler -> Dense -> LayerNorm) or "sentence" (mean pooling
+      -> unit length, D = hidden size; the head of all-MiniLM-L6-v2), `configs.retriever_config`.
+    span_hidden_size, max_span_width: the span head (256, 10).
+    query_length: `[CLS] x [SEP]` wordpieces (ORQA: 64).
+    block_length: `[CLS] title [SEP] body [SEP]` wordpieces (288).
+    reader_length: `[CLS] x [SEP] z_body [SEP]` wordpieces in fine-tuning (320).
+  """
+  encoder: configs.EncoderConfig = dataclasses.field(
+      default_factory=lambda: encoder_config(DEFAULT_ENCODER, 30522))
+  projection_size: int = 128
+  retriever_head: str = "realm"
+  span_hidden_size: int = 256
+  max_span_width: int = 10
+  query_length: int = 64
+  block_length: int = 288
+  reader_length: int = 320
+
+  def __post_init__(self):
+    if self.reader_length < self.query_length + 2:
+      raise ValueError(f"reader_length {self.reader_length} must be >= query_length "
+                       f"{self.query_length} + 2")
+
+  def to_dict(self) -> Dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, values: Dict[str, Any]) -> "ModelConfig":
+    values = dict(values)
+    values["encoder"] = configs.EncoderConfig(**values["encoder"])
+    return cls(**values)
+
+
+def build_models(config: ModelConfig, share_towers: bool = False) -> Tuple[Retriever, Reader]:
+  """A retriever (separate towers unless `share_towers`) and a reader, all variables built."""
+  retriever = configs.build_retriever(configs.retriever_config(
+      config.retriever_head, config.encoder, share_towers, config.projection_size))
+  reader = configs.build_reader(configs.ReaderConfig(
+      encoder=config.encoder, span_hidden_size=config.span_hidden_size,
+      max_span_width=config.max_span_width))
+  retriever.build()
+  reader.build()
+  return retriever, reader
+
+
+@dataclasses.dataclass(frozen=True)
+class InitConfig:
+  """Where an Open-QA model's weights come from (at most one retriever and one reader source).
+
+  Attributes:
+    checkpoint: a TF2 checkpoint `tf.train.Checkpoint(retriever=..., reader=...)` (REALM
+      pre-training), a prefix or a directory (latest checkpoint).
+    checkpoint_share_towers: whether that checkpoint's retriever shares its towers.
+    realm_embedder: the released REALM embedder (TF1) -> both retriever towers.
+    realm_encoder: the released REALM knowledge-augmented encoder (TF1) -> reader.
+    orqa: a released ORQA checkpoint (TF1) -> both retriever towers and the reader.
+    bert_weights: BERT weights (see the module docstring) -> every BERT, and the reader's
+      MLM head when the checkpoint has one.
+  Nothing set: random initialisation (tests).
+  """
+  checkpoint: str = ""
+  checkpoint_share_towers: bool = True
+  realm_embedder: str = ""
+  realm_encoder: str = ""
+  orqa: str = ""
+  bert_weights: str = ""
+
+
+def _copy_towers(source: Retriever, target: Retriever) -> None:
+  target.query_encoder.set_weights(source.query_encoder.get_weights())
+  target.query_projection.set_weights(source.query_projection.get_weights())
+  target.doc_encoder.set_weights(source.doc_encoder.get_weights())
+  target.doc_projection.set_weights(source.doc_projection.get_weights())
+
+
+def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
+               init: InitConfig) -> None:
+  """Loads the weights of `init` into a separate-tower retriever and a reader of `config`.
+
+  Raises:
+    ValueError: conflicting sources.
+    CheckpointMismatchError / errors.InputError: a checkpoint that does not fit the model.
+  """
+  retriever_sources = [s for s in (init.checkpoint, init.realm_embedder, init.orqa,
+                                   init.bert_weights) if s]
+  reader_sources = [s for s in (init.checkpoint, init.realm_encoder, init.orqa,
+                                init.bert_weights) if s]
+  if len(retriever_sources) > 1 or len(reader_sources) > 1:
+    raise ValueError(f"more than one initialisation source for a tower: {init}")
+  if init.checkpoint:
+    source, _ = build_models(config, share_towers=init.checkpoint_share_towers)
+    path = (tf.train.latest_checkpoint(init.checkpoint)
+            if tf.io.gfile.isdir(init.checkpoint) else init.checkpoint)
+    if not path:
+      raise FileNotFoundError(f"no checkpoint in {init.checkpoint}")
+    run_config.restore_checked(tf.train.Checkpoint(retriever=source, reader=reader), path,
+                               read=True)
+    _copy_towers(source, retriever)
+  if init.realm_embedder:
+    checkpoints.load_realm_embedder(retriever, init.realm_embedder)
+  if init.realm_encoder:
+    checkpoints.load_realm_encoder(reader, init.realm_encoder)
+  if init.orqa:
+    checkpoints.load_orqa(retriever, reader, init.orqa)
+  for tower in (retriever.query_encoder, retriever.doc_encoder):
+    load_bert_weights(tower, init.bert_weights)
+  load_reader_weights(reader, init.bert_weights)
