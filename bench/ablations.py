@@ -8,7 +8,7 @@ Each seed runs in its own process (`--processes` at once, one intra-op thread ea
 bench/results/<name>.{md,json} and <name>_ru.png: mean ± std per system, each expected ordering
 with its margin (mean paired difference over seeds), two standard errors and verdict, the
 per-seed values, and retrieval utility vs pre-training step for every run and seed; see
-realm_tf/knowledge_world/ablations_lib.py for what each row is.
+realm_tf/knowledge_world/ablation_config.py for what each row is.
 """
 import dataclasses
 import os
@@ -20,7 +20,9 @@ from absl import app
 from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from realm_tf.knowledge_world import ablations_lib  # pylint: disable=wrong-import-position
+from realm_tf.knowledge_world import ablation_config  # pylint: disable=wrong-import-position
+from realm_tf.knowledge_world import ablation_report  # pylint: disable=wrong-import-position
+from realm_tf.knowledge_world import ablation_runner  # pylint: disable=wrong-import-position
 from bench import bench_utils  # pylint: disable=wrong-import-position
 
 _SIZE = flags.DEFINE_enum("size", "full", ["full", "small"], "Preset.")
@@ -28,7 +30,7 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "/tmp/realm_ablations",
                                   "Working directory (worlds, models); replaced.")
 _RESULTS_DIR = flags.DEFINE_string("results_dir", "bench/results", "Where results go.")
 _NAME = flags.DEFINE_string("name", "", "Result file name (default: ablations[_small]).")
-_VARIANTS = flags.DEFINE_list("variants", [], f"Subset of {ablations_lib.VARIANTS}.")
+_VARIANTS = flags.DEFINE_list("variants", [], f"Subset of {ablation_config.VARIANTS}.")
 _SEEDS = flags.DEFINE_list("seeds", [], "Seeds (default: the preset's, 0,1,2).")
 _PROCESSES = flags.DEFINE_integer("processes", 2, "Seeds run at once, one process each.")
 _NUM_ENTITIES = flags.DEFINE_integer("num_entities", None, "Override the world size.")
@@ -38,8 +40,8 @@ _FINETUNE_STEPS = flags.DEFINE_integer("finetune_steps", None, "Override fine-tu
 
 def main(argv):
   del argv
-  preset = (ablations_lib.full_config if _SIZE.value == "full" else
-            ablations_lib.small_config)
+  preset = (ablation_config.full_config if _SIZE.value == "full" else
+            ablation_config.small_config)
   config = preset(_OUTPUT_DIR.value)
   overrides = {}
   if _VARIANTS.value:
@@ -55,11 +57,11 @@ def main(argv):
   config = dataclasses.replace(config, **overrides)
   print(bench_utils.machine_line(), flush=True)
   started = time.perf_counter()
-  results = ablations_lib.run_seeds(config, _PROCESSES.value,
-                                    log=lambda m: print(m, flush=True))
+  results = ablation_runner.run_seeds(config, _PROCESSES.value,
+                                      log=lambda m: print(m, flush=True))
   minutes = (time.perf_counter() - started) / 60
   command = "python bench/ablations.py " + " ".join(sys.argv[1:])
-  paths = ablations_lib.write_report(
+  paths = ablation_report.write_report(
       results, config, _RESULTS_DIR.value, command.strip(),
       _NAME.value or ("ablations" if _SIZE.value == "full" else "ablations_small"))
   with open(paths["markdown"], "a", encoding="utf-8") as f:

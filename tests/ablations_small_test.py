@@ -19,16 +19,19 @@ import os
 import numpy as np
 import pytest
 
-from realm_tf.knowledge_world import ablations_lib
+from realm_tf.knowledge_world import ablation_config
+from realm_tf.knowledge_world import ablation_report
+from realm_tf.knowledge_world import ablation_runner
+from realm_tf.knowledge_world import ablation_stats
 
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
   directory = tmp_path_factory.mktemp("ablations")
-  config = ablations_lib.small_config(str(directory / "run"))
+  config = ablation_config.small_config(str(directory / "run"))
   assert len(config.seeds) >= 3
-  results = ablations_lib.run_seeds(config, processes=len(config.seeds),
-                                    log=lambda message: None)
+  results = ablation_runner.run_seeds(config, processes=len(config.seeds),
+                                      log=lambda message: None)
   return config, results, directory
 
 
@@ -44,14 +47,14 @@ def test_every_seed_ran_every_variant(small_run):
 @pytest.mark.slow
 def test_facts_cannot_be_answered_without_retrieval(small_run):
   _, results, _ = small_run
-  no_retrieval = ablations_lib.seed_values(results, "no_retrieval", "exact_match")
+  no_retrieval = ablation_stats.seed_values(results, "no_retrieval", "exact_match")
   np.testing.assert_array_equal(no_retrieval, 0.0)
 
 
 @pytest.mark.slow
 def test_realm_pretraining_learns_to_use_retrieval(small_run):
   _, results, _ = small_run
-  utility = ablations_lib.seed_values(results, "realm", "pretrain_retrieval_utility")
+  utility = ablation_stats.seed_values(results, "realm", "pretrain_retrieval_utility")
   standard_error = utility.std(ddof=1) / np.sqrt(len(utility))
   assert utility.mean() > 2 * standard_error, utility
 
@@ -59,8 +62,8 @@ def test_realm_pretraining_learns_to_use_retrieval(small_run):
 @pytest.mark.slow
 def test_realm_beats_no_retrieval_on_exact_match_over_seeds(small_run):
   _, results, _ = small_run
-  ordering = next(o for o in ablations_lib.orderings(results)
-                  if o.statement == "EM: REALM > no retrieval")
+  ordering = next(o for o in ablation_stats.orderings(results)
+                   if o.statement == "EM: REALM > no retrieval")
   assert ordering.seeds == len(results)
   assert ordering.margin > 0, ordering
 
@@ -68,8 +71,8 @@ def test_realm_beats_no_retrieval_on_exact_match_over_seeds(small_run):
 @pytest.mark.slow
 def test_report_has_mean_std_orderings_and_every_seed(small_run):
   config, results, directory = small_run
-  paths = ablations_lib.write_report(results, config, str(directory / "results"),
-                                     "python bench/ablations.py --size=small", "small")
+  paths = ablation_report.write_report(results, config, str(directory / "results"),
+                                       "python bench/ablations.py --size=small", "small")
   with open(paths["markdown"], encoding="utf-8") as f:
     report = f.read()
   assert "| REALM (salient spans) | " in report and " ± " in report

@@ -8,9 +8,11 @@ import os
 
 import pytest
 
+from realm_tf.demo import data_stages
 from realm_tf.demo import questions
 from realm_tf.demo import report
 from realm_tf.demo import stages
+from realm_tf.demo import step_logs
 from realm_tf.demo import wikipedia
 from realm_tf.evaluation import has_answer
 from realm_tf.evaluation.qa_example import QAExample
@@ -55,10 +57,10 @@ def test_split_by_hash_is_deterministic_and_partitions():
 
 
 def test_missing_data_package_names_the_pip_command(monkeypatch):
-  monkeypatch.setitem(stages.DATA_PACKAGES, "no_such_data_module", "no-such-data==1.0")
-  with pytest.raises(stages.MissingDataError,
+  monkeypatch.setitem(data_stages.DATA_PACKAGES, "no_such_data_module", "no-such-data==1.0")
+  with pytest.raises(data_stages.MissingDataError,
                      match=r"pip install --no-deps no-such-data==1\.0"):
-    stages.check_data_packages()
+    data_stages.check_data_packages()
 
 
 def test_other_settings_are_refused_unless_overwritten(tmp_path):
@@ -78,10 +80,10 @@ def test_step_log_keeps_the_last_record_of_a_step_and_trends(tmp_path):
   killed = [{"step": s, "loss": 100.0} for s in range(1, 6)]  # killed after step 5
   resumed = [{"step": s, "loss": float(10 - s)} for s in range(3, 21)]  # from checkpoint 2
   path.write_text("".join(json.dumps(r) + "\n" for r in killed + resumed))
-  log = stages.read_step_log(str(path))
+  log = step_logs.read_step_log(str(path))
   assert [r["step"] for r in log] == list(range(1, 21))
   assert [r["loss"] for r in log[:3]] == [100.0, 100.0, 7.0]
-  assert stages.trend(log, "loss") == (100.0, -9.5)
+  assert step_logs.trend(log, "loss") == (100.0, -9.5)
 
 
 TINY = dict(num_docs=20, encoder="tiny", eval_questions=3, ict_steps=2, ict_batch_size=4,
@@ -90,7 +92,8 @@ TINY = dict(num_docs=20, encoder="tiny", eval_questions=3, ict_steps=2, ict_batc
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in stages.DATA_PACKAGES),
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None
+                        for m in data_stages.DATA_PACKAGES),
                     reason="real data comes with `make test` (the Makefile's data packages)")
 def test_demo_chain_end_to_end_then_resumed(tmp_path):
   config = stages.DemoConfig(output_dir=str(tmp_path / "demo"), **TINY)

@@ -14,7 +14,10 @@ import tensorflow as tf
 from realm_tf.data import formats
 from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import has_answer
-from realm_tf.knowledge_world import ablations_lib
+from realm_tf.knowledge_world import ablation_config
+from realm_tf.knowledge_world import ablation_result
+from realm_tf.knowledge_world import ablation_runner
+from realm_tf.knowledge_world import ablation_stats
 from realm_tf.knowledge_world import world as world_lib
 from realm_tf.knowledge_world.world import WorldConfig
 from realm_tf.knowledge_world.world import generate_world
@@ -167,7 +170,7 @@ def test_generate_binary(tmp_path):
 
 
 def _seed_result(seed, ict_recall, rows):
-  return ablations_lib.AblationResult(
+  return ablation_result.AblationResult(
       seed, [dict(variant=v, system=v, exact_match=em, zero_shot_recall=recall,
                   finetuned_recall=recall, pretrain_retrieval_utility=1.0, null_prior=0.0,
                   null_posterior=0.0, source_retrieved=0.5, minutes=1.0)
@@ -181,10 +184,10 @@ def test_ablation_statistics_are_paired_over_seeds():
                                     ("realm", 0.20, 0.45)]),
              _seed_result(2, 0.40, [("no_retrieval", 0.0, float("nan")),
                                     ("realm", 0.15, 0.35)])]
-  summary = {row["variant"]: row for row in ablations_lib.summarize(results)}
+  summary = {row["variant"]: row for row in ablation_stats.summarize(results)}
   assert summary["realm"]["exact_match"] == pytest.approx(0.15)
   assert summary["realm"]["exact_match_std"] == pytest.approx(0.05)
-  found = {o.statement: o for o in ablations_lib.orderings(results)}
+  found = {o.statement: o for o in ablation_stats.orderings(results)}
   assert set(found) == {"EM: REALM > no retrieval", "zero-shot R@5: REALM > ICT warm-start"}
   em = found["EM: REALM > no retrieval"]
   assert (em.margin, em.se, em.verdict) == (pytest.approx(0.15),
@@ -192,36 +195,36 @@ def test_ablation_statistics_are_paired_over_seeds():
   recall = found["zero-shot R@5: REALM > ICT warm-start"]  # paired: +0.10, -0.05, -0.05
   assert recall.margin == pytest.approx(0.0, abs=1e-9)
   assert recall.se == pytest.approx(np.std([0.10, -0.05, -0.05], ddof=1) / 3 ** 0.5)
-  assert ablations_lib.Ordering("s", "m", "a", "b", -0.1, 0.01, 3).verdict == "reversed"
-  assert ablations_lib.Ordering("s", "m", "a", "b", 0.05, 0.03, 3).verdict == "not significant"
-  assert ablations_lib.Ordering("s", "m", "a", "b", 0.0, 0.0, 3).verdict == "no difference"
+  assert ablation_stats.Ordering("s", "m", "a", "b", -0.1, 0.01, 3).verdict == "reversed"
+  assert ablation_stats.Ordering("s", "m", "a", "b", 0.05, 0.03, 3).verdict == "not significant"
+  assert ablation_stats.Ordering("s", "m", "a", "b", 0.0, 0.0, 3).verdict == "no difference"
 
 
 def test_ablation_runs_follow_the_systems_they_serve():
-  config = ablations_lib.AblationConfig(output_dir="/tmp/unused",
-                                        variants=("ict_retriever_realm_reader", "orqa"))
+  config = ablation_config.AblationConfig(output_dir="/tmp/unused",
+                                          variants=("ict_retriever_realm_reader", "orqa"))
   assert config.pretraining_runs() == ["bert_pairs", "realm", "bert"]
   seed = config.for_seed(7)
   assert (seed.seed, seed.world.seed, os.path.basename(seed.output_dir)) == (7, 7, "seed-7")
   with pytest.raises(ValueError, match="variants"):
-    ablations_lib.AblationConfig(output_dir="x", variants=("bogus",))
+    ablation_config.AblationConfig(output_dir="x", variants=("bogus",))
   with pytest.raises(ValueError, match="seeds"):
-    ablations_lib.AblationConfig(output_dir="x", seeds=(1, 1))
+    ablation_config.AblationConfig(output_dir="x", seeds=(1, 1))
 
 
 def test_finished_seeds_are_reused_only_with_the_same_settings(tmp_path, files):
-  config = ablations_lib.AblationConfig(output_dir=str(tmp_path), variants=("realm",),
-                                        seeds=(4,)).for_seed(4)
+  config = ablation_config.AblationConfig(output_dir=str(tmp_path), variants=("realm",),
+                                          seeds=(4,)).for_seed(4)
   os.makedirs(config.output_dir)
   result = _seed_result(4, 0.25, [("realm", 0.5, 0.75)])
   result.world = files
-  ablations_lib.save_result(result, config)
-  loaded = ablations_lib.load_result(config)
+  ablation_result.save_result(result, config)
+  loaded = ablation_result.load_result(config)
   assert (loaded.seed, loaded.rows, loaded.ict_recall, loaded.world) == (
       4, result.rows, 0.25, files)
-  assert ablations_lib.load_result(dataclasses.replace(config, pretrain_steps=7)) is None
-  assert ablations_lib.load_result(config.for_seed(5)) is None
-  assert ablations_lib.load_result(dataclasses.replace(config, seeds=(4, 5))) is not None
-  reused = ablations_lib.run_seeds(dataclasses.replace(config, output_dir=str(tmp_path)),
-                                   log=lambda message: None)
+  assert ablation_result.load_result(dataclasses.replace(config, pretrain_steps=7)) is None
+  assert ablation_result.load_result(config.for_seed(5)) is None
+  assert ablation_result.load_result(dataclasses.replace(config, seeds=(4, 5))) is not None
+  reused = ablation_runner.run_seeds(dataclasses.replace(config, output_dir=str(tmp_path)),
+                                     log=lambda message: None)
   assert [r.rows for r in reused] == [result.rows]

