@@ -7,7 +7,7 @@ measures ours with REALM's shapes: BERT-base query tower, frozen BERT-base doc t
 blocks (gathered from the frozen [N, 128] block embeddings), AdamW.
 
 Each scenario runs in a fresh process (`--scenario=...`, spawned by the default run):
-  finetune   `finetune_lib.make_replica_step`: Open-QA loss, gradients, AdamW update
+  finetune   `open_qa_step.make_replica_step`: Open-QA loss, gradients, AdamW update
   inference  the query tower + the reader's span scores over the top-5 blocks (no gradients)
 and reports
   device_peak_gib  TensorFlow allocator peak of the device that ran the step (GPU:0 when
@@ -64,7 +64,7 @@ def run_scenario(args) -> dict:
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from realm_tf import presets  # pylint: disable=g-import-not-at-top
-  from realm_tf.qa import finetune_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf.qa import open_qa_step  # pylint: disable=g-import-not-at-top
   from realm_tf.training import optimizer as optimization  # pylint: disable=g-import-not-at-top
 
   device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
@@ -79,7 +79,7 @@ def run_scenario(args) -> dict:
       config.reader_length, args.num_blocks, config.encoder.vocab_size).items()}
   if args.scenario == "finetune":
     optimizer = optimization.create_optimizer(optimization.OptimizerConfig())
-    step = tf.function(finetune_lib.make_replica_step(retriever, reader, optimizer,
+    step = tf.function(open_qa_step.make_replica_step(retriever, reader, optimizer,
                                                       block_embeddings, args.batch_size))
   else:
     def infer(prepared):
@@ -93,8 +93,8 @@ def run_scenario(args) -> dict:
       return {"query": query_emb, "best": tf.reduce_max(logits)}
     step = tf.function(infer)
   parameters = int(sum(np.prod(v.shape) for v in retriever.variables + reader.variables))
-  trained = int(sum(np.prod(v.shape) for v in finetune_lib.trainable_variables(retriever,
-                                                                               reader)))
+  trained = int(sum(np.prod(v.shape) for v in open_qa_step.query_tower_variables(retriever) +
+                    open_qa_step.reader_variables(reader)))
   with tf.device(device):
     step(inputs)  # traces
     tf.config.experimental.reset_memory_stats(device)

@@ -124,7 +124,7 @@ def test_finetune_resume_with_another_model_config_stops(tmp_path):
                 train_data=world.train, vocab_file=world.vocab_file,
                 model=qa_world.model_config(), batch_size=2, num_train_steps=1,
                 retriever_top_k=8, index_kind="brute_force", checkpoint_every_steps=1)
-  FineTuner(FineTuneConfig(**values), log=lambda _: None)._save_checkpoint()
+  FineTuner(FineTuneConfig(**values), log=lambda _: None).loop.save()
   other = dataclasses.replace(values["model"], span_hidden_size=4)
   with pytest.raises(errors.InputError, match=r"run_config.json: this run's configuration "
                      r"differs .*\(model.span_hidden_size: saved \d+, now 4\)"):

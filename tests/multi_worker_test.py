@@ -233,8 +233,8 @@ def test_finetuning_two_workers_match_one_and_only_the_chief_writes(tmp_path):
   _run_single(_finetune_command(world, tmp_path / "single", "--num_steps=4"))
   _run_multi_worker(_finetune_command(world, tmp_path / "multi", "--num_steps=4"),
                     tmp_path / "logs")
-  single = _metrics(tmp_path / "single" / "train_log.jsonl")
-  multi = _metrics(tmp_path / "multi" / "train_log.jsonl")
+  single = _metrics(tmp_path / "single" / "metrics.jsonl")
+  multi = _metrics(tmp_path / "multi" / "metrics.jsonl")
   assert [m["step"] for m in multi] == [m["step"] for m in single] == [1, 2, 3, 4]
   np.testing.assert_allclose([m["loss"] for m in multi], [m["loss"] for m in single],
                              rtol=0, atol=1e-4)

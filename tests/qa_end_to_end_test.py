@@ -146,8 +146,8 @@ def test_readme_quickstart_answers_over_the_users_own_documents(chain, tmp_path)
 def test_readme_chain_trains_evaluates_exports_and_asks(chain, model):
   qa_dir, stdout = chain
   model_dir = os.path.join(qa_dir, "model")
-  with open(os.path.join(model_dir, "train_log.jsonl")) as f:
-    assert [json.loads(line)["step"] for line in f] == [10, 20, 30]
+  with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+    assert [json.loads(line)["step"] for line in f] == list(range(1, 31))
   with open(os.path.join(model_dir, "best", "model.json")) as f:
     assert json.load(f)["step"] == 30
   assert os.path.exists(os.path.join(model_dir, "best", "model.json"))

@@ -11,9 +11,9 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf.evaluation import has_answer
 from realm_tf.evaluation.qa_example import QAExample
-from realm_tf.qa import finetune_lib
+from realm_tf.qa import open_qa_step
 from realm_tf.qa import tiny_world
-from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.qa.finetune_config import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import InitConfig
 from realm_tf.qa.model import ModelInfo
@@ -66,14 +66,17 @@ def test_loss_decreases(trained):
   assert result.step == 60 and len(result.losses) == 60
   assert np.all(np.isfinite(result.losses))
   assert after.mean() < 0.75 * before.mean(), (before, after)
-  with open(os.path.join(tuner.config.model_dir, "train_log.jsonl")) as f:
+  with open(os.path.join(tuner.config.model_dir, "metrics.jsonl")) as f:
     log = [json.loads(line) for line in f]
-  assert [r["step"] for r in log] == [10, 20, 30, 40, 50, 60]
-  assert {"loss", "retriever_loss", "reader_loss", "learning_rate"} <= set(log[0])
+  assert [r["step"] for r in log] == list(range(1, 61))  # TrainLoop's per-step records
+  assert {"loss", "retriever_loss", "reader_loss", "learning_rate/optimizer",
+          "learning_rate/retriever_optimizer"} <= set(log[0])
+  np.testing.assert_allclose([r["loss"] for r in log], result.losses, rtol=1e-6)
   scalars = tensorboard_scalars(os.path.join(tuner.config.model_dir, "train"))
-  assert sorted(scalars["train/loss"]) == list(range(1, 61))
-  np.testing.assert_allclose(scalars["train/loss"][60], result.losses[-1], rtol=1e-5)
-  assert scalars["train/learning_rate"][10] == pytest.approx(log[0]["learning_rate"])
+  assert sorted(scalars["loss"]) == list(range(1, 61))
+  np.testing.assert_allclose(scalars["loss"][60], result.losses[-1], rtol=1e-5)
+  assert scalars["learning_rate/optimizer"][10] == pytest.approx(
+      log[9]["learning_rate/optimizer"])
   assert sorted(scalars["eval/exact_match"]) == [30, 60]
   assert scalars["eval/exact_match"][60] == pytest.approx(
       result.dev_metrics[60]["exact_match"])
@@ -160,7 +163,7 @@ def test_index_refresh_swaps_in_the_snapshot_index_under_a_strategy(world, tmp_p
   assert int(tuner.doc_snapshot_step.numpy()) == 3 and tuner.doc_index.snapshot_step == 3
   assert not np.allclose(initial, tuner.doc_index.embeddings)
   np.testing.assert_array_equal(tuner.block_embeddings.numpy(), tuner.doc_index.embeddings)
-  assert tuner._matches_doc_tower(tuner.doc_index)  # pylint: disable=protected-access
+  assert tuner.snapshots.matches_doc_tower(tuner.doc_index)
   names = set(os.listdir(config.model_dir))
   assert {"doc_index-3", "doc_embedder-3"} <= names  # the snapshot of the refresh at step 3
   assert "doc_index-0" not in names  # no kept checkpoint uses the initial index any more
@@ -168,8 +171,8 @@ def test_index_refresh_swaps_in_the_snapshot_index_under_a_strategy(world, tmp_p
   assert info.step == 4 and info.doc_index == "../doc_index-3"
   assert QAModel.load(config.model_dir).doc_index.snapshot_step == 3
   scalars = tensorboard_scalars(os.path.join(config.model_dir, "train"))
-  assert scalars["train/index_version"] == {1: 0, 2: 0, 3: 0, 4: 3}
-  assert scalars["train/index_staleness"] == {1: 0, 2: 1, 3: 2, 4: 0}
+  assert scalars["index_version"] == {1: 0, 2: 0, 3: 0, 4: 3}
+  assert scalars["index_staleness"] == {1: 0, 2: 1, 3: 2, 4: 0}
 
 
 def test_zero_steps_writes_the_pretrained_model_and_tf2_init(world, tmp_path):
@@ -195,13 +198,13 @@ def test_per_tower_learning_rates(world, tmp_path):
   tuner = FineTuner(tiny_config(world, str(tmp_path / "towers"), dev_data="",
                                 num_train_steps=3, retriever_learning_rate=0.0),
                     log=lambda message: None)
-  query_tower = [v.numpy() for v in finetune_lib.query_tower_variables(tuner.retriever)]
-  reader = [v.numpy() for v in finetune_lib.reader_variables(tuner.reader)]
+  query_tower = [v.numpy() for v in open_qa_step.query_tower_variables(tuner.retriever)]
+  reader = [v.numpy() for v in open_qa_step.reader_variables(tuner.reader)]
   tuner.run()
   assert all(np.array_equal(a, v.numpy()) for a, v in
-             zip(query_tower, finetune_lib.query_tower_variables(tuner.retriever)))
+             zip(query_tower, open_qa_step.query_tower_variables(tuner.retriever)))
   assert not all(np.array_equal(a, v.numpy()) for a, v in
-                 zip(reader, finetune_lib.reader_variables(tuner.reader)))
+                 zip(reader, open_qa_step.reader_variables(tuner.reader)))
 
 
 def test_config_errors(world, tmp_path):
@@ -258,7 +261,7 @@ def test_bfloat16_step_losses_track_float32(world, tmp_path):
   assert half.doc_index.embedding_dtype == "bfloat16"
   np.testing.assert_allclose(half.doc_index.embeddings, full.doc_index.embeddings, rtol=0,
                              atol=0.04 * max(1.0, np.max(np.abs(full.doc_index.embeddings))))
-  assert half._matches_doc_tower(half.doc_index)  # pylint: disable=protected-access
+  assert half.snapshots.matches_doc_tower(half.doc_index)
   batch = full.prepare_batch(full.train_examples[:8])
   full_loss, half_loss = full.loss(batch), half.loss(batch)
   assert half_loss.dtype == np.float32

@@ -16,6 +16,7 @@ import tensorflow as tf
 import tiny_world
 from realm_tf import configs
 from realm_tf.qa import finetune_lib
+from realm_tf.qa import open_qa_step
 from realm_tf.qa import tiny_world as qa_tiny_world
 from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.ict_lib import ict_step
@@ -118,7 +119,7 @@ def test_finetuning_step_compiles_with_xla(tmp_path):
       log=lambda message: None)
   prepared = tuner.prepare_batch(tuner.train_examples[:4])
   batch = {name: tf.constant(value) for name, value in prepared.items()}
-  step_fn = finetune_lib.make_replica_step(tuner.retriever, tuner.reader, tuner.optimizer,
+  step_fn = open_qa_step.make_replica_step(tuner.retriever, tuner.reader, tuner.optimizer,
                                            tuner.block_embeddings, 4, tuner.retriever_optimizer)
   _assert_compiles_and_matches(step_fn, batch, [tuner.retriever, tuner.reader],
                                [tuner.optimizer, tuner.retriever_optimizer])

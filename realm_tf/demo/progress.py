@@ -1,7 +1,7 @@
 """Progress bars (tqdm) for the demo's stages.
 
-The trainers write one JSON object per step to a log (`metrics.jsonl` of ICT and REALM
-pre-training, `train_log.jsonl` of fine-tuning); `LogProgress` follows such a log from a
+The trainers write one JSON object per step to a log (`metrics.jsonl` of ICT, REALM
+pre-training and fine-tuning: `training.train_loop`); `LogProgress` follows such a log from a
 background thread and shows the step reached and the latest loss, so the trainers run
 unchanged (their own console output switched off).
 """

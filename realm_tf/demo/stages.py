@@ -61,7 +61,6 @@ from realm_tf.qa import datasets
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.finetune_lib import FineTuneConfig
-from realm_tf.qa.finetune_lib import TRAIN_LOG
 from realm_tf.qa.finetune_lib import run_finetuning
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
@@ -245,7 +244,7 @@ class Demo(DataStages):
 
   def finetune(self) -> Dict[str, Any]:
     config = self.config
-    log_path = self.path("qa", TRAIN_LOG)
+    log_path = self.path("qa", "metrics.jsonl")
     with LogProgress(log_path, config.finetune_steps, "Open-QA fine-tuning",
                      keys=("loss", "retriever_loss", "reader_loss")):
       run_finetuning(self._finetune_config(config.finetune_steps),

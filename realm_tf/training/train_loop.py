@@ -12,7 +12,9 @@ With an `Evaluation` (e.g. `realm_tf.training.recall_monitor.RecallMonitor`'s he
 recall), the loop evaluates before the first step and every `every_n_steps`; each result goes
 to `model_dir/eval.jsonl` and TensorBoard (`eval/<name>`), the checkpoint with the best
 `metric` so far (the start included) is kept in `model_dir/best/`, and a stage that ends below
-its start logs a warning (`ended_below_start`).
+its start logs a warning (`ended_below_start`). Trainers that write more than checkpoints
+(e.g. Open-QA fine-tuning's `model.json` beside each checkpoint and in `best/`) pass
+`after_save` / `after_best`.
 
 Checkpoints hold whatever the trainer puts in its `tf.train.Checkpoint` plus the step counter;
 the run's structural configuration (`run_config`) is saved beside the first one, and a resume
@@ -53,19 +55,21 @@ def _is_optimizer(item) -> bool:
 
 @dataclasses.dataclass
 class Evaluation:
-  """`fn()` -> metrics, run every `every_n_steps` steps; `metric` (larger is better) picks the
-  best checkpoint."""
+  """`fn()` -> metrics, run every `every_n_steps` steps, at the last step and (`at_start`)
+  before the first step of a run; `metric` (larger is better) picks the best checkpoint."""
   fn: Callable[[], Dict[str, float]]
   every_n_steps: int
   metric: str
+  at_start: bool = True
 
 
 class TrainLoop:
   """Runs `step_fn(step)` from the restored step to `num_steps`.
 
   Args:
-    model_dir: checkpoints in `model_dir/checkpoints`, TensorBoard events in `model_dir/train`.
-    checkpoint: objects to save; the loop adds its `step` variable to it.
+    model_dir: checkpoints in `model_dir/<checkpoint_subdir>`, TensorBoard events in
+      `model_dir/train`.
+    checkpoint_items: objects to save; the loop adds its `step` variable to them.
     num_steps: total steps of the run (resumed runs finish the same total).
     checkpoint_every: steps between checkpoints (and one at the end).
     summary_every: steps between TensorBoard scalars.
@@ -73,15 +77,23 @@ class TrainLoop:
     run_config: the run's structural configuration (`run_config.retriever_structure` ...),
       saved with the first checkpoint and compared on resume.
     strategy: the `tf.distribute` strategy the step runs under (default: the current one).
+    checkpoint_subdir: the checkpoints' directory under `model_dir` ("": `model_dir` itself).
+    best_items: what `best/` checkpoints hold (default: `checkpoint_items`), plus `step`.
+    after_save: called with the step after each checkpoint is written.
+    after_best: called with the step and its metrics after `best/` is written.
   """
 
   def __init__(self, model_dir: str, checkpoint_items: Dict[str, object], num_steps: int,
                checkpoint_every: int = 100, summary_every: int = 1, max_to_keep: int = 3,
                verbose: bool = True, run_config: Optional[Dict[str, object]] = None,
-               strategy=None):
+               strategy=None, checkpoint_subdir: str = "checkpoints",
+               best_items: Optional[Dict[str, object]] = None,
+               after_save: Optional[Callable[[int], None]] = None,
+               after_best: Optional[Callable[[int, Dict[str, float]], None]] = None):
     self.model_dir = model_dir
     self.strategy = strategy or tf.distribute.get_strategy()
     output = distribute.output_dir(self.strategy, model_dir)  # model_dir on the chief
+    self.output_dir = output  # where this worker writes
     self.run_config = run_config
     self._save_run_config = run_config is not None
     self.num_steps = num_steps
@@ -91,14 +103,21 @@ class TrainLoop:
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     self._items = checkpoint_items
     self.checkpoint = tf.train.Checkpoint(step=self.step, **checkpoint_items)
-    self.checkpoint_dir = os.path.join(model_dir, "checkpoints")  # read by every worker
-    self.manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(output, "checkpoints"), max_to_keep=max_to_keep)
+
+    def under(directory: str) -> str:
+      return os.path.join(directory, checkpoint_subdir) if checkpoint_subdir else directory
+
+    self.checkpoint_dir = under(model_dir)  # read by every worker
+    self.manager = tf.train.CheckpointManager(self.checkpoint, under(output),
+                                              max_to_keep=max_to_keep)
     self.writer = tf.summary.create_file_writer(os.path.join(output, "train"))
     self.metrics_path = os.path.join(output, "metrics.jsonl")
     self.eval_path = os.path.join(output, EVAL_LOG)
-    self.best_manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(output, BEST_DIR), max_to_keep=1)
+    best = self.checkpoint if best_items is None else tf.train.Checkpoint(step=self.step,
+                                                                          **best_items)
+    self.best_manager = tf.train.CheckpointManager(best, os.path.join(output, BEST_DIR),
+                                                   max_to_keep=1)
+    self._after_save, self._after_best = after_save, after_best
     self.history = []
     self._unwritten: List[Dict[str, float]] = []
     self.ended_below_start = False
@@ -125,9 +144,17 @@ class TrainLoop:
       for name, value in result.items():
         tf.summary.scalar(f"eval/{name}", value)
     if not previous or result[evaluation.metric] > max(previous):
-      self.best_manager.save(checkpoint_number=step)
+      self.save_best(result)
     logging.info("Step %d: %s", step, ", ".join(f"{k} {v:.4f}" for k, v in result.items()))
     return result
+
+  def save_best(self, metrics: Dict[str, float]) -> None:
+    """Writes the current weights to `best/` (e.g. the last step of a run without
+    evaluation); `metrics` go to `after_best`."""
+    step = int(self.step.numpy())
+    self.best_manager.save(checkpoint_number=step)
+    if self._after_best:
+      self._after_best(step, metrics)
 
   def best(self) -> Optional[Dict[str, float]]:
     """The evaluation of the checkpoint in `best/`, or None."""
@@ -169,7 +196,10 @@ class TrainLoop:
       run_configs.save(self.manager.directory, self.run_config)
       self._save_run_config = False
     self._write_metrics()  # first: a kill after the checkpoint must not lose the records
-    return self.manager.save(checkpoint_number=int(self.step.numpy()))
+    path = self.manager.save(checkpoint_number=int(self.step.numpy()))
+    if self._after_save:
+      self._after_save(int(self.step.numpy()))
+    return path
 
   def _learning_rates(self) -> Dict[str, float]:
     """`learning_rate` of the checkpointed optimizer (`learning_rate/<name>` with several)."""
@@ -208,7 +238,8 @@ class TrainLoop:
 
   def _run(self, step_fn, after_step, evaluation) -> Dict[str, float]:
     start_step = self.restore()
-    if evaluation and start_step == 0 and not any(e["step"] == 0 for e in self.evaluations()):
+    if evaluation and evaluation.at_start and start_step == 0 and not any(
+        e["step"] == 0 for e in self.evaluations()):
       self._evaluate(evaluation, 0)
     bar = keras.utils.Progbar(self.num_steps, verbose=1 if self.verbose else 0,
                               stateful_metrics=_WINDOWED + _GAUGES)

@@ -1,0 +1,107 @@
+"""The Open-QA training step (REALM §3.4 / ORQA): loss of a prepared batch, the replicated
+update, and the variables fine-tuning trains.
+
+Legend: B questions, K blocks scored by the retriever loss, k blocks read, Lq / Lr query /
+reader length, S spans, A gold spans, N blocks, D dim.
+
+The query tower re-embeds the questions (with dropout when training); retriever logits f(x, z)
+[B, K] are inner products with the block embeddings, gathered in-graph from the frozen [N, D]
+matrix the index was built from (the doc tower is not trained, so they are exact); the reader
+scores all spans of the k blocks [B, k, S]; `open_qa_loss` (retriever marginal over K + reader
+marginal over k x S, each zero without a correct candidate) is minimised with AdamW
+(`training.optimizer.create_optimizer`). Everything here has static shapes and no host op, so
+it compiles with XLA (`tests/xla_steps_test.py`).
+"""
+from typing import Callable, Dict, List
+
+import tensorflow as tf
+
+from realm_tf.layers.span_scorer import masked_logit_value
+from realm_tf.losses.open_qa_loss import correct_spans
+from realm_tf.losses.open_qa_loss import open_qa_loss
+from realm_tf.training.optimizer import apply_gradients
+
+READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "block_mask")
+QUERY_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def open_qa_losses(retriever, reader, block_embeddings: tf.Variable,
+                   inputs: Dict[str, tf.Tensor], training: bool):
+  """Per-question Open-QA losses of prepared inputs (`FineTuner.prepare_batch` names).
+
+  Args:
+    retriever, reader: the models (the query tower and the reader run here).
+    block_embeddings: float32 [N, D], the frozen doc-tower embeddings of the corpus rows.
+    inputs: "query_*" [B, Lq], "rows" [B, K], "has_answer" [B, K], "reader_*" [B, k, Lr],
+      "gold_starts" / "gold_ends" [B, k, A].
+    training: dropout on or off.
+
+  Returns:
+    (loss [B], retriever loss [B], reader loss [B], correct spans bool [B, k, S]).
+  """
+  query = {n: inputs[f"query_{n}"] for n in QUERY_FEATURES}
+  features = {n: inputs[f"reader_{n}"] for n in READER_FEATURES}
+  batch = tf.shape(features["input_word_ids"])[0]
+  k = tf.shape(features["input_word_ids"])[1]
+  flat = {n: tf.reshape(t, [batch * k, -1]) for n, t in features.items()}
+  rows = inputs["rows"]
+  query_emb = tf.cast(retriever.embed_query(query, training=training), tf.float32)
+  blocks = tf.gather(block_embeddings, tf.maximum(rows, 0))  # [B, K, D]
+  retriever_logits = tf.where(rows >= 0, tf.einsum("bd,bkd->bk", query_emb, blocks),
+                              masked_logit_value(tf.float32))  # [B, K]
+  span_logits, starts, ends = reader.span_logits(
+      {n: flat[n] for n in QUERY_FEATURES}, flat["block_mask"], training=training)
+  span_logits = tf.reshape(span_logits, [batch, k, -1])  # [B, k, S]
+  correct = correct_spans(starts, ends, inputs["gold_starts"], inputs["gold_ends"])
+  _, parts = open_qa_loss(retriever_logits, inputs["has_answer"], span_logits, correct)
+  per_question = parts["retriever_loss"] + parts["reader_loss"]
+  return per_question, parts["retriever_loss"], parts["reader_loss"], correct
+
+
+def make_replica_step(retriever, reader, optimizer, block_embeddings: tf.Variable,
+                      global_batch_size: int, retriever_optimizer=None
+                      ) -> Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
+  """The replicated training step: Open-QA loss, gradients, AdamW updates (the query tower's
+  by `retriever_optimizer` when given, else by `optimizer` with the reader's).
+
+  The returned function takes one replica's prepared inputs and returns sums over its
+  questions ("loss", "retriever_loss", "reader_loss", "retrieved_answer": questions with an
+  answer-bearing block in the top-K, "read_answer": with a gold span in the top-k).
+  """
+  query_tower = query_tower_variables(retriever)
+  variables = query_tower + reader_variables(reader)
+
+  def replica_step(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+    with tf.GradientTape() as tape:
+      per_question, retriever_loss, reader_loss, correct = open_qa_losses(
+          retriever, reader, block_embeddings, inputs, training=True)
+      loss = tf.reduce_sum(per_question) / float(global_batch_size)
+    pairs = [(g, v) for g, v in zip(tape.gradient(loss, variables), variables)]
+    updates = [(g, v) for g, v in pairs if g is not None]  # e.g. an unused pooler
+    if retriever_optimizer is None:
+      apply_gradients(optimizer, updates)
+    else:
+      split = len([p for p in pairs[:len(query_tower)] if p[0] is not None])
+      apply_gradients(retriever_optimizer, updates[:split])
+      apply_gradients(optimizer, updates[split:])
+    return {
+        "loss": tf.reduce_sum(per_question),
+        "retriever_loss": tf.reduce_sum(retriever_loss),
+        "reader_loss": tf.reduce_sum(reader_loss),
+        "retrieved_answer": tf.reduce_sum(tf.cast(tf.reduce_any(inputs["has_answer"], 1),
+                                                  tf.float32)),
+        "read_answer": tf.reduce_sum(tf.cast(tf.reduce_any(correct, [1, 2]), tf.float32)),
+    }
+
+  return replica_step
+
+
+def query_tower_variables(retriever) -> List[tf.Variable]:
+  """The retriever variables fine-tuning trains: the query tower (not the doc tower)."""
+  return (retriever.query_encoder.trainable_variables +
+          retriever.query_projection.trainable_variables)
+
+
+def reader_variables(reader) -> List[tf.Variable]:
+  """The reader variables fine-tuning trains: its BERT and span head (not the MLM head)."""
+  return reader.encoder.trainable_variables + reader.span_scorer.trainable_variables
