@@ -11,14 +11,14 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf.evaluation import has_answer
 from realm_tf.evaluation.qa_example import QAExample
+from realm_tf.presets import InitConfig
+from realm_tf.presets import build_models
 from realm_tf.qa import open_qa_step
 from realm_tf.qa import tiny_world
 from realm_tf.qa.finetune_config import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
-from realm_tf.qa.model import InitConfig
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import QAModel
-from realm_tf.qa.model import build_models
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.optimizer import default_warmup_steps

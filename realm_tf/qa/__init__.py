@@ -5,7 +5,8 @@
 
 Modules: `datasets` (NQ-Open / WebQuestions / CuratedTrec, ORQA JSONL, DPR TSV, pyserini),
 `corpus` (the knowledge corpus), `doc_index` (frozen block embeddings + MIPS index),
-`supervision` (has-answer and gold spans), `model` (configs and model directories),
+`supervision` (has-answer and gold spans), `model` (model directories; their configs and initial
+weights: `realm_tf.presets`),
 `finetune_lib` (AdamW from `realm_tf.training.optimizer`), `evaluate_lib`, `ask_lib`, `tiny_world` (a toy
 world for tests and the README commands).
 
@@ -30,8 +31,6 @@ _EXPORTS = {
     "evaluate": "evaluate_lib",
     "FineTuneConfig": "finetune_lib",
     "run_finetuning": "finetune_lib",
-    "InitConfig": "model",
-    "ModelConfig": "model",
     "QAModel": "model",
 }
 

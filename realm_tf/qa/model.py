@@ -40,10 +40,8 @@ from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.models import precision
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
-from realm_tf.presets import InitConfig  # noqa: F401  (fine-tuning imports it here)
 from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
-from realm_tf.presets import initialize  # noqa: F401  (fine-tuning imports it here)
 from realm_tf.qa.corpus import Corpus
 from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.doc_index import DocIndex
