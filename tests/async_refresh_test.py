@@ -34,19 +34,19 @@ def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_p
   builder = refresher._builder  # pylint: disable=protected-access
   assert builder.poll() is None, "the trainer waited for the builder"
   assert index_publisher.latest_version(str(tmp_path / "index")) == "step-00000000"
-  refresher.wait(timeout=180)
+  refresher.wait(timeout=600)
   assert refresher.maybe_refresh(6, retriever)
   assert (refresher.version, refresher.snapshot_step) == ("step-00000005", 5)
 
   assert not refresher.maybe_refresh(10, retriever)
   refresher._builder.kill()  # pylint: disable=protected-access
-  refresher.wait(timeout=60)
+  refresher.wait(timeout=900)
   assert not refresher.maybe_refresh(11, retriever)
   assert refresher.version == "step-00000005"  # the previous index stays in use
   assert index_publisher.latest_version(str(tmp_path / "index")) == "step-00000005"
 
   refresher.maybe_refresh(15, retriever)  # a new builder recovers
-  refresher.wait(timeout=180)
+  refresher.wait(timeout=600)
   assert refresher.maybe_refresh(16, retriever)
   assert refresher.version == "step-00000015"
   refresher.close()

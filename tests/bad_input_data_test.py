@@ -266,7 +266,7 @@ def test_ask_corpus_files_are_named_with_line_and_fix(tmp_path, name, content, m
 
 def _run(module, *flags):
   return subprocess.run([sys.executable, "-m", module, *flags], cwd=ROOT, capture_output=True,
-                        text=True, timeout=300)
+                        text=True, timeout=900)
 
 
 def _flipped_corpus(tmp_path):

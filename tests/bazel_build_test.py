@@ -25,7 +25,7 @@ FIRST_PARTY = ("realm_tf", "pipelines")
 
 def _generate(root, *args):
   return subprocess.run([sys.executable, GENERATOR, "--root", str(root), *args],
-                        capture_output=True, text=True, timeout=60, check=False)
+                        capture_output=True, text=True, timeout=900, check=False)
 
 
 def _python_files(top):
@@ -158,7 +158,7 @@ def test_bazel_query_lists_every_module_and_test():
     result = subprocess.run(
         ["bazel", "--batch", "--nohome_rc", f"--output_user_root={user_root}",
          "query", "//...", "--output=xml"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
   finally:
     shutil.rmtree(user_root, ignore_errors=True)
   assert result.returncode == 0, result.stderr[-5000:]

@@ -26,7 +26,7 @@ def _run_binary(tmp_path, body, *flags):
       app.run(errors.run_main("realm-x", main))
       """))
   return subprocess.run([sys.executable, str(script), *flags], capture_output=True, text=True,
-                        timeout=120)
+                        timeout=600)
 
 
 @pytest.mark.parametrize("raise_line", [

@@ -90,7 +90,7 @@ def test_failed_builds_are_reported_at_once_and_consecutive_ones_stop_training(t
   refresher = ScriptedRefresher(tmp_path, [FAIL, PUBLISH, FAIL, FAIL])
   caplog.set_level(logging.INFO)
   assert not refresher.maybe_refresh(5, None)  # builder 1 launched
-  refresher.wait(timeout=60)
+  refresher.wait(timeout=900)
   log = str(tmp_path / "snapshots" / "builder-step-00000005.log")
   [error] = _errors(caplog)
   assert "the index builder for step-00000005 failed with exit status 1" in error
@@ -104,16 +104,16 @@ def test_failed_builds_are_reported_at_once_and_consecutive_ones_stop_training(t
   assert refresher.version == "step-00000000"
 
   refresher.maybe_refresh(10, None)  # builder 2 publishes: the count starts again
-  refresher.wait(timeout=180)
+  refresher.wait(timeout=600)
   assert refresher.maybe_refresh(11, None) and refresher.version == "step-00000010"
   assert not _errors(caplog)
   refresher.maybe_refresh(15, None)
-  refresher.wait(timeout=60)
+  refresher.wait(timeout=900)
   assert len(_errors(caplog)) == 1
   assert not refresher.maybe_refresh(16, None)
 
   refresher.maybe_refresh(20, None)
-  refresher.wait(timeout=60)
+  refresher.wait(timeout=900)
   assert "(failure 2 in a row, at most 2)" in _errors(caplog)[0]
   for step in (21, 22):  # stays stopped
     with pytest.raises(IndexBuilderError) as stop:
@@ -130,7 +130,7 @@ def test_a_builder_flooding_its_output_does_not_block(tmp_path, caplog):
   # 1 MiB on stderr: a pipe nobody reads holds 64 KiB, and the builder would block on it.
   refresher = ScriptedRefresher(tmp_path, [FLOOD], max_builder_failures=1)
   refresher.maybe_refresh(5, None)
-  refresher.wait(timeout=60)
+  refresher.wait(timeout=900)
   log = tmp_path / "snapshots" / "builder-step-00000005.log"
   assert log.stat().st_size == 1024 * 1024
   [error] = _errors(caplog)
@@ -146,7 +146,7 @@ def test_a_builder_killed_mid_build_leaves_the_index_in_use_and_the_next_one_rec
     tmp_path, caplog):
   refresher = ScriptedRefresher(tmp_path, [KILLED, PUBLISH])
   refresher.maybe_refresh(5, None)
-  refresher.wait(timeout=60)
+  refresher.wait(timeout=900)
   [error] = _errors(caplog)
   assert f"step-00000005 was killed by signal {int(signal.SIGKILL)}" in error
   assert "embedding shard 1 of 4" in error
@@ -154,7 +154,7 @@ def test_a_builder_killed_mid_build_leaves_the_index_in_use_and_the_next_one_rec
   assert refresher.version == "step-00000000"
   assert index_publisher.latest_version(refresher.index_root) == "step-00000000"
   refresher.maybe_refresh(10, None)
-  refresher.wait(timeout=180)
+  refresher.wait(timeout=600)
   assert refresher.maybe_refresh(11, None) and refresher.version == "step-00000010"
   assert index_publisher.cleanup_partial(refresher.index_root) == ["step-00000005.tmp-killed"]
 
@@ -189,7 +189,7 @@ def test_a_mistyped_builder_flag_is_reported_with_the_real_builder(tmp_path, cap
                           refresher.index_root, "step-00000000")
   refresher.start(0, retriever)
   refresher.maybe_refresh(5, retriever)
-  refresher.wait(timeout=180)
+  refresher.wait(timeout=600)
   [error] = _errors(caplog)
   assert "failed with exit status 2" in error and "runer" in error  # a bad flag: exit 2
   assert "--runer: not a flag of this pipeline" in error

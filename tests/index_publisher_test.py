@@ -66,7 +66,7 @@ def test_rejected_publications_leave_nothing(tmp_path):
 def _run_killed(root, script):
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
   result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
-                          capture_output=True, timeout=120, check=False)
+                          capture_output=True, timeout=600, check=False)
   assert result.returncode == -signal.SIGKILL, result.stderr.decode()[-2000:]
 
 

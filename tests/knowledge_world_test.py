@@ -161,7 +161,7 @@ def test_written_files_feed_every_stage(files):
 def test_generate_binary(tmp_path):
   out = subprocess.run([sys.executable, "-m", "realm_tf.knowledge_world.generate",
                         f"--output_dir={tmp_path}", "--num_entities=6", "--seed=1"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+                       cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
   assert json.loads(out.stdout[out.stdout.index("{"):])["num_blocks"] == 12
   assert sorted(os.listdir(tmp_path)) == sorted(
       ["vocab.txt", "blocks-00000-of-00001.tfrecord", "examples-00000-of-00001.tfrecord",

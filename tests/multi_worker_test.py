@@ -19,7 +19,7 @@ import tiny_world
 from realm_tf.qa import tiny_world as qa_tiny_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMEOUT_S = 240
+TIMEOUT_S = 900
 
 
 @pytest.fixture(scope="module")

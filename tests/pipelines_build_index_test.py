@@ -205,14 +205,14 @@ def test_binary_scann_flags_are_checked_first_and_recorded_in_the_manifest(corpu
              f"--embedder_dir={embedder_dir}", f"--index_root={root}"]
   num_blocks = len(BlockStore.load(corpus_dir))
   bad = subprocess.run(command + [f"--scann_num_leaves={num_blocks + 1}"], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=900)
   assert bad.returncode == 2, bad.stderr[-2000:]
   assert (f"--scann_num_leaves: {num_blocks + 1} leaves for {num_blocks} documents"
           in bad.stderr)
   assert not os.path.exists(root) or not os.listdir(root)  # nothing embedded or published
   good = subprocess.run(command + ["--scann_num_leaves=4", "--scann_num_leaves_to_search=2",
                                    "--scann_dimensions_per_block=4", "--scann_reorder_k=20"],
-                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert good.returncode == 0, good.stderr[-2000:]
   builder = IndexManifest.read(os.path.join(root, "step-00001200")).builder
   assert (builder["num_leaves"], builder["num_leaves_to_search"],

@@ -30,7 +30,7 @@ def _command(world, model_dir, *extra):
           "--index_kind=brute_force", "--seed=3", *extra]
 
 
-def _run(command, timeout=300):
+def _run(command, timeout=900):
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
   result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)

@@ -41,7 +41,7 @@ def server(service):
 
 @pytest.fixture(scope="module")
 def client(server):
-  with httpx.Client(base_url=server.url, timeout=120) as http:
+  with httpx.Client(base_url=server.url, timeout=600) as http:
     yield http
 
 
@@ -88,7 +88,7 @@ def test_concurrent_questions_share_one_batch(service):
   questions = (serve_helpers.QUESTIONS * 2)[:8]
 
   async def ask_all(url):
-    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
       return await asyncio.gather(*[http.post("/v1/ask", json={"question": q})
                                     for q in questions])
 
@@ -228,7 +228,7 @@ def _serve(*flags):
 @pytest.mark.slow
 def test_model_dir_that_does_not_load_stops_the_binary(tmp_path):
   process = _serve(f"--model_dir={tmp_path}", f"--port={_free_port()}")
-  _, stderr = process.communicate(timeout=300)
+  _, stderr = process.communicate(timeout=900)
   assert process.returncode == 2
   last = stderr.strip().splitlines()[-1]
   assert last.startswith(f"realm-serve: {tmp_path}: does not load as a QA model (")
@@ -250,8 +250,8 @@ def test_binary_serves_on_loopback(service):
       except httpx.TransportError:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    reply = httpx.post(url + "/v1/ask", json={"question": "who wrote hamlet?"}, timeout=120)
+    reply = httpx.post(url + "/v1/ask", json={"question": "who wrote hamlet?"}, timeout=600)
     assert_same_answer(reply.json(), service.asker.ask("who wrote hamlet?"), 5)
   finally:
     process.send_signal(signal.SIGINT)
-    process.communicate(timeout=60)
+    process.communicate(timeout=900)
