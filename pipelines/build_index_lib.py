@@ -203,8 +203,8 @@ class _WriteShardFn(beam.DoFn):
     final = shard_path(self._directory, shard, self._num_shards)
     tmp = f"{final}.tmp-{uuid.uuid4().hex}"  # a retried bundle rewrites the same content
     with tf.io.TFRecordWriter(tmp) as writer:
-      for block_id, embedding in rows:
-        writer.write(formats.embedding_example(block_id, embedding))
+      for block_id, vector in rows:
+        writer.write(formats.embedding_example(block_id, vector))
     tf.io.gfile.rename(tmp, final, overwrite=True)
     self._shards.inc()
     yield shard, len(rows)

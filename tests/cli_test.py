@@ -44,7 +44,6 @@ def test_readme_command_line_table_is_generated_from_the_flags():
 
 
 def test_shared_choices_are_the_libraries_choices():
-  from pipelines import build_index_lib  # pylint: disable=g-import-not-at-top
   from pipelines import pretraining_examples_lib  # pylint: disable=g-import-not-at-top
   from realm_tf import presets  # pylint: disable=g-import-not-at-top
   from realm_tf.demo.config import DemoConfig  # pylint: disable=g-import-not-at-top

@@ -10,7 +10,6 @@ import tensorflow as tf
 
 import tiny_world
 from realm_tf import configs
-from realm_tf.data.block_store import BlockStore
 from realm_tf.models import precision
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.training.candidates import CandidateBuilder

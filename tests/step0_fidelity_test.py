@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from realm_tf import configs
 from realm_tf import presets
 from realm_tf import pretrained
 from realm_tf.demo import questions as questions_lib
