@@ -4,6 +4,7 @@ import json
 import pytest
 
 from realm_tf.training import plots
+from realm_tf.training.train_loop import read_step_records
 
 
 def test_plot_and_resume_deduplication(tmp_path):
@@ -11,7 +12,7 @@ def test_plot_and_resume_deduplication(tmp_path):
   rows = [{"step": 1, "retrieval_utility": 0.0}, {"step": 2, "retrieval_utility": 0.1},
           {"step": 2, "retrieval_utility": 0.2}, {"step": 3, "retrieval_utility": 0.4}]
   path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-  records = plots.read_metrics(str(path))
+  records = read_step_records(str(path))
   assert [r["retrieval_utility"] for r in records] == [0.0, 0.2, 0.4]
   png = plots.plot_retrieval_utility({"salient": str(path)}, str(tmp_path / "ru.png"),
                                      smoothing=2)
@@ -23,7 +24,7 @@ def test_bad_metrics_file_names_the_line(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text('{"step": 1, "loss": 1.0}\n{oops\n')
   with pytest.raises(ValueError, match="metrics.jsonl:2"):
-    plots.read_metrics(str(path))
+    read_step_records(str(path))
   path.write_text('{"step": 1, "loss": 1.0}\n')
   with pytest.raises(ValueError, match="no 'retrieval_utility' values"):
     plots.plot_retrieval_utility({"x": str(path)}, str(tmp_path / "x.png"))

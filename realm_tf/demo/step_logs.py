@@ -5,18 +5,12 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from realm_tf.training.train_loop import read_step_records
+
 
 def read_step_log(path: str) -> List[Dict[str, float]]:
-  """A trainer's JSONL step log, one record per step in step order (a step logged again after
-  a resumption keeps its last record)."""
-  by_step = {}
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      for line in f:
-        if line.strip():
-          record = json.loads(line)
-          by_step[int(record["step"])] = record
-  return [by_step[step] for step in sorted(by_step)]
+  """A trainer's JSONL step log (`train_loop.read_step_records`); [] before it exists."""
+  return read_step_records(path) if os.path.exists(path) else []
 
 
 def trend(records: Sequence[Dict[str, float]], key: str) -> Tuple[float, float]:

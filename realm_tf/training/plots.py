@@ -1,6 +1,5 @@
 """The retrieval-utility curve (REALM Figure 4) from a run's `metrics.jsonl`."""
-import json
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import matplotlib
 
@@ -8,20 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-
-def read_metrics(path: str) -> List[Dict[str, float]]:
-  """The per-step metrics a `TrainLoop` wrote (resumed runs: the latest value per step)."""
-  by_step = {}
-  with open(path, encoding="utf-8") as f:
-    for line_number, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{line_number}: not JSON ({e})") from e
-      by_step[int(record["step"])] = record
-  return [by_step[s] for s in sorted(by_step)]
+from realm_tf.training.train_loop import read_step_records  # pylint: disable=wrong-import-position
 
 
 def plot_retrieval_utility(runs: Dict[str, str], output_png: str, smoothing: int = 1,
@@ -36,7 +22,7 @@ def plot_retrieval_utility(runs: Dict[str, str], output_png: str, smoothing: int
   seen: Dict[str, int] = {}
   figure, axis = plt.subplots(figsize=(7, 4.5))
   for label, path in runs.items():
-    records = [r for r in read_metrics(path) if metric in r]
+    records = [r for r in read_step_records(path) if metric in r]
     if not records:
       raise ValueError(f"{path} has no {metric!r} values")
     steps = np.array([r["step"] for r in records])

@@ -49,6 +49,26 @@ _WINDOWED = ("loss", "accuracy", "retrieval_utility")
 _GAUGES = ("index_staleness",)
 
 
+def read_step_records(path: str) -> List[Dict[str, float]]:
+  """A `metrics.jsonl` / `eval.jsonl` the loop wrote, one record per step in step order (a
+  step logged again after a resumption keeps its last record).
+
+  Raises:
+    ValueError: a line is not JSON (the message names the file and line).
+  """
+  by_step = {}
+  with tf.io.gfile.GFile(path, "r") as f:
+    for line_number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{line_number}: not JSON ({e})") from e
+      by_step[int(record["step"])] = record
+  return [by_step[step] for step in sorted(by_step)]
+
+
 def _is_optimizer(item) -> bool:
   return isinstance(item, (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer))
 
