@@ -4,8 +4,8 @@ from typing import Any, Callable, Dict, List
 
 TITLES = {
     "data": "data", "corpus": "corpus (Beam)", "examples": "examples (Beam)",
-    "questions": "questions", "baselines": "baselines (no training)", "ict": "ICT warm-start", "pretrain": "REALM pre-training",
-    "qa_init": "QA model", "evaluate_before": "dev, before fine-tuning",
+    "questions": "questions", "baselines": "baselines (no training)", "ict": "ICT warm-start",
+    "pretrain": "REALM pre-training", "evaluate_before": "dev, before fine-tuning",
     "finetune": "Open-QA fine-tuning", "evaluate_after": "dev, after fine-tuning",
     "export": "TF Hub export", "ask": "ask",
 }
@@ -73,8 +73,6 @@ _DESCRIBE: Dict[str, Callable[[Dict[str, Any]], str]] = {
                            f"the initial index + {f['indexes_published'] - 1} published by "
                            "the asynchronous builder, staleness <= "
                            f"{f['max_staleness']} steps, {_dev_recall(f)} -> {f['path']}"),
-    "qa_init": lambda f: (f"frozen document index of {f['blocks_indexed']:,} blocks "
-                          f"(pre-trained doc tower) -> {f['path']}"),
     "evaluate_before": _evaluation,
     "finetune": lambda f: (f"{f['steps']} steps x {f['batch_size']}, loss {_arrow(f, 'loss')}"
                            f" -> {f['path']}"),

@@ -6,12 +6,10 @@
     ict        ICT warm-start of the retriever (`training.ict_lib`) -> ict/
     pretrain   REALM pre-training, asynchronous index refresh (`training.pretraining_lib`,
                `training.index_refresh.AsynchronousRefresher`) -> realm/
-    qa_init    the pre-trained model as an Open-QA model, its frozen document index built
-               (`qa.finetune_lib`, 0 steps) -> qa/
     evaluate_before, evaluate_after
                exact match and recall@k on the dev questions (`qa.evaluate_lib`), before and
                after fine-tuning -> eval/{before,after}_predictions.jsonl
-    finetune   Open-QA fine-tuning (`qa.finetune_lib`), resuming the qa_init model -> qa/
+    finetune   Open-QA fine-tuning (`qa.finetune_lib`) from the pre-training checkpoint -> qa/
     export     TF Hub SavedModels (`export.export_hub_lib`) -> hub/
     ask        answers with their evidence (`qa.ask_lib`) -> answers.txt
 
@@ -22,11 +20,14 @@ on a clean output directory. `config.json` records the settings: a re-run with o
 is refused (start over with `overwrite=True`), except for the questions asked, which only
 re-run the `ask` stage.
 
-Fine-tuning resumes the 0-step QA model of `qa_init`, so both evaluations share one frozen
-document index; dev takes no part in training or model selection (the fine-tuned model is the
-last step's). Default sizes were measured on 2 CPU cores (13.1 min in all): a REALM step reads
-K = 8 blocks per masked sentence (~5 s for 2 sentences with MiniLM), so pre-training gets few
-steps and fine-tuning, which the dev figures measure, most of the budget.
+`evaluate_before` measures the fine-tuning run's step-0 state: the `FineTuner` it builds
+(pre-trained towers, the frozen document index of the pre-trained doc tower) is the one that
+`finetune` then trains, so both evaluations share one frozen document index (a re-run that
+resumes at `finetune` builds the same step-0 state again from the same checkpoint and index).
+Dev takes no part in training or model selection (the fine-tuned model is the last step's).
+Default sizes were measured on 2 CPU cores (13.1 min in all): a REALM step reads K = 8 blocks
+per masked sentence (~5 s for 2 sentences with MiniLM), so pre-training gets few steps and
+fine-tuning, which the dev figures measure, most of the budget.
 """
 import dataclasses
 import json
@@ -61,7 +62,7 @@ from realm_tf.qa import datasets
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.finetune_lib import FineTuneConfig
-from realm_tf.qa.finetune_lib import run_finetuning
+from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 from realm_tf.training.ict_lib import IctConfig
@@ -72,7 +73,7 @@ from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import EVAL_LOG
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
-STAGES = ("data", "corpus", "examples", "questions", "baselines", "ict", "pretrain", "qa_init",
+STAGES = ("data", "corpus", "examples", "questions", "baselines", "ict", "pretrain",
           "evaluate_before", "finetune", "evaluate_after", "export", "ask")
 RECALL_KS = (1, 5, 20, 100)
 class Demo(DataStages):
@@ -88,6 +89,7 @@ class Demo(DataStages):
                log: Callable[[str], None] = print):
     self.config = config
     self.log = log
+    self._tuner = None
     if overwrite and os.path.exists(config.output_dir):
       shutil.rmtree(config.output_dir)
     self._check_settings()
@@ -205,7 +207,7 @@ class Demo(DataStages):
                    path="realm", **self._dev_recall("realm"))
     return figures
 
-  def _finetune_config(self, num_train_steps: int) -> FineTuneConfig:
+  def _finetune_config(self) -> FineTuneConfig:
     config = self.config
     vocab_size = pretrained.minilm_tokenizer().vocab_size
     return FineTuneConfig(
@@ -217,44 +219,49 @@ class Demo(DataStages):
             query_length=config.query_length, block_length=config.block_length,
             reader_length=config.query_length + config.block_length),
         init=presets.InitConfig(checkpoint=self.path("realm", "checkpoints")),
-        batch_size=config.finetune_batch_size, num_train_steps=num_train_steps,
+        batch_size=config.finetune_batch_size, num_train_steps=config.finetune_steps,
         learning_rate=config.finetune_learning_rate,
         warmup_steps=max(1, config.finetune_steps // 10), reader_top_k=config.k,
         retriever_top_k=config.retriever_top_k,
         checkpoint_every_steps=_checkpoint_every(config.finetune_steps), keep_checkpoints=1,
         log_every_steps=1, seed=config.seed)
 
-  def qa_init(self) -> Dict[str, Any]:
-    run_finetuning(self._finetune_config(0), log=appender(self.path("qa", "finetune.log")))
-    return {"blocks_indexed": len(self.store), "path": "qa"}
+  def _finetuner(self) -> FineTuner:
+    """The fine-tuning run, built once: from the pre-training checkpoint, or resumed."""
+    if self._tuner is None:
+      self._tuner = FineTuner(self._finetune_config(),
+                              log=appender(self.path("qa", "finetune.log")))
+    return self._tuner
 
-  def _evaluate(self, name: str) -> Dict[str, Any]:
-    model = QAModel.load(find_model_dir(self.path("qa")))
+  def _evaluate(self, name: str, system, step: int) -> Dict[str, Any]:
     dev = self._dev_examples()
     predictions = self.path("eval", f"{name}_predictions.jsonl")
     os.makedirs(self.path("eval"), exist_ok=True)
     with bar(len(dev), f"evaluate ({name})", unit="question") as progress:
-      result = evaluate(model.system(k=self.config.k), dev, EvalConfig(recall_ks=RECALL_KS),
+      result = evaluate(system, dev, EvalConfig(recall_ks=RECALL_KS),
                         predictions_path=predictions, progress=progress.update)
-    return dict(result.metrics, step=model.info.step,
+    return dict(result.metrics, step=step,
                 predictions=os.path.relpath(predictions, self.config.output_dir))
 
   def evaluate_before(self) -> Dict[str, Any]:
-    return self._evaluate("before")
+    """The fine-tuning run before its first step (see the module docstring)."""
+    tuner = self._finetuner()
+    return self._evaluate("before", tuner.system(), int(tuner.step.numpy()))
 
   def finetune(self) -> Dict[str, Any]:
     config = self.config
     log_path = self.path("qa", "metrics.jsonl")
     with LogProgress(log_path, config.finetune_steps, "Open-QA fine-tuning",
                      keys=("loss", "retriever_loss", "reader_loss")):
-      run_finetuning(self._finetune_config(config.finetune_steps),
-                     log=appender(self.path("qa", "finetune.log")))
+      self._finetuner().run()
+    self._tuner = None  # the later stages load the model directory
     figures = trends(read_step_log(log_path), ("loss",))
     figures.update(batch_size=config.finetune_batch_size, path="qa")
     return figures
 
   def evaluate_after(self) -> Dict[str, Any]:
-    return self._evaluate("after")
+    model = QAModel.load(find_model_dir(self.path("qa")))
+    return self._evaluate("after", model.system(k=self.config.k), model.info.step)
 
   def export(self) -> Dict[str, Any]:
     model = QAModel.load(find_model_dir(self.path("qa")))
