@@ -1,12 +1,13 @@
 """`realm-ict`: ICT warm-start of the retriever over a block corpus.
 
   realm-ict --corpus=corpus --model_dir=runs/ict --encoder=minilm_l6 --init_weights=minilm
+
+The flags set the `ict` experiment (`realm_tf.experiments`; `realm-train --experiment=ict`).
 """
 from absl import flags
 
 from realm_tf import cli
 
-FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", None, "Directory of blocks-*.tfrecord shards.", required=True)
 flags.DEFINE_alias("corpus_dir", "corpus")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and exports.", required=True)
@@ -35,34 +36,28 @@ flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
 
 
+# Each flag's setting in the `ict` experiment (`realm_tf.experiments`).
+SETTINGS = {
+    "corpus": "task.corpus", "model_dir": "trainer.model_dir", "vocab_file": "task.vocab_file",
+    "encoder": "task.model.encoder", "init_weights": "task.init.bert_weights",
+    "dropout": ("task.model.encoder.dropout_rate", "task.model.encoder.attention_dropout_rate"),
+    "retriever_head": "task.model.retriever_head", "share_towers": "task.share_towers",
+    "num_steps": "trainer.num_steps", "batch_size": "trainer.batch_size",
+    "learning_rate": "trainer.learning_rate", "query_length": "task.model.query_length",
+    "block_length": "task.model.block_length", "remove_prob": "task.remove_prob",
+    "checkpoint_every": "trainer.checkpoint_every",
+    "keep_checkpoints": "trainer.keep_checkpoints", "compute_dtype": "runtime.compute_dtype",
+    "strategy": "runtime.strategy", "tpu": "runtime.tpu", "seed": "runtime.seed"}
+
+
 def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
-  from realm_tf import presets
-  from realm_tf import pretrained
-  from realm_tf.data.block_store import BlockStore
-  from realm_tf.keras import keras
-  from realm_tf.models import precision
-  from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-  from realm_tf.training import distribute
-  from realm_tf.training.ict_lib import IctConfig
-  from realm_tf.training.ict_lib import train_ict
-  # First: MultiWorkerMirroredStrategy configures collective ops before TensorFlow starts.
-  strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
-  keras.utils.set_random_seed(FLAGS.seed)
-  tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
-               else pretrained.minilm_tokenizer())
-  with strategy.scope(), precision.policy_scope(FLAGS.compute_dtype):
-    retriever = presets.build_retriever(
-        presets.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout),
-        FLAGS.share_towers, FLAGS.init_weights, head=FLAGS.retriever_head)
-  config = IctConfig(model_dir=FLAGS.model_dir, num_steps=FLAGS.num_steps,
-                     batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
-                     query_length=FLAGS.query_length, block_length=FLAGS.block_length,
-                     remove_prob=FLAGS.remove_prob, checkpoint_every=FLAGS.checkpoint_every,
-                     keep_checkpoints=FLAGS.keep_checkpoints, seed=FLAGS.seed)
-  metrics, _ = train_ict(config, retriever, BlockStore.load(FLAGS.corpus), tokenizer,
-                         strategy)
+  from realm_tf.experiments import overrides
+  from realm_tf.experiments import registry
+  from realm_tf.experiments.train_lib import run_experiment
+  config = overrides.from_flags(registry.get("ict"), SETTINGS)
+  metrics = run_experiment(config)
   print({k: round(v, 4) for k, v in metrics.items()})
 
 

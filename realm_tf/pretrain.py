@@ -2,14 +2,14 @@
 
   realm-pretrain --corpus=corpus --examples_dir=corpus --model_dir=runs/realm \\
       --retriever_dir=runs/ict/retriever --encoder=minilm_l6 --init_weights=minilm
-"""
-import os
 
+The flags set the `pretrain` experiment (`realm_tf.experiments`;
+`realm-train --experiment=pretrain`).
+"""
 from absl import flags
 
 from realm_tf import cli
 
-FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", None, "Directory of blocks-*.tfrecord shards.", required=True)
 flags.DEFINE_alias("corpus_dir", "corpus")
 flags.DEFINE_string("examples_dir", None, "Directory of examples-*.tfrecord.", required=True)
@@ -60,63 +60,39 @@ flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
 
 
+# Each flag's setting in the `pretrain` experiment (`realm_tf.experiments`).
+SETTINGS = {
+    "corpus": "task.corpus", "examples_dir": "task.examples_dir",
+    "model_dir": "trainer.model_dir", "vocab_file": "task.vocab_file",
+    "retriever_dir": "task.retriever_dir", "reader_dir": "task.reader_dir",
+    "encoder": "task.model.encoder", "init_weights": "task.init.bert_weights",
+    "dropout": ("task.model.encoder.dropout_rate", "task.model.encoder.attention_dropout_rate"),
+    "retriever_head": "task.model.retriever_head", "share_towers": "task.share_towers",
+    "num_steps": "trainer.num_steps", "batch_size": "trainer.batch_size",
+    "learning_rate": "trainer.learning_rate", "num_candidates": "task.num_candidates",
+    "null_document": "task.null_document", "exclude_source": "task.exclude_source",
+    "masking": "task.masking", "query_length": "task.model.query_length",
+    "block_length": "task.model.block_length", "refresh": "task.refresh",
+    "refresh_every": "task.refresh_every", "index_kind": "task.index_kind",
+    **{f"scann_{name}": f"task.scann.{name}" for name in _SCANN._fields},
+    "builder_args": "task.builder_args", "max_builder_failures": "task.max_builder_failures",
+    "embedding_dtype": "task.embedding_dtype", "compute_dtype": "runtime.compute_dtype",
+    "embedding_jit_compile": "task.embedding_jit_compile",
+    "checkpoint_every": "trainer.checkpoint_every",
+    "keep_checkpoints": "trainer.keep_checkpoints", "keep_indexes": "task.keep_indexes",
+    "strategy": "runtime.strategy", "num_cpu_devices": "runtime.num_cpu_devices",
+    "tpu": "runtime.tpu", "seed": "runtime.seed"}
+
+
 def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
-  from realm_tf import presets
-  from realm_tf import pretrained
-  from realm_tf.data.block_store import BlockStore
-  from realm_tf.keras import keras
-  from realm_tf.mips.index_builder import ScannSettings
-  from realm_tf.models import precision
-  from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-  from realm_tf.training import distribute
-  from realm_tf.training.index_refresh import AsynchronousRefresher
-  from realm_tf.training.index_refresh import SynchronousRefresher
-  from realm_tf.training.pretraining_lib import PretrainingConfig
-  from realm_tf.training.pretraining_lib import RealmPretrainer
-  if FLAGS.num_cpu_devices:
-    distribute.split_cpu(FLAGS.num_cpu_devices)
-  # Before any TensorFlow op: MultiWorkerMirroredStrategy configures collective ops first.
-  strategy = distribute.build_strategy(FLAGS.strategy, FLAGS.tpu)
-  keras.utils.set_random_seed(FLAGS.seed)
-  tokenizer = (WordpieceTokenizer.from_vocab_file(FLAGS.vocab_file) if FLAGS.vocab_file
-               else pretrained.minilm_tokenizer())
-  store = BlockStore.load(FLAGS.corpus)
-  encoder = presets.encoder_config(FLAGS.encoder, tokenizer.vocab_size, FLAGS.dropout)
-  with strategy.scope(), precision.policy_scope(FLAGS.compute_dtype):
-    retriever = presets.build_retriever(encoder, FLAGS.share_towers, FLAGS.init_weights,
-                                        FLAGS.retriever_dir, head=FLAGS.retriever_head)
-    reader = presets.build_reader(encoder, FLAGS.init_weights, FLAGS.reader_dir)
-  special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
-  index_root = os.path.join(FLAGS.model_dir, "index")
-  scann = ScannSettings(**_SCANN.values())
-  if FLAGS.refresh == "sync":
-    refresher = SynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
-                                     FLAGS.index_kind, FLAGS.block_length,
-                                     compute_dtype=FLAGS.embedding_dtype,
-                                     jit_compile=FLAGS.embedding_jit_compile,
-                                     keep_versions=FLAGS.keep_indexes, scann=scann)
-  else:
-    refresher = AsynchronousRefresher(index_root, FLAGS.refresh_every, store, special,
-                                      FLAGS.corpus, os.path.join(FLAGS.model_dir, "snapshots"),
-                                      FLAGS.index_kind, FLAGS.block_length, FLAGS.builder_args,
-                                      compute_dtype=FLAGS.embedding_dtype,
-                                      jit_compile=FLAGS.embedding_jit_compile,
-                                      max_builder_failures=FLAGS.max_builder_failures,
-                                      keep_versions=FLAGS.keep_indexes, scann=scann)
-  config = PretrainingConfig(
-      model_dir=FLAGS.model_dir, examples_dir=FLAGS.examples_dir, num_steps=FLAGS.num_steps,
-      batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
-      num_candidates=FLAGS.num_candidates, null_document=FLAGS.null_document,
-      exclude_source=FLAGS.exclude_source, masking=FLAGS.masking,
-      query_length=FLAGS.query_length, block_length=FLAGS.block_length,
-      checkpoint_every=FLAGS.checkpoint_every,
-      keep_checkpoints=FLAGS.keep_checkpoints, seed=FLAGS.seed)
-  history = RealmPretrainer(config, retriever, reader, store, tokenizer, refresher,
-                            strategy).train()
-  if history:
-    print({k: round(v, 4) for k, v in history[-1].items()})
+  from realm_tf.experiments import overrides
+  from realm_tf.experiments import registry
+  from realm_tf.experiments.train_lib import run_experiment
+  metrics = run_experiment(overrides.from_flags(registry.get("pretrain"), SETTINGS))
+  if metrics:
+    print({k: round(v, 4) for k, v in metrics.items()})
 
 
 def run():

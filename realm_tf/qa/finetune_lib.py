@@ -41,7 +41,7 @@ Model directory layout: see `realm_tf.qa.model`.
 """
 import dataclasses
 import os
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from absl import logging
 import numpy as np
@@ -50,8 +50,10 @@ import tensorflow as tf
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.keras import keras
 from realm_tf.models import precision
+from realm_tf.models.reader import Reader
+from realm_tf.models.retriever import Retriever
 from realm_tf.presets import build_models
-from realm_tf.presets import initialize
+from realm_tf.presets import initialize as initialize_models
 from realm_tf.qa import datasets
 from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.corpus import write_corpus_jsonl
@@ -107,10 +109,19 @@ class FineTuner:
     config: the run.
     strategy: a `tf.distribute.Strategy` (default: the current one).
     log: called with one-line progress messages.
+    build_model: () -> (retriever, reader), called in the strategy's scope and precision
+      (default: `presets.build_models(config.model)`; an Open-QA task's `build_model`).
+    initialize: (retriever, reader) -> loads a fresh run's initial weights (default:
+      `presets.initialize` of `config.init`; an Open-QA task's `initialize`).
   """
 
   def __init__(self, config: FineTuneConfig, strategy: Optional[tf.distribute.Strategy] = None,
-               log: Callable[[str], None] = logging.info):
+               log: Callable[[str], None] = logging.info,
+               build_model: Optional[Callable[[], Tuple[Retriever, Reader]]] = None,
+               initialize: Optional[Callable[[Tuple[Retriever, Reader]], object]] = None):
+    build_model = build_model or (lambda: build_models(config.model))
+    initialize = initialize or (
+        lambda models: initialize_models(*models, config.model, config.init))
     self.config = config
     self.strategy = strategy or tf.distribute.get_strategy()
     self.log = log
@@ -133,7 +144,7 @@ class FineTuner:
     self.num_read = min(config.reader_top_k, self.num_retrieved)
 
     with self.strategy.scope(), precision.policy_scope(config.compute_dtype):
-      self.retriever, self.reader = build_models(config.model)
+      self.retriever, self.reader = build_model()
       self.optimizer = create_optimizer(config.optimizer_config("reader"))
       self.retriever_optimizer = create_optimizer(config.optimizer_config("retriever"))
       self.doc_snapshot_step = tf.Variable(0, dtype=tf.int64, trainable=False,
@@ -162,7 +173,7 @@ class FineTuner:
       self.loop.restore()
       self.log(f"resumed from {latest} at step {self._step()}")
     else:
-      initialize(self.retriever, self.reader, config.model, config.init)
+      initialize((self.retriever, self.reader))
       if not config.init.checkpoint or config.init.checkpoint_share_towers:
         snapshot_query_tower(self.retriever)  # shared pre-trained towers: the same doc tower.
 
@@ -382,6 +393,7 @@ class FineTuner:
 
 
 def run_finetuning(config: FineTuneConfig, strategy: Optional[tf.distribute.Strategy] = None,
-                   log: Callable[[str], None] = logging.info) -> FineTuneResult:
-  """Builds a `FineTuner` for `config` and runs it."""
-  return FineTuner(config, strategy, log).run()
+                   log: Callable[[str], None] = logging.info, **models) -> FineTuneResult:
+  """Builds a `FineTuner` for `config` (`models`: its `build_model` / `initialize`) and runs
+  it."""
+  return FineTuner(config, strategy, log, **models).run()

@@ -35,6 +35,7 @@ class IctConfig:
   num_steps: int = 1000
   batch_size: int = 32
   learning_rate: float = 1e-4
+  warmup_steps: Optional[int] = None
   query_length: int = 64
   block_length: int = 288
   remove_prob: float = 0.9
@@ -89,7 +90,8 @@ def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
                      f"the corpus has {len(corpus)}")
   with strategy.scope():
     optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
-                                                num_train_steps=config.num_steps))
+                                                num_train_steps=config.num_steps,
+                                                warmup_steps=config.warmup_steps))
   structure = dict(task="ict", retriever=run_config.retriever_structure(retriever),
                    vocab_fingerprint=run_config.vocab_fingerprint(tokenizer.vocabulary),
                    corpus_fingerprint=store.fingerprint)

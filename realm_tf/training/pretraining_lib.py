@@ -60,6 +60,7 @@ class PretrainingConfig:
   num_steps: int = 1000
   batch_size: int = 16
   learning_rate: float = 3e-5
+  warmup_steps: Optional[int] = None
   num_candidates: int = 8
   null_document: bool = True
   exclude_source: bool = True
@@ -164,7 +165,8 @@ class RealmPretrainer:
         config.num_candidates, config.null_document, config.exclude_source)
     with self.strategy.scope():
       self.optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
-                                                        num_train_steps=config.num_steps))
+                                                        num_train_steps=config.num_steps,
+                                                        warmup_steps=config.warmup_steps))
     # A host value (collectives do not carry strings): each worker sets it to the same version.
     self.index_version = tf.Variable("", trainable=False, name="index_version")
     self.loop = TrainLoop(config.model_dir, dict(retriever=retriever, reader=reader,

@@ -1,0 +1,125 @@
+"""A training task, after Model Garden's `base_task.Task`: what differs between ICT, REALM
+pre-training and Open-QA fine-tuning, run by the one loop (`training.train_loop.TrainLoop`).
+
+    task = IctTask(config, strategy)
+    task.run()   # build_inputs(), initialize(build_model()), the task's trainer
+
+`build_model()` builds the towers of `task.model` (presets) inside the strategy's scope and
+the runtime's precision; `initialize(model)` loads the initial weights: the previous stage's
+output (`previous_run`: an ICT run's retriever, a pre-training run's checkpoint) or BERT
+weights; `build_inputs()` (ICT, pre-training) loads the corpus (Open-QA's fine-tuner loads its
+questions and corpus itself); `run()` trains through the task's library
+(`ict_lib`, `pretraining_lib`, `finetune_lib`), whose steps, checkpoints, resume, summaries,
+periodic validation and best checkpoint are the loop's.
+"""
+import abc
+import contextlib
+import dataclasses
+import json
+import os
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+
+from realm_tf import errors
+from realm_tf import pretrained
+from realm_tf import presets
+from realm_tf.experiments.config import ExperimentConfig
+from realm_tf.models import precision
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf.training import run_config
+
+# `run_config.retriever_structure`'s "pooling/projection" -> the `presets` head.
+_HEADS = {"mean/l2_normalize": "sentence", "cls_pooled/dense_layernorm": "realm"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PreviousRun:
+  """A previous stage's model directory (ICT, pre-training).
+
+  Attributes:
+    model_dir: the directory.
+    checkpoint_dir: its checkpoints (`TrainLoop`'s `checkpoints/`).
+    structure: its `run_config.json` (task, retriever and reader structure).
+  """
+  model_dir: str
+  checkpoint_dir: str
+  structure: Dict[str, Any]
+
+  @property
+  def retriever_head(self) -> str:
+    return _HEADS[self.structure["retriever"]["retriever_head"]]
+
+  @property
+  def share_towers(self) -> bool:
+    return bool(self.structure["retriever"]["share_towers"])
+
+  def saved(self, tower: str) -> str:
+    """Its saved `tower` ("retriever", "reader"), or "" without one."""
+    path = os.path.join(self.model_dir, tower)
+    return path if tf.io.gfile.isdir(path) else ""
+
+
+def previous_run(model_dir: str) -> Optional[PreviousRun]:
+  """The run written into `model_dir` by a task of this package, or None for another kind
+  of path (a checkpoint prefix, a checkpoint directory)."""
+  checkpoint_dir = os.path.join(model_dir, "checkpoints")
+  path = os.path.join(checkpoint_dir, run_config.RUN_CONFIG)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path, "r") as f:
+    return PreviousRun(model_dir, checkpoint_dir, json.load(f))
+
+
+class Task(abc.ABC):
+  """A task of an `ExperimentConfig` under a `tf.distribute` strategy (module docstring)."""
+
+  def __init__(self, config: ExperimentConfig, strategy: tf.distribute.Strategy):
+    self.config = config
+    self.task = config.task
+    self.strategy = strategy
+    self.vocab_file = config.task.vocab_file or os.path.join(pretrained.minilm_dir(),
+                                                             "vocab.txt")
+    self.tokenizer = WordpieceTokenizer.from_vocab_file(self.vocab_file)
+    self.previous = previous_run(config.task.init.checkpoint) if (
+        config.task.init.checkpoint) else None
+
+  def scope(self):
+    """The strategy's scope in the runtime's precision: where models are built."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(self.strategy.scope())
+    stack.enter_context(precision.policy_scope(self.config.runtime.compute_dtype))
+    return stack
+
+  def model_config(self) -> presets.ModelConfig:
+    """`task.model` for the vocabulary, its "auto" head resolved: the previous run's head,
+    else the head of `init.bert_weights`; a previous run's retriever sets the projection
+    size."""
+    model = self.task.model
+    head, projection_size = model.retriever_head, model.projection_size
+    if self.previous and "retriever" in self.previous.structure:
+      projection_size = self.previous.structure["retriever"]["projection_size"]
+      head = self.previous.retriever_head if head == "auto" else head
+    return dataclasses.replace(
+        model, encoder=dataclasses.replace(model.encoder, vocab_size=self.tokenizer.vocab_size),
+        retriever_head=presets.resolve_head(head, self.task.init.bert_weights),
+        projection_size=projection_size)
+
+  def require(self, *names: str) -> None:
+    """Raises `errors.InputError` for a `task.<name>` left empty."""
+    for name in names:
+      if not getattr(self.task, name):
+        raise errors.InputError(errors.describe(
+            f"task.{name}", "not set", f"Set it (--params_override=task.{name}=...)"))
+
+  @abc.abstractmethod
+  def build_model(self):
+    """The task's towers, built in `scope()`."""
+
+  @abc.abstractmethod
+  def initialize(self, model):
+    """`model` with its initial weights; returns the model."""
+
+  @abc.abstractmethod
+  def run(self) -> Dict[str, float]:
+    """Trains; returns the last step's (or the final) metrics."""

@@ -1,0 +1,193 @@
+"""The experiment config tree: runtime / trainer / task, one task config per experiment.
+
+Plain frozen dataclasses rather than Model Garden's `official.modeling.hyperparams.Config`:
+the model and weight settings every stage shares are already frozen dataclasses
+(`presets.ModelConfig`, `presets.InitConfig`, `configs.EncoderConfig`,
+`mips.index_builder.ScannSettings`) whose `__post_init__` checks are the libraries' own, and
+`dataclasses.replace` is how the demo and the ablations compose runs; `hyperparams.Config`
+would need a parallel class per dataclass. Overrides and config files are applied by
+`realm_tf.experiments.overrides` on these types.
+
+An `ExperimentConfig` is `runtime` (where and how the step runs), `trainer` (the loop's
+schedule, `realm_tf.training.train_loop.TrainLoop`) and `task` (an `IctTaskConfig`,
+`PretrainTaskConfig` or `OpenQATaskConfig`: data, model, initial weights and the task's own
+settings). The registered experiments (`realm_tf.experiments.registry`) hold the defaults of
+`realm-ict`, `realm-pretrain` and `realm-finetune`.
+"""
+import dataclasses
+from typing import Optional, Tuple, Union
+
+from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.presets import InitConfig
+from realm_tf.presets import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+  """Where the step runs.
+
+  Attributes:
+    strategy: "default", "mirrored", "multi_worker_mirrored" or "tpu" (`training.distribute`).
+    tpu: the TPU address of strategy "tpu".
+    num_cpu_devices: split the CPU into this many logical devices (0: no split).
+    seed: initialisers and data order.
+    compute_dtype: the training step's matmuls: "auto", "float32" or "bfloat16"
+      (`models.precision`; variables, scores and losses stay float32).
+  """
+  strategy: str = "default"
+  tpu: str = ""
+  num_cpu_devices: int = 0
+  seed: int = 0
+  compute_dtype: str = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+  """The loop's schedule (`TrainLoop`), shared by every task.
+
+  Attributes:
+    model_dir: checkpoints, `metrics.jsonl`, summaries, `experiment.json` and the task's
+      outputs.
+    num_steps: training steps (Open-QA: 0 writes the initialisation as a QA model).
+    batch_size: global batch, across replicas.
+    learning_rate: peak learning rate (`training.optimizer`).
+    retriever_learning_rate: Open-QA's query-tower rate (None: `learning_rate`).
+    warmup_steps: linear warm-up (None: min(10000, max(100, num_steps / 10))).
+    checkpoint_every, keep_checkpoints: checkpoint cadence and how many are kept.
+    eval_every, eval_max_examples: Open-QA's dev evaluation cadence and size (0: all).
+    log_every: Open-QA's one-line progress cadence (every step goes to `metrics.jsonl`).
+  """
+  model_dir: str = ""
+  num_steps: int = 1000
+  batch_size: int = 32
+  learning_rate: float = 1e-4
+  retriever_learning_rate: Optional[float] = None
+  warmup_steps: Optional[int] = None
+  checkpoint_every: int = 100
+  keep_checkpoints: int = 3
+  eval_every: int = 1000
+  eval_max_examples: int = 0
+  log_every: int = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class IctTaskConfig:
+  """ICT warm-start of the retriever (`training.ict_lib`).
+
+  Attributes:
+    corpus: directory of blocks-*.tfrecord shards.
+    vocab_file: the wordpieces ("": MiniLM's uncased vocabulary); it decides
+      `model.encoder.vocab_size`.
+    model: the retriever's BERT, head ("auto": the head of `init.bert_weights`), projection
+      size and the query / block lengths.
+    init: `bert_weights` of new towers ('', 'minilm', HF safetensors or a TF1 BERT ckpt).
+    share_towers: one BERT for queries and blocks.
+    remove_prob: probability of removing the pseudo-query from its block.
+  """
+  corpus: str = ""
+  vocab_file: str = ""
+  model: ModelConfig = ModelConfig(retriever_head="auto")
+  init: InitConfig = InitConfig(bert_weights="minilm")
+  share_towers: bool = True
+  remove_prob: float = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainTaskConfig:
+  """REALM pre-training with a refreshed MIPS index (`training.pretraining_lib`).
+
+  Attributes:
+    corpus, examples_dir: blocks-*.tfrecord and examples-*.tfrecord directories.
+    vocab_file, model: as `IctTaskConfig` (the reader shares the retriever's BERT size).
+    init: `checkpoint`: the previous stage's model directory (an ICT run's `retriever/`, a
+      pre-training run's `retriever/` and `reader/`); `bert_weights` of the towers it does
+      not hold.
+    retriever_dir, reader_dir: saved towers to start from, instead of `init.checkpoint`'s.
+    share_towers: one BERT for queries and blocks (new retrievers).
+    num_candidates, null_document, exclude_source: K candidates, the null document among
+      them, the query's own block dropped.
+    masking: "salient_span", "random_span" or "random_token".
+    max_predictions: masked positions per query.
+    reader_warmup_steps: first steps that train the reader alone.
+    refresh: "async" (a background index builder) or "sync".
+    refresh_every: steps between doc-embedder snapshots / index rebuilds.
+    index_kind, scann: the MIPS index and its ScaNN settings.
+    builder_args: extra flags for the asynchronous index builder (e.g. a Beam runner).
+    max_builder_failures: index builds that may fail in a row before training stops.
+    keep_indexes: index versions kept.
+    embedding_dtype, embedding_jit_compile: the doc tower's precision and XLA when embedding
+      the corpus.
+  """
+  corpus: str = ""
+  examples_dir: str = ""
+  vocab_file: str = ""
+  model: ModelConfig = ModelConfig(retriever_head="auto", query_length=96)
+  init: InitConfig = InitConfig(bert_weights="minilm")
+  retriever_dir: str = ""
+  reader_dir: str = ""
+  share_towers: bool = True
+  num_candidates: int = 8
+  null_document: bool = True
+  exclude_source: bool = True
+  masking: str = "salient_span"
+  max_predictions: int = 10
+  reader_warmup_steps: int = 0
+  refresh: str = "async"
+  refresh_every: int = 500
+  index_kind: str = "scann"
+  scann: ScannSettings = ScannSettings()
+  builder_args: Tuple[str, ...] = ()
+  max_builder_failures: int = 2
+  keep_indexes: int = 3
+  embedding_dtype: str = "auto"
+  embedding_jit_compile: bool = False
+
+  def __post_init__(self):
+    if self.refresh not in ("async", "sync"):
+      raise ValueError(f"refresh must be 'async' or 'sync', got {self.refresh!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenQATaskConfig:
+  """Open-QA fine-tuning (`qa.finetune_lib`; the fields of `qa.finetune_config`).
+
+  Attributes:
+    corpus: the knowledge corpus: blocks-*.tfrecord directory, JSONL or DPR TSV.
+    train_data, dev_data: questions (ORQA JSONL, DPR TSV or pyserini:<name>); dev: model
+      selection ("": none).
+    vocab_file: as `IctTaskConfig` ("": MiniLM's uncased vocabulary).
+    dataset: "nq", "wq" or "curatedtrec" (string or regex answers).
+    model: the three towers; `retriever_head` "auto": the head of `init.checkpoint`'s run,
+      else of `init.bert_weights`.
+    init: the pre-trained weights; `checkpoint` may be a REALM pre-training model directory.
+    reader_top_k, retriever_top_k, max_gold_spans: k blocks read, K in the retriever loss, A
+      gold spans per block.
+    index_kind, scann: the document index.
+    index_refresh_steps: refresh the index every that many steps (0: frozen).
+    embedding_dtype: the doc-embedder export's precision when embedding the index.
+  """
+  corpus: str = ""
+  train_data: str = ""
+  dev_data: str = ""
+  vocab_file: str = ""
+  dataset: str = "nq"
+  model: ModelConfig = ModelConfig(retriever_head="auto")
+  init: InitConfig = InitConfig()
+  reader_top_k: int = 5
+  retriever_top_k: int = 5000
+  max_gold_spans: int = 32
+  index_kind: str = "scann"
+  scann: ScannSettings = ScannSettings()
+  index_refresh_steps: int = 0
+  embedding_dtype: str = "auto"
+
+
+TaskConfig = Union[IctTaskConfig, PretrainTaskConfig, OpenQATaskConfig]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  """One run: `runtime`, `trainer` and the `task` (whose type names the task)."""
+  task: TaskConfig
+  trainer: TrainerConfig = TrainerConfig()
+  runtime: RuntimeConfig = RuntimeConfig()

@@ -1,0 +1,51 @@
+"""The ICT task: the retriever's warm start (`training.ict_lib`) from BERT weights."""
+from typing import Dict
+
+from realm_tf import errors
+from realm_tf import presets
+from realm_tf.data.block_store import BlockStore
+from realm_tf.experiments.base_task import Task
+from realm_tf.keras import keras
+from realm_tf.models.retriever import Retriever
+from realm_tf.training.ict_lib import IctConfig
+from realm_tf.training.ict_lib import train_ict
+
+
+class IctTask(Task):
+  """ICT over `task.corpus`; writes `model_dir/retriever` and `model_dir/doc_embedder`."""
+
+  def build_model(self) -> Retriever:
+    model = self.model_config()
+    keras.utils.set_random_seed(self.config.runtime.seed)
+    with self.scope():
+      return presets.build_retriever(model.encoder, self.task.share_towers,
+                                     projection_size=model.projection_size,
+                                     head=model.retriever_head)
+
+  def initialize(self, model: Retriever) -> Retriever:
+    if self.task.init.checkpoint:
+      raise errors.InputError(errors.describe(
+          "task.init.checkpoint", "ICT starts from BERT weights, not a checkpoint",
+          "Set task.init.bert_weights instead"))
+    with self.scope():
+      for tower in {id(e): e for e in (model.query_encoder, model.doc_encoder)}.values():
+        presets.load_bert_weights(tower, self.task.init.bert_weights)
+    return model
+
+  def build_inputs(self) -> BlockStore:
+    self.require("corpus")
+    return BlockStore.load(self.task.corpus)
+
+  def run(self) -> Dict[str, float]:
+    trainer, model = self.config.trainer, self.task.model
+    store = self.build_inputs()
+    retriever = self.initialize(self.build_model())
+    lib_config = IctConfig(
+        model_dir=trainer.model_dir, num_steps=trainer.num_steps,
+        batch_size=trainer.batch_size, learning_rate=trainer.learning_rate,
+        warmup_steps=trainer.warmup_steps, query_length=model.query_length,
+        block_length=model.block_length, remove_prob=self.task.remove_prob,
+        checkpoint_every=trainer.checkpoint_every, keep_checkpoints=trainer.keep_checkpoints,
+        seed=self.config.runtime.seed)
+    metrics, _ = train_ict(lib_config, retriever, store, self.tokenizer, self.strategy)
+    return metrics

@@ -1,0 +1,99 @@
+"""The REALM pre-training task (`training.pretraining_lib`): starts from the previous stage's
+saved towers (an ICT run's `retriever/`, a pre-training run's `retriever/` and `reader/`) and
+BERT weights for the towers it does not hold; refreshes its MIPS index synchronously or with
+the asynchronous builder (`training.index_refresh`)."""
+import os
+from typing import Dict, Optional, Tuple
+
+from realm_tf import errors
+from realm_tf import presets
+from realm_tf.data.block_store import BlockStore
+from realm_tf.experiments.base_task import Task
+from realm_tf.keras import keras
+from realm_tf.models.reader import Reader
+from realm_tf.models.retriever import Retriever
+from realm_tf.models.saving import load_model
+from realm_tf.training.index_refresh import AsynchronousRefresher
+from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.training.pretraining_lib import PretrainingConfig
+from realm_tf.training.pretraining_lib import RealmPretrainer
+
+Towers = Tuple[Optional[Retriever], Optional[Reader]]
+
+
+class PretrainTask(Task):
+  """REALM pre-training; writes `model_dir/retriever`, `model_dir/reader` and the indexes."""
+
+  def saved(self, tower: str) -> str:
+    """The saved `tower` to start from: `task.<tower>_dir`, else `init.checkpoint`'s."""
+    explicit = getattr(self.task, f"{tower}_dir")
+    if explicit or not self.task.init.checkpoint:
+      return explicit
+    if self.previous is None:
+      raise errors.InputError(errors.describe(
+          self.task.init.checkpoint, "not the model directory of an ICT or pre-training run",
+          "Point task.init.checkpoint at one, or set task.retriever_dir / task.reader_dir"))
+    return self.previous.saved(tower)
+
+  def build_model(self) -> Towers:
+    """New towers for those the previous stage does not provide (None for the others)."""
+    model = self.model_config()
+    keras.utils.set_random_seed(self.config.runtime.seed)
+    with self.scope():
+      retriever = None if self.saved("retriever") else presets.build_retriever(
+          model.encoder, self.task.share_towers, projection_size=model.projection_size,
+          head=model.retriever_head)
+      reader = None if self.saved("reader") else presets.build_reader(model.encoder)
+    return retriever, reader
+
+  def initialize(self, model: Towers) -> Tuple[Retriever, Reader]:
+    retriever, reader = model
+    bert_weights = self.task.init.bert_weights
+    with self.scope():
+      if retriever is None:
+        retriever = load_model(self.saved("retriever"))
+      else:
+        for tower in {id(e): e for e in (retriever.query_encoder,
+                                         retriever.doc_encoder)}.values():
+          presets.load_bert_weights(tower, bert_weights)
+      if reader is None:
+        reader = load_model(self.saved("reader"))
+      else:
+        presets.load_reader_weights(reader, bert_weights)
+    return retriever, reader
+
+  def build_inputs(self) -> BlockStore:
+    self.require("corpus", "examples_dir")
+    return BlockStore.load(self.task.corpus)
+
+  def _refresher(self, store: BlockStore):
+    task, model_dir = self.task, self.config.trainer.model_dir
+    special = (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id)
+    index_root = os.path.join(model_dir, "index")
+    shared = dict(compute_dtype=task.embedding_dtype, jit_compile=task.embedding_jit_compile,
+                  keep_versions=task.keep_indexes, scann=task.scann)
+    if task.refresh == "sync":
+      return SynchronousRefresher(index_root, task.refresh_every, store, special,
+                                  task.index_kind, task.model.block_length, **shared)
+    return AsynchronousRefresher(index_root, task.refresh_every, store, special, task.corpus,
+                                 os.path.join(model_dir, "snapshots"), task.index_kind,
+                                 task.model.block_length, list(task.builder_args),
+                                 max_builder_failures=task.max_builder_failures, **shared)
+
+  def run(self) -> Dict[str, float]:
+    task, trainer = self.task, self.config.trainer
+    store = self.build_inputs()
+    retriever, reader = self.initialize(self.build_model())
+    lib_config = PretrainingConfig(
+        model_dir=trainer.model_dir, examples_dir=task.examples_dir,
+        num_steps=trainer.num_steps, batch_size=trainer.batch_size,
+        learning_rate=trainer.learning_rate, warmup_steps=trainer.warmup_steps,
+        num_candidates=task.num_candidates, null_document=task.null_document,
+        exclude_source=task.exclude_source, masking=task.masking,
+        query_length=task.model.query_length, block_length=task.model.block_length,
+        max_predictions=task.max_predictions, checkpoint_every=trainer.checkpoint_every,
+        keep_checkpoints=trainer.keep_checkpoints,
+        reader_warmup_steps=task.reader_warmup_steps, seed=self.config.runtime.seed)
+    history = RealmPretrainer(lib_config, retriever, reader, store, self.tokenizer,
+                              self._refresher(store), self.strategy).train()
+    return history[-1] if history else {}

@@ -1,0 +1,180 @@
+"""Experiment configs: overrides and their errors, config files, and the ICT -> REALM
+pre-training -> Open-QA chain run through `run_experiment` on the tiny world, each stage
+initialised from the previous one's model directory."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from realm_tf import errors
+from realm_tf.experiments import overrides
+from realm_tf.experiments import registry
+from realm_tf.experiments.base_task import previous_run
+from realm_tf.experiments.train_lib import EXPERIMENT_FILE
+from realm_tf.experiments.train_lib import run_experiment
+from realm_tf.qa.model import QAModel
+from realm_tf.qa.model import find_model_dir
+from tests import tiny_world
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The tiny world's towers: 2-layer 32-wide BERT, short inputs, random initialisation.
+TINY = ("task.model.encoder=tiny,task.model.encoder.dropout_rate=0,task.init.bert_weights=,"
+        "task.model.query_length=16,task.model.block_length=24,task.model.reader_length=40,"
+        "runtime.compute_dtype=float32,runtime.seed=3")
+
+
+def test_overrides_parse_typed_values_in_order():
+  config = overrides.override(registry.get("pretrain"), (
+      "trainer.num_steps=10,trainer.warmup_steps=none,trainer.learning_rate=1e-3,"
+      "task.null_document=false,task.builder_args=[--runner=DirectRunner,--x=1],"
+      "task.model.encoder=tiny,task.model.encoder.dropout_rate=0,task.scann.reorder_k=7"))
+  assert config.trainer.num_steps == 10 and config.trainer.warmup_steps is None
+  assert config.trainer.learning_rate == 1e-3 and config.task.null_document is False
+  assert config.task.builder_args == ("--runner=DirectRunner", "--x=1")
+  assert config.task.model.encoder.hidden_size == 32  # the tiny preset
+  assert config.task.model.encoder.dropout_rate == 0.0  # applied after the preset
+  assert config.task.scann.reorder_k == 7
+  assert registry.get("pretrain").trainer.num_steps == 1000  # the defaults stay
+  typed = overrides.override(config, {"trainer.batch_size": 4, "trainer.learning_rate": 1})
+  assert typed.trainer.batch_size == 4 and typed.trainer.learning_rate == 1.0
+
+
+@pytest.mark.parametrize("text,message", [
+    ("trainer.num_stepz=1", "trainer.num_stepz: not a setting of TrainerConfig. Known: "
+                            "trainer.model_dir, trainer.num_steps"),
+    ("task.model.encoder.width=3", "task.model.encoder.width: not a setting of EncoderConfig"),
+    ("trainer.num_steps=ten", "trainer.num_steps: expects int, got 'ten'"),
+    ("task.null_document=maybe", "task.null_document: expects bool, got 'maybe'"),
+    ("task.model.encoder=huge", "task.model.encoder: encoder must be one of"),
+    ("task.model=tiny", "task.model: is a group of settings"),
+    ("task=ict", "task: is a group of settings"),
+    ("trainer.num_steps.x=1", "trainer.num_steps.x: num_steps is a setting"),
+    ("task.refresh=never", "task.refresh: refresh must be 'async' or 'sync'"),
+    ("task.model.reader_length=3", "task.model.reader_length: reader_length 3 must be >="),
+    ("trainer.num_steps", "trainer.num_steps: not a key=value setting"),
+])
+def test_override_errors_name_the_key(text, message):
+  with pytest.raises(errors.InputError) as raised:
+    overrides.override(registry.get("pretrain"), text)
+  assert message in str(raised.value)
+
+
+def test_typed_values_are_checked():
+  with pytest.raises(errors.InputError, match="trainer.num_steps: expects int, got 1.5"):
+    overrides.override(registry.get("ict"), {"trainer.num_steps": 1.5})
+  with pytest.raises(errors.InputError, match="task.share_towers: expects bool, got 1"):
+    overrides.override(registry.get("ict"), {"task.share_towers": 1})
+
+
+def test_registered_defaults_are_the_binaries():
+  ict, pretrain, open_qa = (registry.get(n) for n in ("ict", "pretrain", "open_qa"))
+  assert (ict.trainer.batch_size, ict.trainer.learning_rate, ict.task.remove_prob) == (
+      32, 1e-4, 0.9)
+  assert (pretrain.trainer.batch_size, pretrain.task.model.query_length,
+          pretrain.task.refresh_every) == (16, 96, 500)
+  assert (open_qa.trainer.num_steps, open_qa.trainer.checkpoint_every,
+          open_qa.task.init.bert_weights) == (10000, 1000, "")
+  with pytest.raises(errors.InputError, match="qa: not a registered experiment"):
+    registry.get("qa")
+
+
+def test_config_file_round_trip(tmp_path):
+  config = overrides.override(registry.get("open_qa"), TINY + ",trainer.model_dir=/x,"
+                              "task.dev_data=dev.jsonl,trainer.retriever_learning_rate=0.5")
+  path = str(tmp_path / EXPERIMENT_FILE)
+  overrides.write_file(config, path, experiment="open_qa")
+  assert registry.build("open_qa", path) == config
+  assert registry.build("open_qa", path, "trainer.num_steps=3").trainer.num_steps == 3
+  with pytest.raises(errors.InputError, match="holds a 'open_qa' experiment, not 'ict'"):
+    registry.build("ict", path)
+  (tmp_path / "bad.json").write_text('{"trainer": {"num_steps": "x"}}')
+  with pytest.raises(errors.InputError, match="bad.json: trainer.num_steps: expects int"):
+    registry.build("ict", str(tmp_path / "bad.json"))
+  (tmp_path / "broken.json").write_text('{"trainer": ')
+  with pytest.raises(errors.InputError, match="broken.json:1: not JSON"):
+    registry.build("ict", str(tmp_path / "broken.json"))
+
+
+def test_missing_settings_are_named(tmp_path):
+  with pytest.raises(errors.InputError, match="trainer.model_dir: not set"):
+    run_experiment(registry.get("ict"))
+  config = overrides.override(registry.get("ict"), f"{TINY},trainer.model_dir={tmp_path}")
+  with pytest.raises(errors.InputError, match="task.corpus: not set"):
+    run_experiment(config)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+  """ICT -> pre-training -> Open-QA, each `init.checkpoint` the previous `model_dir`."""
+  world, vocab = tiny_world.write_world_and_vocab(tmp_path_factory.mktemp("world"))
+  root = tmp_path_factory.mktemp("runs")
+  questions = root / "train.jsonl"
+  questions.write_text("".join(json.dumps({"question": f"where does {n} live ?",
+                                           "answer": ["paris"]}) + "\n"
+                               for n in tiny_world.NAMES[:8]))
+  data = f"{TINY},task.corpus={world},task.vocab_file={vocab}"
+  runs = {}
+  runs["ict"] = registry.build("ict", params_override=(
+      f"{data},trainer.model_dir={root / 'ict'},trainer.num_steps=2,trainer.batch_size=4,"
+      "task.model.retriever_head=realm,task.model.projection_size=16"))
+  runs["pretrain"] = registry.build("pretrain", params_override=(
+      f"{data},trainer.model_dir={root / 'realm'},task.examples_dir={world},"
+      f"task.init.checkpoint={root / 'ict'},trainer.num_steps=2,trainer.batch_size=4,"
+      "task.num_candidates=4,task.refresh=sync,task.refresh_every=5,"
+      "task.index_kind=brute_force"))
+  runs["open_qa"] = registry.build("open_qa", params_override=(
+      f"{data},trainer.model_dir={root / 'qa'},task.train_data={questions},"
+      f"task.init.checkpoint={root / 'realm'},trainer.num_steps=2,trainer.batch_size=2,"
+      "task.retriever_top_k=8,task.index_kind=brute_force,task.embedding_dtype=float32"))
+  metrics = {name: run_experiment(config) for name, config in runs.items()}
+  return runs, metrics
+
+
+def test_each_stage_trains_and_writes_its_config(chain):
+  runs, metrics = chain
+  assert np.isfinite(metrics["ict"]["loss"]) and np.isfinite(metrics["pretrain"]["loss"])
+  assert metrics["open_qa"]["step"] == 2
+  for name, config in runs.items():
+    path = os.path.join(config.trainer.model_dir, EXPERIMENT_FILE)
+    with open(path, encoding="utf-8") as f:
+      assert json.load(f)["experiment"] == name
+    assert registry.build(name, path) == config
+
+
+def test_pretraining_starts_from_the_ict_retriever(chain):
+  runs, _ = chain
+  ict, realm = (previous_run(runs[n].trainer.model_dir) for n in ("ict", "pretrain"))
+  assert realm.structure["task"] == "pretrain"
+  # The ICT run's retriever (head "realm", D = 16), not a new one of the pretrain defaults.
+  assert realm.structure["retriever"] == ict.structure["retriever"]
+  assert realm.retriever_head == "realm" and realm.structure["retriever"]["projection_size"] == 16
+  assert runs["pretrain"].task.model.projection_size == 128
+
+
+def test_fine_tuning_starts_from_the_pretraining_model_dir(chain):
+  runs, _ = chain
+  model = QAModel.load(find_model_dir(runs["open_qa"].trainer.model_dir))
+  assert model.info.model.retriever_head == "realm"  # "auto": the pre-training run's head
+  assert model.info.model.projection_size == 16
+  with open(os.path.join(runs["open_qa"].trainer.model_dir, "metrics.jsonl")) as f:
+    assert [json.loads(line)["step"] for line in f] == [1, 2]
+
+
+def test_realm_train_binary_prints_the_final_config(tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-m", "realm_tf.train", "--experiment=ict", "--mode=print_config",
+       "--params_override=trainer.num_steps=7,task.model.encoder=tiny"],
+      capture_output=True, text=True, cwd=ROOT, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  printed = json.loads(result.stdout)
+  assert printed["experiment"] == "ict" and printed["trainer"]["num_steps"] == 7
+  result = subprocess.run(
+      [sys.executable, "-m", "realm_tf.train", "--experiment=ict",
+       "--params_override=trainer.num_stepz=7"],
+      capture_output=True, text=True, cwd=ROOT, timeout=600)
+  assert result.returncode == errors.EXIT_BAD_INPUT
+  assert "realm-train: trainer.num_stepz: not a setting of TrainerConfig" in result.stderr
