@@ -7,7 +7,7 @@ data, once per dtype:
   pre-training  REALM steps (tiny BERT towers, K = 4, B = 4, brute-force index refreshed every
                 10 steps in the same dtype) over a synthetic corpus with real-Wikipedia block
                 lengths (bench/training_step_bench.py's `synthetic_world`);
-  fine-tuning   Open-QA steps (`FineTuner`) on the tiny QA world (`realm_tf.qa.tiny_world`,
+  fine-tuning   Open-QA steps (`FineTuner`) on the tiny QA world (`realm_tf.tiny_world`,
                 the README's tiny model), no dev evaluation.
 Reported per run: the largest and the mean absolute per-step loss difference, the largest
 difference of 10-step mean losses and that of the last 10 steps, all relative to the float32
@@ -30,7 +30,7 @@ from realm_tf import presets
 from realm_tf.data.block_store import BlockStore
 from realm_tf.keras import keras
 from realm_tf.models import precision
-from realm_tf.qa import tiny_world
+from realm_tf import tiny_world
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.training.index_refresh import SynchronousRefresher
@@ -64,7 +64,7 @@ def pretraining_losses(directory: str, tokenizer, compute_dtype: str):
 
 def finetuning_losses(directory: str, compute_dtype: str):
   """Per-step Open-QA fine-tuning losses on the tiny QA world in `compute_dtype`."""
-  world = tiny_world.write_tiny_world(os.path.join(directory, "world"))
+  world = tiny_world.write_qa_world(os.path.join(directory, "world"))
   model = tiny_world.model_config()
   config = FineTuneConfig(
       model_dir=os.path.join(directory, compute_dtype), corpus=world.corpus,

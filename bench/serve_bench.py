@@ -10,7 +10,7 @@ HTTP). Every reply is checked against `Asker`'s answer to the same question.
     python bench/serve_bench.py --model_dir=/tmp/serve_qa/model
     python bench/serve_bench.py --model_dir=... --questions=500 --concurrency=1,4,16
 
-Questions: the tiny world's (`realm_tf.qa.tiny_world.QUESTIONS`), cycled, or `--questions_file`
+Questions: the tiny world's (`realm_tf.tiny_world.QUESTIONS`), cycled, or `--questions_file`
 (JSONL with a "question" field). Results: bench/results/<--name>.{json,md}.
 """
 import argparse
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 import httpx  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.qa import ask_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.qa import tiny_world  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import tiny_world  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

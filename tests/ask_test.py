@@ -8,7 +8,7 @@ import tensorflow as tf
 from realm_tf.data import formats
 from realm_tf.presets import build_models
 from realm_tf.qa import ask_lib
-from realm_tf.qa import tiny_world
+from realm_tf import tiny_world
 from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import EmbeddingMismatchError
@@ -22,7 +22,7 @@ QUESTION = "who wrote hamlet?"
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_tiny_world(str(tmp_path_factory.mktemp("world")))
+  return tiny_world.write_qa_world(str(tmp_path_factory.mktemp("world")))
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def test_precomputed_embeddings_are_checked_against_the_doc_embedder(world, mode
   assert good.corpus_fingerprint == new.fingerprint
   # Another model's doc embedder (same vocabulary and sizes): a clear error from `ask`.
   other_retriever, _ = build_models(tiny_world.model_config())
-  tokenizer = WordpieceTokenizer(tiny_world.vocabulary())
+  tokenizer = WordpieceTokenizer(tiny_world.qa_vocabulary())
   other_path = export_doc_embedder(other_retriever, str(tmp_path / "other_embedder"),
                                    tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
                                    block_length=32, tokenizer=tokenizer)

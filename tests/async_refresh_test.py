@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-import tiny_world
 from realm_tf import configs
+from realm_tf import tiny_world
 from realm_tf.mips import index_publisher
 from realm_tf.training.index_refresh import AsynchronousRefresher
 
@@ -16,9 +16,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_path,
                                                                            monkeypatch):
   monkeypatch.setenv("PYTHONPATH", ROOT)
-  store, tok = tiny_world.write_world(str(tmp_path / "corpus"))
+  store, tok = tiny_world.write_people(str(tmp_path / "corpus"))
   retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)), projection_size=8))
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)),
+      projection_size=8))
   retriever.build()
   refresher = AsynchronousRefresher(
       str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),

@@ -9,10 +9,9 @@ import shutil
 import pytest
 import tensorflow as tf
 
-import tiny_world
 from realm_tf import configs
 from realm_tf import errors
-from realm_tf.qa import tiny_world as qa_world
+from realm_tf import tiny_world
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.training import run_config
@@ -22,14 +21,14 @@ from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
-ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
+ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB))
 FIX = "Resume with the original flags, or train into a new --model_dir than"
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("world"))
-  store, tokenizer = tiny_world.write_world(directory)
+  store, tokenizer = tiny_world.write_people(directory)
   return directory, store, tokenizer
 
 
@@ -119,10 +118,10 @@ def test_restore_verifies_every_model_variable(tmp_path, saved, now):
 
 
 def test_finetune_resume_with_another_model_config_stops(tmp_path):
-  world = qa_world.write_tiny_world(str(tmp_path / "world"))
+  world = tiny_world.write_qa_world(str(tmp_path / "world"))
   values = dict(model_dir=str(tmp_path / "model"), corpus=world.corpus,
                 train_data=world.train, vocab_file=world.vocab_file,
-                model=qa_world.model_config(), batch_size=2, num_train_steps=1,
+                model=tiny_world.model_config(), batch_size=2, num_train_steps=1,
                 retriever_top_k=8, index_kind="brute_force", checkpoint_every_steps=1)
   FineTuner(FineTuneConfig(**values), log=lambda _: None).loop.save()
   other = dataclasses.replace(values["model"], span_hidden_size=4)

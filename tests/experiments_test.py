@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf import tiny_world
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
 from realm_tf.experiments.base_task import previous_run
@@ -18,7 +19,6 @@ from realm_tf.experiments.train_lib import EXPERIMENT_FILE
 from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
-from tests import tiny_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The tiny world's towers: 2-layer 32-wide BERT, short inputs, random initialisation.
@@ -110,7 +110,7 @@ def test_missing_settings_are_named(tmp_path):
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
   """ICT -> pre-training -> Open-QA, each `init.checkpoint` the previous `model_dir`."""
-  world, vocab = tiny_world.write_world_and_vocab(tmp_path_factory.mktemp("world"))
+  world, vocab = tiny_world.write_people_and_vocab(tmp_path_factory.mktemp("world"))
   root = tmp_path_factory.mktemp("runs")
   questions = root / "train.jsonl"
   questions.write_text("".join(json.dumps({"question": f"where does {n} live ?",

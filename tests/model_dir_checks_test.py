@@ -9,7 +9,7 @@ import pytest
 
 from realm_tf import errors
 from realm_tf.qa import ask_lib
-from realm_tf.qa import tiny_world
+from realm_tf import tiny_world
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 
@@ -18,7 +18,7 @@ QUESTION = "who invented the telephone?"
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_tiny_world(str(tmp_path_factory.mktemp("world")))
+  return tiny_world.write_qa_world(str(tmp_path_factory.mktemp("world")))
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ import time
 import numpy as np
 import pytest
 
-import tiny_world
-from realm_tf.qa import tiny_world as qa_tiny_world
+from realm_tf import tiny_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 900
@@ -24,7 +23,7 @@ TIMEOUT_S = 900
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_world_and_vocab(tmp_path_factory.mktemp("world"))
+  return tiny_world.write_people_and_vocab(tmp_path_factory.mktemp("world"))
 
 
 def _free_ports(count):
@@ -217,7 +216,7 @@ def test_kill_9_of_a_worker_fails_the_job_clearly_and_a_restart_resumes(world, t
 
 
 def _finetune_command(world, model_dir, *extra):
-  sizes = [f"--{k}={v}" for k, v in qa_tiny_world.MODEL_FLAGS.items()]
+  sizes = [f"--{k}={v}" for k, v in tiny_world.MODEL_FLAGS.items()]
   return [sys.executable, "-m", "realm_tf.finetune", f"--model_dir={model_dir}",
           f"--corpus={world.corpus}", f"--train_data={world.train}",
           f"--vocab_file={world.vocab_file}", "--encoder=tiny",
@@ -229,7 +228,7 @@ def _finetune_command(world, model_dir, *extra):
 
 @pytest.mark.slow
 def test_finetuning_two_workers_match_one_and_only_the_chief_writes(tmp_path):
-  world = qa_tiny_world.write_tiny_world(str(tmp_path / "world"))
+  world = tiny_world.write_qa_world(str(tmp_path / "world"))
   _run_single(_finetune_command(world, tmp_path / "single", "--num_steps=4"))
   _run_multi_worker(_finetune_command(world, tmp_path / "multi", "--num_steps=4"),
                     tmp_path / "logs")

@@ -10,14 +10,14 @@ import time
 import numpy as np
 import pytest
 
-import tiny_world
+from realm_tf import tiny_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_world_and_vocab(tmp_path_factory.mktemp("world"))
+  return tiny_world.write_people_and_vocab(tmp_path_factory.mktemp("world"))
 
 
 def _command(world, model_dir, *extra):

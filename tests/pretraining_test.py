@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tiny_world
 from realm_tf import configs
+from realm_tf import tiny_world
 from realm_tf.models import precision
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.training.candidates import CandidateBuilder
@@ -20,13 +20,13 @@ from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
-ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
+ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB))
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("world"))
-  store, tokenizer = tiny_world.write_world(directory)
+  store, tokenizer = tiny_world.write_people(directory)
   return directory, store, tokenizer
 
 

@@ -6,7 +6,7 @@ from realm_tf import configs
 from realm_tf.evaluation import has_answer
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.mips.brute_force_index import BruteForceIndex
-from realm_tf.qa import tiny_world
+from realm_tf import tiny_world
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import compute_metrics
 from realm_tf.qa.evaluate_lib import evaluate
@@ -47,7 +47,7 @@ def test_curatedtrec_regex_metrics():
 
 @pytest.fixture(scope="module")
 def system():
-  tokenizer = WordpieceTokenizer(tiny_world.vocabulary())
+  tokenizer = WordpieceTokenizer(tiny_world.qa_vocabulary())
   encoder = configs.EncoderConfig.tiny(vocab_size=tokenizer.vocab_size)
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
                                                               projection_size=8))

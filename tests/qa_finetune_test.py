@@ -14,7 +14,7 @@ from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.presets import InitConfig
 from realm_tf.presets import build_models
 from realm_tf.qa import open_qa_step
-from realm_tf.qa import tiny_world
+from realm_tf import tiny_world
 from realm_tf.qa.finetune_config import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import ModelInfo
@@ -47,7 +47,7 @@ def tiny_config(world, model_dir, **overrides) -> FineTuneConfig:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_tiny_world(str(tmp_path_factory.mktemp("world")))
+  return tiny_world.write_qa_world(str(tmp_path_factory.mktemp("world")))
 
 
 @pytest.fixture(scope="module")

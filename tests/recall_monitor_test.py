@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tiny_world
 from realm_tf import configs
+from realm_tf import tiny_world
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.mips.brute_force_index import BruteForceIndex
@@ -23,12 +23,12 @@ from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
 
-ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
+ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB))
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  store, tok = tiny_world.write_world(str(tmp_path_factory.mktemp("world")))
+  store, tok = tiny_world.write_people(str(tmp_path_factory.mktemp("world")))
   # "who works as a <job>": answered by the blocks of the entities with that job.
   jobs = sorted({text.split()[-1].rstrip(".") for text in store.texts})
   examples = [QAExample(f"who works as a {job}", (store.titles[row].title(),))

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-import tiny_world
 from realm_tf import configs
+from realm_tf import tiny_world
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import ExportTower
 from realm_tf.retrieval.embedding import embed_blocks
@@ -22,9 +22,10 @@ BODIES = ["the cat sat on the mat .", "the dog sat .", "paris is in france .",
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  store, tok = tiny_world.write_world(str(tmp_path_factory.mktemp("world")))
+  store, tok = tiny_world.write_people(str(tmp_path_factory.mktemp("world")))
   retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)), projection_size=8))
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)),
+      projection_size=8))
   retriever.build()
   return store, tok, retriever
 

@@ -3,8 +3,8 @@ import json
 
 import numpy as np
 
-import tiny_world
 from pipelines import block_records
+from realm_tf import tiny_world
 from realm_tf.data.block_store import BlockStore
 from realm_tf.qa import corpus as qa_corpus
 from realm_tf.retrieval.fingerprint import block_digest
@@ -29,7 +29,7 @@ def test_each_field_and_the_pairing_of_ids_with_blocks_counts():
 
 def test_block_store_qa_corpus_and_streamed_shards_agree(tmp_path):
   corpus_dir = str(tmp_path / "corpus")
-  store, _ = tiny_world.write_world(corpus_dir)
+  store, _ = tiny_world.write_people(corpus_dir)
   expected = corpus_fingerprint(store.block_ids, store.titles, store.texts)
   assert store.fingerprint == expected
   assert BlockStore.load(corpus_dir).fingerprint == expected

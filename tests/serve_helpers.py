@@ -1,5 +1,5 @@
 """Shared by the `realm-serve` tests: the tiny-world QA model directory and its served app."""
-from realm_tf.qa import tiny_world
+from realm_tf import tiny_world
 from realm_tf.serving import app as app_lib
 from realm_tf.serving.batcher import Batcher
 from realm_tf.serving.service import AskService
@@ -11,7 +11,7 @@ QUESTIONS = ["who wrote hamlet?", "what is the capital of france?",
 
 def build_model_dir(directory: str) -> str:
   """The (untrained) tiny-world model written as a QA model directory, as in ask_test."""
-  world = tiny_world.write_tiny_world(directory + "/world")
+  world = tiny_world.write_qa_world(directory + "/world")
   return tiny_world.write_untrained_model(world, directory + "/model")
 
 

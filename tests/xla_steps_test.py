@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tiny_world
 from realm_tf import configs
+from realm_tf import tiny_world
 from realm_tf.qa import finetune_lib
 from realm_tf.qa import open_qa_step
-from realm_tf.qa import tiny_world as qa_tiny_world
 from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.ict_lib import ict_step
 from realm_tf.training.index_refresh import SynchronousRefresher
@@ -28,7 +27,7 @@ from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 from realm_tf.training.pretraining_lib import pretraining_step
 
-ENCODER = dataclasses.replace(configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
+ENCODER = dataclasses.replace(configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)),
                               dropout_rate=0.0, attention_dropout_rate=0.0,
                               initializer_range=0.2)
 RTOL = 1e-4
@@ -73,7 +72,7 @@ def _assert_compiles_and_matches(step_fn, batch, models, optimizers):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("world"))
-  store, tokenizer = tiny_world.write_world(directory)
+  store, tokenizer = tiny_world.write_people(directory)
   return directory, store, tokenizer
 
 
@@ -108,8 +107,8 @@ def test_realm_pretraining_step_compiles_with_xla(world, tmp_path):
 
 
 def test_finetuning_step_compiles_with_xla(tmp_path):
-  world = qa_tiny_world.write_tiny_world(str(tmp_path / "world"))
-  model = qa_tiny_world.model_config()
+  world = tiny_world.write_qa_world(str(tmp_path / "world"))
+  model = tiny_world.model_config()
   model = dataclasses.replace(model, encoder=dataclasses.replace(
       model.encoder, dropout_rate=0.0, attention_dropout_rate=0.0))
   tuner = finetune_lib.FineTuner(finetune_lib.FineTuneConfig(

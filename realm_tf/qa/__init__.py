@@ -7,11 +7,9 @@ Modules: `datasets` (NQ-Open / WebQuestions / CuratedTrec, ORQA JSONL, DPR TSV, 
 `corpus` (the knowledge corpus), `doc_index` (frozen block embeddings + MIPS index),
 `supervision` (has-answer and gold spans), `model` (model directories; their configs and initial
 weights: `realm_tf.presets`),
-`finetune_lib` (AdamW from `realm_tf.training.optimizer`), `evaluate_lib`, `ask_lib`, `tiny_world` (a toy
-world for tests and the README commands).
+`finetune_lib` (AdamW from `realm_tf.training.optimizer`), `evaluate_lib`, `ask_lib`.
 
-The names below are imported on first use, so `python -m realm_tf.qa.tiny_world` and other
-light entry points do not pay for TensorFlow.
+The names below are imported on first use, so light entry points do not pay for TensorFlow.
 """
 import importlib
 

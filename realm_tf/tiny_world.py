@@ -1,15 +1,26 @@
-"""A tiny, self-contained Open-QA world: a 24-block corpus, questions and a vocabulary.
+"""The toy world of the tests, the README's Open-QA commands and two benchmarks.
 
-It runs the whole fine-tune -> evaluate -> export -> ask chain in seconds with
-`EncoderConfig.tiny()` towers (the README's commands and the end-to-end test use it):
+One module writes every format a test needs, from two small tables of facts:
 
-    python -m realm_tf.qa.tiny_world --output_dir=/tmp/realm_qa
+- People (`write_people`): person i lives in a city and works as a job; its block says so, and
+  each pre-training example restates one fact of one person with the fact's value as the
+  salient span (one wordpiece), so predicting it needs the block. Written in the pipeline
+  formats (`blocks-*.tfrecord`, `examples-*.tfrecord`, `PEOPLE_VOCAB`) for the trainer,
+  refresh, recall and pre-training tests.
+- Open-QA facts (`write_qa_world`): 24 fact blocks (12 that answer the questions, 12
+  distractors), train/dev questions, CuratedTrec-style regex questions, the same corpus with
+  updated facts (new block ids) and a vocabulary, in JSONL, for the fine-tune -> evaluate ->
+  export -> ask chain with `EncoderConfig.tiny()` towers (`model_config`):
 
-writes `vocab.txt` (every word of the world plus the BERT specials), `corpus.jsonl`,
-`train.jsonl` / `dev.jsonl` (ORQA JSONL, NaturalQuestions-style string answers),
-`curated.jsonl` (CuratedTrec-style regex answers) and `new_corpus.jsonl`, the same corpus with
-updated facts and new block ids, for swapping knowledge without retraining (REALM
-Appendix C).
+    python -m realm_tf.tiny_world --output_dir=/tmp/realm_qa
+
+  writes `vocab.txt` (every word of the facts plus the BERT specials), `corpus.jsonl`,
+  `train.jsonl` / `dev.jsonl` (ORQA JSONL, NaturalQuestions-style string answers),
+  `curated.jsonl` (regex answers) and `new_corpus.jsonl`, for swapping knowledge without
+  retraining (REALM Appendix C).
+
+The two tables keep their own vocabularies: the learning margins the trainer tests assert
+were measured with tiny towers over exactly these words.
 """
 import argparse
 import dataclasses
@@ -18,7 +29,70 @@ import os
 import re
 from typing import Dict, List, Sequence, Tuple
 
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import presets
+from realm_tf.data import formats
+from realm_tf.data.block_store import BlockStore
+from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+# People ---------------------------------------------------------------------------------------
+
+NAMES = ["ada", "bob", "cid", "dan", "eve", "fay", "gus", "hal", "ivy", "jon", "kim", "lou",
+         "max", "ned", "oli", "pam"]
+CITIES = ["paris", "rome", "oslo", "lima", "kyiv", "baku", "doha", "riga"]
+JOBS = ["baker", "pilot", "nurse", "judge", "miner", "tailor", "coach", "chef"]
+PEOPLE_VOCAB = (list(SPECIAL_TOKENS) + [".", "lives", "in", "works", "as", "a", "the", "city",
+                                        "of", "is"] + NAMES + CITIES + JOBS)
+
+
+def people_tokenizer() -> WordpieceTokenizer:
+  return WordpieceTokenizer(PEOPLE_VOCAB)
+
+
+def write_people(directory: str, num_entities: int = 16,
+                 seed: int = 0) -> Tuple[BlockStore, WordpieceTokenizer]:
+  """Writes blocks-00000-of-00001.tfrecord and examples-00000-of-00001.tfrecord (block ids
+  1000, 1001, ...; cities and jobs drawn with `seed`); returns (BlockStore, tokenizer)."""
+  tok = people_tokenizer()
+  rng = np.random.default_rng(seed)
+  ids = lambda text: tok(tf.constant([text])).to_list()[0]
+  os.makedirs(directory, exist_ok=True)
+  blocks, examples = [], []
+  for i in range(num_entities):
+    name, city, job = NAMES[i], CITIES[rng.integers(len(CITIES))], JOBS[rng.integers(len(JOBS))]
+    text = f"{name.title()} lives in {city.title()}. {name.title()} works as a {job}."
+    block_id = 1000 + i
+    blocks.append((block_id, name, text, ids(name), ids(text)))
+    for sentence, value in ((f"{name} lives in the city of {city} .", city),
+                            (f"the {job} is {name} .", job)):
+      query = ids(sentence)
+      position = query.index(ids(value)[0])
+      examples.append((query, position, position, block_id, value, "FACT"))
+  with tf.io.TFRecordWriter(os.path.join(directory, "blocks-00000-of-00001.tfrecord")) as w:
+    for block in blocks:
+      w.write(formats.block_example(*block))
+  with tf.io.TFRecordWriter(os.path.join(directory, "examples-00000-of-00001.tfrecord")) as w:
+    for example in examples:
+      w.write(formats.pretraining_example(*example))
+  return BlockStore.load(directory), tok
+
+
+def write_people_and_vocab(directory) -> tuple:
+  """`write_people` into `directory` (a pathlib.Path) plus its vocab.txt, for the binaries'
+  `--vocab_file`; returns (directory, vocab path)."""
+  write_people(str(directory))
+  vocab = directory / "vocab.txt"
+  vocab.write_text("\n".join(PEOPLE_VOCAB) + "\n")
+  return directory, vocab
+
+
+# Open-QA facts --------------------------------------------------------------------------------
 
 # (title, text): 12 blocks that answer the questions and 12 distractors.
 BLOCKS: Tuple[Tuple[str, str], ...] = (
@@ -78,8 +152,8 @@ NEW_FACTS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class TinyWorld:
-  """Paths of a written tiny world."""
+class QAWorld:
+  """Paths of a written Open-QA world."""
   directory: str
   vocab_file: str
   corpus: str
@@ -93,8 +167,9 @@ def _words(text: str) -> List[str]:
   return re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower())
 
 
-def vocabulary() -> List[str]:
-  """The specials, then every lower-cased word and punctuation mark of the world, sorted."""
+def qa_vocabulary() -> List[str]:
+  """The specials, then every lower-cased word and punctuation mark of the Open-QA facts,
+  sorted."""
   texts = [t for block in BLOCKS for t in block] + list(NEW_FACTS.values())
   texts += [q for q, _ in QUESTIONS + CURATED]
   texts += [a for _, answers in QUESTIONS for a in answers]
@@ -116,14 +191,14 @@ def _write_jsonl(path: str, records: Sequence[Dict]) -> None:
       f.write(json.dumps(record) + "\n")
 
 
-def write_tiny_world(directory: str) -> TinyWorld:
-  """Writes the world's files into `directory` (created if absent)."""
+def write_qa_world(directory: str) -> QAWorld:
+  """Writes the Open-QA files into `directory` (created if absent)."""
   os.makedirs(directory, exist_ok=True)
-  world = TinyWorld(directory, *(os.path.join(directory, name) for name in (
+  world = QAWorld(directory, *(os.path.join(directory, name) for name in (
       "vocab.txt", "corpus.jsonl", "new_corpus.jsonl", "train.jsonl", "dev.jsonl",
       "curated.jsonl")))
   with open(world.vocab_file, "w", encoding="utf-8") as f:
-    f.write("\n".join(vocabulary()) + "\n")
+    f.write("\n".join(qa_vocabulary()) + "\n")
   _write_jsonl(world.corpus, corpus_records())
   _write_jsonl(world.new_corpus, corpus_records(new_facts=True))
   questions = [{"question": q, "answer": list(a)} for q, a in QUESTIONS]
@@ -138,23 +213,19 @@ MODEL_FLAGS = dict(initializer_range=0.2, projection_size=16, span_hidden_size=1
                    query_length=16, block_length=32, reader_length=48)
 
 
-def model_config():
-  """The `realm_tf.presets.ModelConfig` of `MODEL_FLAGS`: tiny 2-layer towers whose wider
-  initialiser (0.2, not BERT's 0.02) lets the untrained doc tower tell the blocks apart, as a
-  pre-trained one would."""
-  # Imported here so that writing the world does not import TensorFlow.
-  from realm_tf import presets  # pylint: disable=g-import-not-at-top
-  encoder = presets.encoder_config("tiny", len(vocabulary()),
+def model_config() -> presets.ModelConfig:
+  """The `presets.ModelConfig` of `MODEL_FLAGS` over `qa_vocabulary()`: tiny 2-layer towers
+  whose wider initialiser (0.2, not BERT's 0.02) lets the untrained doc tower tell the blocks
+  apart, as a pre-trained one would."""
+  encoder = presets.encoder_config("tiny", len(qa_vocabulary()),
                                    initializer_range=MODEL_FLAGS["initializer_range"])
   return presets.ModelConfig(encoder=encoder, **{
       k: v for k, v in MODEL_FLAGS.items() if k != "initializer_range"})
 
 
-def write_untrained_model(world: TinyWorld, model_dir: str) -> str:
+def write_untrained_model(world: QAWorld, model_dir: str) -> str:
   """The untrained `model_config()` model written as a QA model directory (0 fine-tuning
   steps: the directory and its best/), for the tests of what loads and answers."""
-  from realm_tf.qa.finetune_lib import FineTuneConfig  # pylint: disable=g-import-not-at-top
-  from realm_tf.qa.finetune_lib import FineTuner  # pylint: disable=g-import-not-at-top
   FineTuner(FineTuneConfig(model_dir=model_dir, corpus=world.corpus, train_data=world.train,
                            vocab_file=world.vocab_file, model=model_config(),
                            num_train_steps=0, retriever_top_k=24, index_kind="brute_force"),
@@ -163,9 +234,9 @@ def write_untrained_model(world: TinyWorld, model_dir: str) -> str:
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = argparse.ArgumentParser(description="Writes the Open-QA files of the toy world.")
   parser.add_argument("--output_dir", required=True)
-  world = write_tiny_world(parser.parse_args(argv).output_dir)
+  world = write_qa_world(parser.parse_args(argv).output_dir)
   print(json.dumps(dataclasses.asdict(world), indent=2))
 
 
