@@ -15,7 +15,7 @@ from realm_tf import tiny_world
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
 from realm_tf.experiments.base_task import previous_run
-from realm_tf.experiments.train_lib import EXPERIMENT_FILE
+from realm_tf.experiments.base_task import EXPERIMENT_FILE
 from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir

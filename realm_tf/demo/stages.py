@@ -3,15 +3,18 @@
     data, corpus, examples, questions
                Wikipedia articles -> blocks -> pre-training examples, and the NQ-open dev
                questions the blocks answer (`data_stages`)
-    ict        ICT warm-start of the retriever (`training.ict_lib`) -> ict/
-    pretrain   REALM pre-training, asynchronous index refresh (`training.pretraining_lib`,
-               `training.index_refresh.AsynchronousRefresher`) -> realm/
+    ict        ICT warm-start of the retriever (the `ict` experiment) -> ict/
+    pretrain   REALM pre-training from ict/, asynchronous index refresh (the `pretrain`
+               experiment) -> realm/
     evaluate_before, evaluate_after
                exact match and recall@k on the dev questions (`qa.evaluate_lib`), before and
                after fine-tuning -> eval/{before,after}_predictions.jsonl
-    finetune   Open-QA fine-tuning (`qa.finetune_lib`) from the pre-training checkpoint -> qa/
+    finetune   Open-QA fine-tuning from realm/ (the `open_qa` experiment) -> qa/
     export     TF Hub SavedModels (`export.export_hub_lib`) -> hub/
     ask        answers with their evidence (`qa.ask_lib`) -> answers.txt
+
+The training stages are the registered experiments of `realm_tf.experiments` with the demo's
+settings over them (`Demo._experiment`); each writes its `experiment.json`.
 
 Every stage writes `stages/<stage>.json` (its figures and wall time) when it completes; a
 re-run reuses completed stages, and an interrupted training stage resumes from its last
@@ -36,7 +39,8 @@ import shutil
 import time
 from typing import Any, Callable, Dict, List
 
-from realm_tf import presets
+import tensorflow as tf
+
 from realm_tf import pretrained
 from realm_tf.demo.config import DemoConfig
 from realm_tf.demo.config import DemoError
@@ -54,24 +58,21 @@ from realm_tf.demo.step_logs import read_step_log
 from realm_tf.demo.step_logs import trends
 from realm_tf.demo.step_logs import write_json
 from realm_tf.evaluation.bm25 import Bm25Index
+from realm_tf.experiments import overrides
+from realm_tf.experiments import registry
+from realm_tf.experiments.open_qa_task import OpenQATask
+from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.export import export_hub_lib
-from realm_tf.keras import keras
 from realm_tf.mips import index_publisher
 from realm_tf.qa import ask_lib
 from realm_tf.qa import datasets
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
-from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
-from realm_tf.training.ict_lib import IctConfig
-from realm_tf.training.ict_lib import train_ict
-from realm_tf.training.index_refresh import AsynchronousRefresher
-from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import EVAL_LOG
-from realm_tf.training.pretraining_lib import RealmPretrainer
 
 STAGES = ("data", "corpus", "examples", "questions", "baselines", "ict", "pretrain",
           "evaluate_before", "finetune", "evaluate_after", "export", "ask")
@@ -117,9 +118,6 @@ class Demo(DataStages):
   def init_weights(self) -> str:
     return "minilm" if self.config.encoder == "minilm_l6" else ""
 
-  def encoder(self, vocab_size: int):
-    return presets.encoder_config(self.config.encoder, vocab_size)
-
   def _dev_examples(self) -> List[datasets.QAExample]:
     dev = datasets.load_examples(self.path("questions", "dev.jsonl"))
     return dev[:self.config.eval_questions or None]
@@ -148,56 +146,51 @@ class Demo(DataStages):
     rows, _ = bm25.search([e.question for e in monitor.examples], k=min(20, len(self.store)))
     return {f"bm25_{name}": value for name, value in monitor.recall_of_rows(rows).items()}
 
+  def _experiment(self, name: str, directory: str, settings: Dict[str, Any]):
+    """The registered experiment `name` (`realm_tf.experiments`) on the demo's corpus, encoder
+    and lengths, training into `directory`, with `settings` (dotted keys) over it."""
+    config = self.config
+    shared = {"trainer.model_dir": self.path(directory), "task.corpus": self.path("corpus"),
+              "task.vocab_file": self.vocab_file, "task.model.encoder": config.encoder,
+              "task.init.bert_weights": self.init_weights,
+              "task.model.query_length": config.query_length,
+              "task.model.block_length": config.block_length, "runtime.seed": config.seed,
+              "runtime.compute_dtype": "float32"}
+    return overrides.override(registry.get(name), dict(shared, **settings))
+
   def ict(self) -> Dict[str, Any]:
     config = self.config
-    tokenizer = pretrained.minilm_tokenizer()
-    keras.utils.set_random_seed(config.seed)
-    retriever = presets.build_retriever(self.encoder(tokenizer.vocab_size),
-                                        bert_weights=self.init_weights)
-    model_dir = self.path("ict")
+    experiment = self._experiment("ict", "ict", {
+        "trainer.num_steps": config.ict_steps, "trainer.batch_size": config.ict_batch_size,
+        "trainer.learning_rate": config.ict_learning_rate,
+        "trainer.checkpoint_every": _checkpoint_every(config.ict_steps)})
+    model_dir = experiment.trainer.model_dir
     with LogProgress(os.path.join(model_dir, "metrics.jsonl"), config.ict_steps, "ICT",
                      keys=("loss", "accuracy")):
-      train_ict(IctConfig(model_dir=model_dir, num_steps=config.ict_steps,
-                          batch_size=config.ict_batch_size,
-                          learning_rate=config.ict_learning_rate,
-                          query_length=config.query_length, block_length=config.block_length,
-                          checkpoint_every=_checkpoint_every(config.ict_steps),
-                          seed=config.seed),
-                retriever, self.store, tokenizer, verbose=False,
-                monitor=self._monitor(max(1, config.ict_steps // 2)))
+      run_experiment(experiment, verbose=False,
+                     monitor=self._monitor(max(1, config.ict_steps // 2)))
     figures = trends(read_step_log(os.path.join(model_dir, "metrics.jsonl")),
                       ("loss", "accuracy"))
     figures.update(self._dev_recall("ict"), batch_size=config.ict_batch_size, path="ict")
     return figures
 
   def pretrain(self) -> Dict[str, Any]:
+    """From the ICT run's retriever and the encoder's BERT weights in the reader."""
     config = self.config
-    tokenizer = pretrained.minilm_tokenizer()
-    encoder = self.encoder(tokenizer.vocab_size)
-    keras.utils.set_random_seed(config.seed)
-    retriever = presets.build_retriever(encoder, saved_dir=self.path("ict", "retriever"))
-    reader = presets.build_reader(encoder, self.init_weights)
-    model_dir = self.path("realm")
+    experiment = self._experiment("pretrain", "realm", {
+        "task.examples_dir": self.path("examples"), "task.init.checkpoint": self.path("ict"),
+        "trainer.num_steps": config.pretrain_steps,
+        "trainer.batch_size": config.pretrain_batch_size,
+        "trainer.learning_rate": config.pretrain_learning_rate,
+        "trainer.checkpoint_every": _checkpoint_every(config.pretrain_steps),
+        "task.num_candidates": config.num_candidates, "task.refresh_every": config.refresh_every,
+        "task.embedding_dtype": "float32"})
+    model_dir = experiment.trainer.model_dir
     index_root = os.path.join(model_dir, "index")
-    refresher = AsynchronousRefresher(
-        index_root, config.refresh_every, self.store,
-        (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), self.path("corpus"),
-        os.path.join(model_dir, "snapshots"), kind="scann", block_length=config.block_length)
-    pretrainer = RealmPretrainer(
-        PretrainingConfig(model_dir=model_dir, examples_dir=self.path("examples"),
-                          num_steps=config.pretrain_steps,
-                          batch_size=config.pretrain_batch_size,
-                          learning_rate=config.pretrain_learning_rate,
-                          num_candidates=config.num_candidates,
-                          query_length=config.query_length, block_length=config.block_length,
-                          checkpoint_every=_checkpoint_every(config.pretrain_steps),
-                          seed=config.seed),
-        retriever, reader, self.store, tokenizer, refresher,
-        monitor=self._monitor(config.refresh_every))
     with LogProgress(os.path.join(model_dir, "metrics.jsonl"), config.pretrain_steps,
                      "REALM pre-training", keys=("loss", "retrieval_utility",
                                                  "index_staleness")):
-      pretrainer.train(verbose=False)
+      run_experiment(experiment, verbose=False, monitor=self._monitor(config.refresh_every))
     records = read_step_log(os.path.join(model_dir, "metrics.jsonl"))
     figures = trends(records, ("loss", "mlm_accuracy", "retrieval_utility"))
     versions = index_publisher.list_versions(index_root)
@@ -207,30 +200,25 @@ class Demo(DataStages):
                    path="realm", **self._dev_recall("realm"))
     return figures
 
-  def _finetune_config(self) -> FineTuneConfig:
-    config = self.config
-    vocab_size = pretrained.minilm_tokenizer().vocab_size
-    return FineTuneConfig(
-        model_dir=self.path("qa"), corpus=self.path("corpus"),
-        train_data=self.path("questions", "train.jsonl"), vocab_file=self.vocab_file,
-        model=presets.ModelConfig(
-            encoder=self.encoder(vocab_size),
-            retriever_head=presets.resolve_head("auto", self.init_weights),
-            query_length=config.query_length, block_length=config.block_length,
-            reader_length=config.query_length + config.block_length),
-        init=presets.InitConfig(checkpoint=self.path("realm", "checkpoints")),
-        batch_size=config.finetune_batch_size, num_train_steps=config.finetune_steps,
-        learning_rate=config.finetune_learning_rate,
-        warmup_steps=max(1, config.finetune_steps // 10), reader_top_k=config.k,
-        retriever_top_k=config.retriever_top_k,
-        checkpoint_every_steps=_checkpoint_every(config.finetune_steps), keep_checkpoints=1,
-        log_every_steps=1, seed=config.seed)
-
   def _finetuner(self) -> FineTuner:
-    """The fine-tuning run, built once: from the pre-training checkpoint, or resumed."""
+    """The fine-tuning run, built once: from the pre-training run's model directory, or
+    resumed."""
     if self._tuner is None:
-      self._tuner = FineTuner(self._finetune_config(),
-                              log=appender(self.path("qa", "finetune.log")))
+      config = self.config
+      experiment = self._experiment("open_qa", "qa", {
+          "task.train_data": self.path("questions", "train.jsonl"),
+          "task.model.reader_length": config.query_length + config.block_length,
+          "task.init.checkpoint": self.path("realm"), "task.init.bert_weights": "",
+          "trainer.batch_size": config.finetune_batch_size,
+          "trainer.num_steps": config.finetune_steps,
+          "trainer.learning_rate": config.finetune_learning_rate,
+          "trainer.warmup_steps": max(1, config.finetune_steps // 10),
+          "task.reader_top_k": config.k, "task.retriever_top_k": config.retriever_top_k,
+          "trainer.checkpoint_every": _checkpoint_every(config.finetune_steps),
+          "trainer.keep_checkpoints": 1, "trainer.log_every": 1,
+          "task.embedding_dtype": "float32"})
+      task = OpenQATask(experiment, tf.distribute.get_strategy())
+      self._tuner = task.fine_tuner(log=appender(self.path("qa", "finetune.log")))
     return self._tuner
 
   def _evaluate(self, name: str, system, step: int) -> Dict[str, Any]:

@@ -5,12 +5,13 @@ pre-training and Open-QA fine-tuning, run by the one loop (`training.train_loop.
     task.run()   # build_inputs(), initialize(build_model()), the task's trainer
 
 `build_model()` builds the towers of `task.model` (presets) inside the strategy's scope and
-the runtime's precision; `initialize(model)` loads the initial weights: the previous stage's
-output (`previous_run`: an ICT run's retriever, a pre-training run's checkpoint) or BERT
-weights; `build_inputs()` (ICT, pre-training) loads the corpus (Open-QA's fine-tuner loads its
-questions and corpus itself); `run()` trains through the task's library
-(`ict_lib`, `pretraining_lib`, `finetune_lib`), whose steps, checkpoints, resume, summaries,
-periodic validation and best checkpoint are the loop's.
+the runtime's precision (pre-training loads the previous stage's saved towers whole there: an
+ICT run's `retriever/`); `initialize(model)` loads the initial weights: the previous stage's
+checkpoint (Open-QA from a pre-training run, `previous_run`) or BERT weights;
+`build_inputs()` (ICT, pre-training) loads the corpus (Open-QA's fine-tuner loads its
+questions and corpus itself); `run()` trains through the task's library (`ict_lib`,
+`pretraining_lib`, `finetune_lib`), whose steps, checkpoints, resume, summaries, periodic
+validation and best checkpoint are the loop's.
 """
 import abc
 import contextlib
@@ -24,11 +25,16 @@ import tensorflow as tf
 from realm_tf import errors
 from realm_tf import pretrained
 from realm_tf import presets
+from realm_tf.experiments import overrides
+from realm_tf.experiments import registry
 from realm_tf.experiments.config import ExperimentConfig
 from realm_tf.models import precision
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+from realm_tf.training import distribute
 from realm_tf.training import run_config
+from realm_tf.training.recall_monitor import RecallMonitor
 
+EXPERIMENT_FILE = "experiment.json"
 # `run_config.retriever_structure`'s "pooling/projection" -> the `presets` head.
 _HEADS = {"mean/l2_normalize": "sentence", "cls_pooled/dense_layernorm": "realm"}
 
@@ -72,9 +78,29 @@ def previous_run(model_dir: str) -> Optional[PreviousRun]:
 
 
 class Task(abc.ABC):
-  """A task of an `ExperimentConfig` under a `tf.distribute` strategy (module docstring)."""
+  """A task of an `ExperimentConfig` under a `tf.distribute` strategy (module docstring).
 
-  def __init__(self, config: ExperimentConfig, strategy: tf.distribute.Strategy):
+  Writes the config to `<trainer.model_dir>/experiment.json` (the chief; the other workers
+  into scratch).
+
+  Args:
+    config: the experiment.
+    strategy: built before any other TensorFlow op (`train_lib.run_experiment`).
+    verbose: the loop's progress bar.
+    monitor: ICT and pre-training: a `training.recall_monitor.RecallMonitor` run by the loop
+      (held-out recall, `eval.jsonl`, `best/`); Open-QA validates on `task.dev_data`.
+  """
+
+  def __init__(self, config: ExperimentConfig, strategy: tf.distribute.Strategy,
+               verbose: bool = True, monitor: Optional[RecallMonitor] = None):
+    if not config.trainer.model_dir:
+      raise errors.InputError(errors.describe(
+          "trainer.model_dir", "not set", "Set it (--params_override=trainer.model_dir=...)"))
+    output = distribute.output_dir(strategy, config.trainer.model_dir)
+    tf.io.gfile.makedirs(output)
+    overrides.write_file(config, os.path.join(output, EXPERIMENT_FILE),
+                         experiment=registry.name_of(config))
+    self.verbose, self.monitor = verbose, monitor
     self.config = config
     self.task = config.task
     self.strategy = strategy

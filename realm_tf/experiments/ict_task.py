@@ -47,5 +47,6 @@ class IctTask(Task):
         block_length=model.block_length, remove_prob=self.task.remove_prob,
         checkpoint_every=trainer.checkpoint_every, keep_checkpoints=trainer.keep_checkpoints,
         seed=self.config.runtime.seed)
-    metrics, _ = train_ict(lib_config, retriever, store, self.tokenizer, self.strategy)
+    metrics, _ = train_ict(lib_config, retriever, store, self.tokenizer, self.strategy,
+                           verbose=self.verbose, monitor=self.monitor)
     return metrics

@@ -2,14 +2,14 @@
 directly its initialisation (`init.checkpoint=<pre-training model_dir>`: its checkpoints, with
 the run's retriever head and tower sharing)."""
 import dataclasses
-from typing import Dict, Tuple
+from typing import Callable, Dict, Tuple
 
 from realm_tf import presets
 from realm_tf.experiments.base_task import Task
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.finetune_config import FineTuneConfig
-from realm_tf.qa.finetune_lib import run_finetuning
+from realm_tf.qa.finetune_lib import FineTuner
 
 Towers = Tuple[Retriever, Reader]
 
@@ -52,9 +52,14 @@ class OpenQATask(Task):
     presets.initialize(*model, self.model_config(), self.init_config())
     return model
 
+  def fine_tuner(self, log: Callable[[str], None] = print) -> FineTuner:
+    """The fine-tuning run (from `init`, or resumed), before its first step."""
+    if self.monitor:
+      raise ValueError("Open-QA validates on task.dev_data, not a recall monitor")
+    return FineTuner(self.fine_tune_config(), self.strategy, log,
+                     build_model=self.build_model, initialize=self.initialize)
+
   def run(self) -> Dict[str, float]:
     self.require("corpus", "train_data")
-    result = run_finetuning(self.fine_tune_config(), self.strategy,
-                            log=lambda message: print(message, flush=True),
-                            build_model=self.build_model, initialize=self.initialize)
+    result = self.fine_tuner(lambda message: print(message, flush=True)).run()
     return {"step": float(result.step), "best_exact_match": result.best_exact_match}

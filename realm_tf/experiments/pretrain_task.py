@@ -3,7 +3,7 @@ saved towers (an ICT run's `retriever/`, a pre-training run's `retriever/` and `
 BERT weights for the towers it does not hold; refreshes its MIPS index synchronously or with
 the asynchronous builder (`training.index_refresh`)."""
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 from realm_tf import errors
 from realm_tf import presets
@@ -17,8 +17,6 @@ from realm_tf.training.index_refresh import AsynchronousRefresher
 from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
-
-Towers = Tuple[Optional[Retriever], Optional[Reader]]
 
 
 class PretrainTask(Task):
@@ -35,30 +33,29 @@ class PretrainTask(Task):
           "Point task.init.checkpoint at one, or set task.retriever_dir / task.reader_dir"))
     return self.previous.saved(tower)
 
-  def build_model(self) -> Towers:
-    """New towers for those the previous stage does not provide (None for the others)."""
+  def build_model(self) -> Tuple[Retriever, Reader]:
+    """The previous stage's saved towers, loaded whole, and new ones for the others."""
     model = self.model_config()
     keras.utils.set_random_seed(self.config.runtime.seed)
     with self.scope():
-      retriever = None if self.saved("retriever") else presets.build_retriever(
-          model.encoder, self.task.share_towers, projection_size=model.projection_size,
-          head=model.retriever_head)
-      reader = None if self.saved("reader") else presets.build_reader(model.encoder)
+      retriever = (load_model(self.saved("retriever")) if self.saved("retriever") else
+                   presets.build_retriever(model.encoder, self.task.share_towers,
+                                           projection_size=model.projection_size,
+                                           head=model.retriever_head))
+      reader = (load_model(self.saved("reader")) if self.saved("reader") else
+                presets.build_reader(model.encoder))
     return retriever, reader
 
-  def initialize(self, model: Towers) -> Tuple[Retriever, Reader]:
+  def initialize(self, model: Tuple[Retriever, Reader]) -> Tuple[Retriever, Reader]:
+    """`init.bert_weights` into the new towers (the saved ones keep their weights)."""
     retriever, reader = model
     bert_weights = self.task.init.bert_weights
     with self.scope():
-      if retriever is None:
-        retriever = load_model(self.saved("retriever"))
-      else:
+      if not self.saved("retriever"):
         for tower in {id(e): e for e in (retriever.query_encoder,
                                          retriever.doc_encoder)}.values():
           presets.load_bert_weights(tower, bert_weights)
-      if reader is None:
-        reader = load_model(self.saved("reader"))
-      else:
+      if not self.saved("reader"):
         presets.load_reader_weights(reader, bert_weights)
     return retriever, reader
 
@@ -95,5 +92,6 @@ class PretrainTask(Task):
         keep_checkpoints=trainer.keep_checkpoints,
         reader_warmup_steps=task.reader_warmup_steps, seed=self.config.runtime.seed)
     history = RealmPretrainer(lib_config, retriever, reader, store, self.tokenizer,
-                              self._refresher(store), self.strategy).train()
+                              self._refresher(store), self.strategy,
+                              monitor=self.monitor).train(verbose=self.verbose)
     return history[-1] if history else {}

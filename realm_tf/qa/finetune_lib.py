@@ -393,7 +393,6 @@ class FineTuner:
 
 
 def run_finetuning(config: FineTuneConfig, strategy: Optional[tf.distribute.Strategy] = None,
-                   log: Callable[[str], None] = logging.info, **models) -> FineTuneResult:
-  """Builds a `FineTuner` for `config` (`models`: its `build_model` / `initialize`) and runs
-  it."""
-  return FineTuner(config, strategy, log, **models).run()
+                   log: Callable[[str], None] = logging.info) -> FineTuneResult:
+  """Builds a `FineTuner` for `config` and runs it."""
+  return FineTuner(config, strategy, log).run()
