@@ -31,8 +31,8 @@ from pipelines import build_index_lib  # pylint: disable=g-import-not-at-top
 from pipelines import wikipedia_to_blocks_lib  # pylint: disable=g-import-not-at-top
 from realm_tf import configs  # pylint: disable=g-import-not-at-top
 from realm_tf import pretrained  # pylint: disable=g-import-not-at-top
-from realm_tf.data.block_store import BlockStore  # pylint: disable=g-import-not-at-top
 from realm_tf.demo import wikipedia  # pylint: disable=g-import-not-at-top
+from realm_tf.retrieval.corpus import Corpus  # pylint: disable=g-import-not-at-top
 from realm_tf.signatures import doc_embedder  # pylint: disable=g-import-not-at-top
 
 _NUM_DOCS = flags.DEFINE_integer("num_docs", 300, "Lead extracts to pack into blocks.")
@@ -68,7 +68,7 @@ def main(argv):
     wikipedia_to_blocks_lib.run_pipeline(
         beam.Pipeline(options=beam_runner.pipeline_options("")),
         wikipedia_to_blocks_lib.BlocksConfig([documents], corpus, input_format="jsonl"))
-    store = BlockStore.load(corpus)
+    store = Corpus.load(corpus)
     lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
     for variant in _VARIANTS.value:
       multiple, jit = VARIANTS[variant]

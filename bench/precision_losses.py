@@ -27,12 +27,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils
 from bench.training_step_bench import synthetic_world
 from realm_tf import presets
-from realm_tf.data.block_store import BlockStore
 from realm_tf.keras import keras
 from realm_tf.models import precision
 from realm_tf import tiny_world
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
@@ -44,7 +44,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of both runs.")
 
 def pretraining_losses(directory: str, tokenizer, compute_dtype: str):
   """Per-step REALM pre-training losses with towers in `compute_dtype`."""
-  store = BlockStore.load(directory)
+  store = Corpus.load(directory)
   keras.utils.set_random_seed(_SEED.value)
   encoder = presets.encoder_config("tiny", tokenizer.vocab_size)
   with precision.policy_scope(compute_dtype):

@@ -23,9 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=wrong-import-position
 from realm_tf import presets  # pylint: disable=wrong-import-position
 from realm_tf import pretrained  # pylint: disable=wrong-import-position
-from realm_tf.data.block_store import BlockStore  # pylint: disable=wrong-import-position
 from realm_tf.evaluation import retrieval_recall  # pylint: disable=wrong-import-position
 from realm_tf.real_data import questions  # pylint: disable=wrong-import-position
+from realm_tf.retrieval.corpus import Corpus  # pylint: disable=wrong-import-position
 from realm_tf.tokenization.featurizers import QueryFeaturizer  # pylint: disable=wrong-import-position
 from realm_tf.training.optimizer import OptimizerConfig  # pylint: disable=wrong-import-position
 from realm_tf.training.optimizer import create_optimizer  # pylint: disable=wrong-import-position
@@ -107,7 +107,7 @@ def main(argv):
   if not os.path.exists(path):
     raise app.UsageError(f"{path} is missing: run `python bench/real_data.py "
                          "--rows=raw_minilm` first")
-  store = BlockStore.load(os.path.join(_CACHE.value, "corpus", "blocks"))
+  store = Corpus.load(os.path.join(_CACHE.value, "corpus", "blocks"))
   docs = np.load(path)
   docs /= np.linalg.norm(docs, axis=1, keepdims=True)
   split = questions.answerable_split(store.texts)

@@ -42,12 +42,12 @@ from absl import flags  # pylint: disable=wrong-import-position
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=wrong-import-position
-from realm_tf.data.block_store import BlockStore  # pylint: disable=wrong-import-position
 from realm_tf.evaluation.qa_example import QAExample  # pylint: disable=wrong-import-position
 from realm_tf.real_data import corpus  # pylint: disable=wrong-import-position
 from realm_tf.real_data import questions  # pylint: disable=wrong-import-position
 from realm_tf.evaluation import retrieval_recall as recall  # pylint: disable=wrong-import-position
 from realm_tf.real_data import embedding_cache  # pylint: disable=wrong-import-position
+from realm_tf.retrieval.corpus import Corpus  # pylint: disable=wrong-import-position
 
 ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0", "realm_tf_step0_bf16", "finetuned")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "bench/results/real_data",
@@ -85,7 +85,7 @@ _SEGMENT_IDS = flags.DEFINE_bool("minilm_segment_ids", True, "raw_minilm reads b
 @dataclasses.dataclass
 class Context:
   """What every row reads: the blocks, the dev questions and the settings."""
-  store: BlockStore
+  store: Corpus
   train: List[QAExample]
   dev: List[QAExample]
   ks: List[int]

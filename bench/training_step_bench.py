@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import presets  # pylint: disable=g-import-not-at-top
 from realm_tf.data import formats  # pylint: disable=g-import-not-at-top
-from realm_tf.data.block_store import BlockStore  # pylint: disable=g-import-not-at-top
+from realm_tf.retrieval.corpus import Corpus  # pylint: disable=g-import-not-at-top
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer  # pylint: disable=g-import-not-at-top
 from realm_tf.training.index_refresh import SynchronousRefresher  # pylint: disable=g-import-not-at-top
 from realm_tf.training.pretraining_lib import PretrainingConfig  # pylint: disable=g-import-not-at-top
@@ -57,7 +57,7 @@ def main(argv):
   rng = np.random.default_rng(0)
   directory = tempfile.mkdtemp()
   tokenizer = synthetic_world(directory, 30522, _NUM_BLOCKS.value, rng)
-  store = BlockStore.load(directory)
+  store = Corpus.load(directory)
   encoder = presets.encoder_config(_ENCODER.value, tokenizer.vocab_size)
   retriever = presets.build_retriever(encoder)
   reader = presets.build_reader(encoder)

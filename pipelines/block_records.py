@@ -2,7 +2,7 @@
 `realm_tf.data.formats`) in Beam, and the corpus ids and fingerprint without holding the texts.
 
 `corpus_ids_and_fingerprint(corpus_dir)` gives the canonical ids and the fingerprint that
-`BlockStore.load(corpus_dir).fingerprint` gives (`retrieval.fingerprint`), streaming the
+`Corpus.load(corpus_dir).fingerprint` gives (`retrieval.fingerprint`), streaming the
 records: it holds 40 bytes a block (id and block digest), so it stays cheap for 13M blocks.
 """
 import dataclasses
@@ -82,7 +82,7 @@ class ReadBlocks(beam.PTransform):
 def corpus_ids_and_fingerprint(corpus_dir: str, batch_size: int = 4096
                                ) -> Tuple[np.ndarray, str]:
   """The block ids of `corpus_dir` in canonical (ascending) order, int64 [N], and the corpus
-  fingerprint (= `BlockStore.load(corpus_dir).fingerprint`), the texts streamed."""
+  fingerprint (= `Corpus.load(corpus_dir).fingerprint`), the texts streamed."""
   spec = {name: formats.BLOCK_FEATURES[name] for name in ("block_id", "title", "text")}
   dataset = (tf.data.TFRecordDataset(block_files(corpus_dir))
              .batch(batch_size)

@@ -23,7 +23,7 @@ The launching process verifies the block shards (`realm_tf.data.shards`, against
 beside the embedding shards. Checks before publishing: every corpus block has exactly one
 embedding, the ids read back are the corpus's canonical ids
 (`block_records.corpus_ids_and_fingerprint`, whose fingerprint is
-`BlockStore.load(corpus_dir).fingerprint`), all
+`Corpus.load(corpus_dir).fingerprint`), all
 embeddings finite with the export's dimension.
 The manifest's builder parameters carry `corpus_fingerprint`, `snapshot_step` (from the
 export), `embedder_dir` and `num_blocks`.

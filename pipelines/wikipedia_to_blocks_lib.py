@@ -6,7 +6,7 @@
 Output, in `output_dir`:
 - `blocks-SSSSS-of-NNNNN.tfrecord`: `tf.train.Example` block records exactly as
   `realm_tf.data.formats.block_example` (block_id, title, text, title_ids, body_ids); the
-  shards together are the block-records file retrieval reads (`BlockStore.load(output_dir)`,
+  shards together are the block-records file retrieval reads (`Corpus.load(output_dir)`,
   canonical order = ascending block id);
 - `blocks.manifest.json`: the shards' record counts, sizes and checksums and this config
   (`realm_tf.data.shards`), written last; readers verify the shards against it;

@@ -20,6 +20,21 @@ class InputError(ValueError):
   """Bad input or a fault the user can fix; the message names the file and the fix."""
 
 
+class MalformedRecordError(InputError):
+  """A record of a text file (a question set, a JSONL or TSV corpus) cannot be read; the
+  message names the file and line.
+
+  Attributes:
+    path: the file.
+    line: the 1-based line number.
+  """
+
+  def __init__(self, path: str, line: int, reason: str):
+    super().__init__(f"{path}:{line}: {reason}")
+    self.path = path
+    self.line = line
+
+
 def describe(path: str, problem: str, fix: str = "",
              where: Optional[Union[int, str]] = None) -> str:
   """`<path>[:<where>]: <problem>. <fix>.` on one line (newlines in the parts are flattened)."""

@@ -34,9 +34,9 @@ import tensorflow as tf
 
 from realm_tf import presets
 from realm_tf.data import formats
-from realm_tf.data.block_store import BlockStore
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -56,9 +56,9 @@ def people_tokenizer() -> WordpieceTokenizer:
 
 
 def write_people(directory: str, num_entities: int = 16,
-                 seed: int = 0) -> Tuple[BlockStore, WordpieceTokenizer]:
+                 seed: int = 0) -> Tuple[Corpus, WordpieceTokenizer]:
   """Writes blocks-00000-of-00001.tfrecord and examples-00000-of-00001.tfrecord (block ids
-  1000, 1001, ...; cities and jobs drawn with `seed`); returns (BlockStore, tokenizer)."""
+  1000, 1001, ...; cities and jobs drawn with `seed`); returns (Corpus, tokenizer)."""
   tok = people_tokenizer()
   rng = np.random.default_rng(seed)
   ids = lambda text: tok(tf.constant([text])).to_list()[0]
@@ -80,7 +80,7 @@ def write_people(directory: str, num_entities: int = 16,
   with tf.io.TFRecordWriter(os.path.join(directory, "examples-00000-of-00001.tfrecord")) as w:
     for example in examples:
       w.write(formats.pretraining_example(*example))
-  return BlockStore.load(directory), tok
+  return Corpus.load(directory), tok
 
 
 def write_people_and_vocab(directory) -> tuple:

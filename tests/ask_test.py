@@ -9,10 +9,10 @@ from realm_tf.data import formats
 from realm_tf.presets import build_models
 from realm_tf.qa import ask_lib
 from realm_tf import tiny_world
-from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import EmbeddingMismatchError
 from realm_tf.qa.doc_index import index_corpus
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -71,7 +71,7 @@ def test_empty_and_over_long_questions(asker):
 def test_corpus_swap_without_retraining(world, model_dir, asker):
   swapped = ask_lib.Asker(model_dir, corpus=world.new_corpus)
   assert swapped.model.retriever is not asker.model.retriever
-  new = load_corpus(world.new_corpus)
+  new = Corpus.load(world.new_corpus)
   np.testing.assert_allclose(
       swapped.model.doc_index.embeddings,
       swapped.model.doc_embedder.embed_texts(new.titles, new.texts), atol=1e-6)
@@ -87,7 +87,7 @@ def test_corpus_swap_embedded_in_bfloat16(world, model_dir, asker, tmp_path):
   """embedding_dtype="bfloat16": a bfloat16 copy of the doc embedder embeds the new corpus;
   its saved index records bfloat16 and passes the float32 embedder's check."""
   swapped = ask_lib.Asker(model_dir, corpus=world.new_corpus, embedding_dtype="bfloat16")
-  new = load_corpus(world.new_corpus)
+  new = Corpus.load(world.new_corpus)
   half = swapped.model.doc_index
   assert half.embedding_dtype == "bfloat16" and half.embeddings.dtype == np.float32
   assert swapped.model.doc_embedder.path != asker.model.doc_embedder.path
@@ -112,7 +112,7 @@ def _write_pipeline_embeddings(directory, corpus, embeddings):
 
 def test_precomputed_embeddings_are_checked_against_the_doc_embedder(world, model_dir, asker,
                                                                      tmp_path):
-  new = load_corpus(world.new_corpus)
+  new = Corpus.load(world.new_corpus)
   embedder = asker.model.doc_embedder
   own = embedder.embed_texts(new.titles, new.texts)
   # The embedding pipeline's shards, made by this model's doc embedder: accepted.
@@ -133,7 +133,7 @@ def test_precomputed_embeddings_are_checked_against_the_doc_embedder(world, mode
   _write_pipeline_embeddings(str(tmp_path / "dim"), new, np.zeros([len(new), 8], np.float32))
   with pytest.raises(EmbeddingMismatchError, match="dimension 8, but the doc embedder"):
     index_corpus(embedder, new, str(tmp_path / "dim"))
-  _write_pipeline_embeddings(str(tmp_path / "short"), load_corpus(world.corpus), own)
+  _write_pipeline_embeddings(str(tmp_path / "short"), Corpus.load(world.corpus), own)
   with pytest.raises(EmbeddingMismatchError, match="24 blocks without an embedding"):
     index_corpus(embedder, new, str(tmp_path / "short"))
   with pytest.raises(EmbeddingMismatchError, match="built for another corpus"):

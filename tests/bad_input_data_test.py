@@ -19,10 +19,9 @@ from pipelines import pretraining_examples_lib
 from pipelines import wikipedia_to_blocks_lib
 from realm_tf import errors
 from realm_tf.data import shards
-from realm_tf.data.block_store import BlockStore
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
-from realm_tf.qa import corpus as qa_corpus
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.training.index_refresh import SynchronousRefresher
 from shard_manifest_test import write_shards
 from wiki_dump_xml import dump_xml
@@ -114,7 +113,7 @@ def test_malformed_jsonl_lines_are_dead_letters_and_valid_lines_are_kept(tmp_pat
                              json.dumps({"text": "no title"})]) + "\n")
   config = _blocks_config(tmp_path, [str(path)], "jsonl")
   counters = wikipedia_to_blocks_lib.run_pipeline(beam.Pipeline(), config)
-  assert sorted(BlockStore.load(config.output_dir).titles) == ["Cat", "Paris"]
+  assert sorted(Corpus.load(config.output_dir).titles) == ["Cat", "Paris"]
   assert shards.check_shards(config.output_dir, "blocks").manifest["num_records"] == 2
   with open(glob.glob(os.path.join(config.output_dir, "dead_letter-*.jsonl"))[0]) as f:
     dead = sorted((r["source"], r["offset"], r["reason"].split(":")[0])
@@ -131,7 +130,7 @@ def test_a_bz2_dump_cut_mid_way_keeps_complete_pages(tmp_path):
   path.write_bytes(data[:int(len(data) * 0.7)])
   config = _blocks_config(tmp_path, [str(path)])
   counters = wikipedia_to_blocks_lib.run_pipeline(beam.Pipeline(), config)
-  store = BlockStore.load(config.output_dir)
+  store = Corpus.load(config.output_dir)
   assert 0 < counters["pages_read"] < 40 and counters["dumps_truncated"] == 1
   assert len(store) == counters["blocks"]
   with open(glob.glob(os.path.join(config.output_dir, "dead_letter-*.jsonl"))[0]) as f:
@@ -201,7 +200,7 @@ def _published_index(tmp_path, store_fingerprint):
 
 
 def _store(ids):
-  return BlockStore.from_blocks(ids, ["t"] * len(ids), ["x"] * len(ids), [[5]] * len(ids),
+  return Corpus.from_blocks(ids, ["t"] * len(ids), ["x"] * len(ids), [[5]] * len(ids),
                                 [[6]] * len(ids))
 
 
@@ -260,7 +259,7 @@ def test_ask_corpus_files_are_named_with_line_and_fix(tmp_path, name, content, m
   if content is not None:
     path.write_text(content)
   with pytest.raises((errors.InputError, FileNotFoundError), match=message) as error:
-    qa_corpus.load_corpus(str(path))
+    Corpus.load(str(path))
   assert "\n" not in str(error.value)
 
 

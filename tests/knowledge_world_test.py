@@ -12,7 +12,6 @@ import pytest
 import tensorflow as tf
 
 from realm_tf.data import formats
-from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import has_answer
 from realm_tf.knowledge_world import ablation_config
 from realm_tf.knowledge_world import ablation_result
@@ -22,8 +21,8 @@ from realm_tf.knowledge_world import world as world_lib
 from realm_tf.knowledge_world.world import WorldConfig
 from realm_tf.knowledge_world.world import generate_world
 from realm_tf.knowledge_world.writer import write_world
-from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.datasets import load_examples
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.pretraining_data import masked_query_dataset
 
@@ -129,11 +128,11 @@ def test_written_files_feed_every_stage(files):
   tok = files.tokenizer()
   assert not [t for t in tok.vocabulary if t.startswith("##")]  # whole words only
   assert all(t == t.lower() for t in tok.vocabulary[5:])
-  store = BlockStore.load(files.directory)
+  store = Corpus.load(files.directory)
   assert len(store) == files.num_blocks == 60
   assert np.all(np.diff(store.block_ids) > 0)
   assert len(IctCorpus(store, tok)) == len(store)  # every block has >= 2 sentences
-  assert len(load_corpus(files.directory)) == len(store)
+  assert len(Corpus.load(files.directory)) == len(store)
   for split in ("train", "dev", "test"):
     examples = load_examples(getattr(files, split))
     assert examples and all(e.answers for e in examples)

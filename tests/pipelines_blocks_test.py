@@ -19,7 +19,7 @@ from pipelines import dead_letter
 from pipelines import document_sources
 from pipelines import wikipedia_to_blocks_lib
 from realm_tf.data import shards
-from realm_tf.data.block_store import BlockStore
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization import WordpieceTokenizer
 from wiki_dump_xml import dump_xml
 from wiki_dump_xml import page_xml
@@ -184,7 +184,7 @@ def test_hash_collision_goes_to_dead_letters():
                 equal_to(["deduplicate_blocks"]), label="dead")
 
 
-def test_run_pipeline_writes_the_block_store(tmp_path):
+def test_run_pipeline_writes_the_corpus(tmp_path):
   sentences = [f"Sentence number {i} tells about the city of Paris in France." for i in range(60)]
   text = "\n".join(" ".join(sentences[i:i + 6]) for i in range(0, 60, 6))
   xml = dump_xml(page_xml("Paris", text.replace("\n", "\n\n"), page_id=1),
@@ -194,7 +194,7 @@ def test_run_pipeline_writes_the_block_store(tmp_path):
   out = str(tmp_path / "corpus")
   config = wikipedia_to_blocks_lib.BlocksConfig([source], out, num_shards=2)
   counters = wikipedia_to_blocks_lib.run_pipeline(beam.Pipeline(), config)
-  store = BlockStore.load(out)
+  store = Corpus.load(out)
   assert sorted(os.listdir(out)) == ["blocks-00000-of-00002.tfrecord",
                                      "blocks-00001-of-00002.tfrecord",
                                      "blocks.manifest.json",

@@ -21,9 +21,9 @@ from pipelines import block_records
 from pipelines import build_index_lib
 from realm_tf import configs
 from realm_tf.data import formats
-from realm_tf.data.block_store import BlockStore
 from realm_tf.mips import index_publisher
 from realm_tf.mips.manifest import IndexManifest
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.bert_packer import BertPacker
@@ -77,7 +77,7 @@ def test_batches_do_not_depend_on_the_grouping_order():
 
 def test_embed_and_write_shards(corpus, tmp_path):
   corpus_dir, embedder_dir = corpus
-  store = BlockStore.load(corpus_dir)
+  store = Corpus.load(corpus_dir)
   out = str(tmp_path)
   with test_pipeline.TestPipeline() as p:
     counts = build_index_lib.build_pipeline(p, corpus_dir, embedder_dir, out, num_shards=4,
@@ -102,7 +102,7 @@ def test_xla_export_embeds_length_bucketed_batches(corpus, tmp_path):
   """An XLA export through the builder: blocks batched per length bucket, short batches
   padded to full size, embeddings equal to the Keras model's on each block alone."""
   corpus_dir, _ = corpus
-  store = BlockStore.load(corpus_dir)
+  store = Corpus.load(corpus_dir)
   retriever = configs.build_retriever(configs.RetrieverConfig(
       encoder=configs.EncoderConfig.tiny(vocab_size=len(VOCAB)), projection_size=8))
   retriever.build()
@@ -132,7 +132,7 @@ def test_xla_export_embeds_length_bucketed_batches(corpus, tmp_path):
 
 def test_build_index_publishes_versions(corpus, tmp_path):
   corpus_dir, embedder_dir = corpus
-  store = BlockStore.load(corpus_dir)
+  store = Corpus.load(corpus_dir)
   root = str(tmp_path / "index")
   first = build_index_lib.build_index(corpus_dir, embedder_dir, root, kind="brute_force",
                                       num_shards=3, blocks_per_batch=16)
@@ -191,7 +191,7 @@ def test_builder_killed_mid_build_publishes_nothing(corpus, tmp_path):
   assert partial and partial[0].startswith("step-00009999.tmp-"), "the builder never started"
   assert index_publisher.latest_version(root) == "step-00001200"
   assert index_publisher.list_versions(root) == ["step-00001200"]
-  assert index_publisher.load_latest(root)[1].num_docs == len(BlockStore.load(corpus_dir))
+  assert index_publisher.load_latest(root)[1].num_docs == len(Corpus.load(corpus_dir))
   left_behind = sorted(n for n in os.listdir(root) if ".tmp-" in n)
   assert index_publisher.cleanup_partial(root) == left_behind
   assert sorted(os.listdir(root)) == ["LATEST", "step-00001200"]
@@ -203,7 +203,7 @@ def test_binary_scann_flags_are_checked_first_and_recorded_in_the_manifest(corpu
   env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
   command = [sys.executable, "-m", "pipelines.build_index", f"--corpus={corpus_dir}",
              f"--embedder_dir={embedder_dir}", f"--index_root={root}"]
-  num_blocks = len(BlockStore.load(corpus_dir))
+  num_blocks = len(Corpus.load(corpus_dir))
   bad = subprocess.run(command + [f"--scann_num_leaves={num_blocks + 1}"], env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=900)
   assert bad.returncode == 2, bad.stderr[-2000:]

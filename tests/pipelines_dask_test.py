@@ -16,8 +16,8 @@ from pipelines import wikipedia_to_blocks_lib
 from realm_tf import configs
 from realm_tf import pretrained
 from realm_tf.data import formats
-from realm_tf.data.block_store import BlockStore
 from realm_tf.mips import manifest as manifest_lib
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from wiki_dump_xml import dump_xml
 from wiki_dump_xml import page_xml
@@ -94,7 +94,7 @@ def test_both_dask_workers_ran_tasks(runs, cluster):
 
 
 def _blocks(corpus):
-  store = BlockStore.load(corpus)
+  store = Corpus.load(corpus)
   return sorted(zip(store.block_ids.tolist(), store.titles, store.texts,
                     store.title_ids.to_list(), store.body_ids.to_list()))
 

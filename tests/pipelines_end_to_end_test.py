@@ -21,8 +21,8 @@ from pipelines import wikitext_cleaner
 from realm_tf import configs
 from realm_tf import pretrained
 from realm_tf.data import formats
-from realm_tf.data.block_store import BlockStore
 from realm_tf.mips import index_publisher
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 
 GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -79,7 +79,7 @@ def run(tmp_path_factory):
   return {"dump": dump, "corpus": corpus, "corpus_part": part, "examples": examples,
           "index_root": index_root,
           "blocks": blocks_counters, "examples_counters": examples_counters, "build": build,
-          "tokenizer": tokenizer, "store": BlockStore.load(corpus)}
+          "tokenizer": tokenizer, "store": Corpus.load(corpus)}
 
 
 def test_blocks_pipeline_counts(run):
@@ -125,7 +125,7 @@ def test_blocks_reproduce_every_cleaned_article(run):
 
 def test_examples_pipeline(run):
   counters = run["examples_counters"]
-  part = BlockStore.load(run["corpus_part"])
+  part = Corpus.load(run["corpus_part"])
   assert counters["blocks_read"] == len(part) and 400 < len(part) < 620
   assert counters["sentences"] > 7 * len(part) and counters["spans_found"] > 12 * len(part)
   assert counters["examples"] == sum(v for k, v in counters.items()

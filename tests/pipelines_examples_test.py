@@ -14,7 +14,7 @@ from pipelines import dead_letter
 from pipelines import pretraining_examples_lib as lib
 from pipelines import salient_span_tagger
 from realm_tf.data import formats
-from realm_tf.data.block_store import BlockStore
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization import WordpieceTokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ".",
@@ -164,7 +164,7 @@ def _write_corpus(corpus_dir, tokenizer, documents):
     for blocks in packer.pack(documents):
       for b in blocks:
         w.write(formats.block_example(b.block_id, b.title, b.text, b.title_ids, b.body_ids))
-  return BlockStore.load(corpus_dir)
+  return Corpus.load(corpus_dir)
 
 
 @pytest.mark.parametrize("masking", ["random_span", "random_token"])

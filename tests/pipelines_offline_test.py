@@ -10,7 +10,7 @@ import pytest
 
 from pipelines import beam_runner
 from pipelines import wikipedia_to_blocks_lib
-from realm_tf.data.block_store import BlockStore
+from realm_tf.retrieval.corpus import Corpus
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ada", "wrote", "the", "first",
          "program", "."]
@@ -65,4 +65,4 @@ def test_pipeline_1_on_the_default_runner_attempts_no_network(attempts, tmp_path
       wikipedia_to_blocks_lib.BlocksConfig([str(docs)], out, input_format="jsonl",
                                            vocab_file=str(vocab), num_shards=1))
   assert attempts == []
-  assert counters["blocks"] == len(BlockStore.load(out)) == 1
+  assert counters["blocks"] == len(Corpus.load(out)) == 1

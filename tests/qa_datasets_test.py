@@ -1,16 +1,11 @@
-"""Question sets (ORQA JSONL, DPR TSV, pyserini) and knowledge corpora: parsing and errors."""
+"""Question sets (ORQA JSONL, DPR TSV, pyserini): parsing and errors."""
 import importlib.util
 import json
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
-from realm_tf.data import formats
+from realm_tf.errors import MalformedRecordError
 from realm_tf.qa import datasets
-from realm_tf.qa.corpus import Corpus
-from realm_tf.qa.corpus import load_corpus
-from realm_tf.qa.datasets import MalformedRecordError
 
 
 def _write(path, text):
@@ -124,42 +119,3 @@ def test_pyserini_question_sets():
   curated = datasets.load_pyserini_topics("curated-test")
   assert len(curated) == 694 and all(e.match == "regex" for e in curated)
   assert curated[0].answers[0].startswith(r"20\s?,?\s?(32|40)0")
-
-
-def test_corpus_from_jsonl_tsv_and_block_shards(tmp_path):
-  jsonl = _write(tmp_path / "c.jsonl",
-                 '{"id": 9, "title": "B", "text": "beta"}\n{"id": 3, "text": "alpha"}\n')
-  corpus = load_corpus(jsonl)
-  assert corpus.block_ids.tolist() == [3, 9] and corpus.titles == ["", "B"]
-  assert corpus.texts == ["alpha", "beta"] and corpus.source == jsonl
-  no_ids = load_corpus(_write(tmp_path / "n.jsonl", '{"text": "x"}\n{"text": "y"}\n'))
-  assert no_ids.block_ids.tolist() == [0, 1]
-  tsv = load_corpus(_write(tmp_path / "psgs.tsv", "id\ttext\ttitle\n2\tsome text\tT\n"))
-  assert (tsv.block_ids.tolist(), tsv.texts, tsv.titles) == ([2], ["some text"], ["T"])
-  shards = tmp_path / "blocks"
-  shards.mkdir()
-  with tf.io.TFRecordWriter(str(shards / "blocks-00000-of-00001.tfrecord")) as writer:
-    writer.write(formats.block_example(20, "T2", "two", [5], [6]))
-    writer.write(formats.block_example(10, "T1", "one", [5], [7]))
-  store_corpus = load_corpus(str(shards))
-  assert store_corpus.block_ids.tolist() == [10, 20] and store_corpus.texts == ["one", "two"]
-  assert store_corpus.fingerprint != corpus.fingerprint
-  assert Corpus(np.array([3, 9]), ["", "B"], ["alpha", "beta"]).fingerprint == corpus.fingerprint
-
-
-def test_corpus_errors(tmp_path):
-  with pytest.raises(MalformedRecordError, match=r"c.jsonl:2: expected an object with a "
-                                                 r"string \"text\""):
-    load_corpus(_write(tmp_path / "c.jsonl", '{"text": "a"}\n{"title": "t"}\n'))
-  with pytest.raises(MalformedRecordError, match="id must be an integer"):
-    load_corpus(_write(tmp_path / "d.jsonl", '{"id": "x", "text": "a"}\n'))
-  with pytest.raises(MalformedRecordError, match=r"p.tsv:1: id 'x' is not an integer"):
-    load_corpus(_write(tmp_path / "p.tsv", "x\ttext\ttitle\n"))
-  with pytest.raises(ValueError, match="duplicate block ids"):
-    load_corpus(_write(tmp_path / "e.jsonl", '{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n'))
-  with pytest.raises(ValueError, match="has no blocks"):
-    load_corpus(_write(tmp_path / "f.jsonl", "\n"))
-  with pytest.raises(FileNotFoundError, match="no blocks-"):
-    load_corpus(str(tmp_path))
-  with pytest.raises(FileNotFoundError, match="no corpus at"):
-    load_corpus(str(tmp_path / "missing.jsonl"))

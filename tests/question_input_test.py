@@ -70,7 +70,7 @@ def test_question_file_line(tmp_path, case, file_format):
     assert [e.question for e in examples] == ["who wrote hamlet?", expected]
     assert examples[1].source == f"{path}:2"
     return
-  with pytest.raises(datasets.MalformedRecordError) as error:
+  with pytest.raises(errors.MalformedRecordError) as error:
     datasets.load_examples(str(path), "nq")
   assert isinstance(error.value, errors.InputError)
   assert str(error.value) == f"{path}:2: {expected}"

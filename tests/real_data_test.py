@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from pipelines import wikipedia_to_blocks_lib
-from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import has_answer
 from realm_tf.evaluation.bm25 import Bm25Index
 from realm_tf.evaluation.qa_example import QAExample
@@ -20,6 +19,7 @@ from realm_tf.real_data import corpus
 from realm_tf.real_data import questions
 from realm_tf.evaluation import retrieval_recall as recall
 from realm_tf.real_data.embedding_cache import cached_embeddings
+from realm_tf.retrieval.corpus import Corpus
 
 NUM_DOCS = 200
 NUM_QUESTIONS = 40
@@ -76,7 +76,7 @@ def test_recall_follows_a_hand_built_has_answer_matrix():
   found = np.array([[0, 1, 0], [0, 0, 0], [1, 0, 0], [0, 0, 1]], bool)
   metrics = recall.recall_at_ks(found, (1, 2, 3))
   assert metrics == {"recall@1": 0.25, "recall@2": 0.5, "recall@3": 0.75, "num_questions": 4}
-  store = BlockStore.from_blocks([7, 3, 5], ["T", "U", "V"],
+  store = Corpus.from_blocks([7, 3, 5], ["T", "U", "V"],
                                  ["Paris is in France.", "Rome is in Italy.", "Nothing here."],
                                  [[1], [2], [3]], [[4], [5], [6]])
   examples = [QAExample("capital of italy?", ("Rome",)), QAExample("of france?", ("Paris",))]
@@ -156,7 +156,7 @@ def test_sentence_minilm_is_unit_length_and_padding_free(prepared):
   from realm_tf.real_data.sentence_minilm import SentenceMiniLM
   _, store, _ = prepared
   rows = [0, 1, 2, int(np.argmax(store.body_ids.row_lengths().numpy()))]
-  small = BlockStore.from_blocks(store.block_ids[rows], [store.titles[r] for r in rows],
+  small = Corpus.from_blocks(store.block_ids[rows], [store.titles[r] for r in rows],
                                  [store.texts[r] for r in rows],
                                  [store.title_ids[r].numpy() for r in rows],
                                  [store.body_ids[r].numpy() for r in rows])

@@ -5,8 +5,7 @@ import numpy as np
 
 from pipelines import block_records
 from realm_tf import tiny_world
-from realm_tf.data.block_store import BlockStore
-from realm_tf.qa import corpus as qa_corpus
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.fingerprint import block_digest
 from realm_tf.retrieval.fingerprint import corpus_fingerprint
 from realm_tf.retrieval.fingerprint import fingerprint_digests
@@ -27,17 +26,16 @@ def test_each_field_and_the_pairing_of_ids_with_blocks_counts():
   assert base == fingerprint_digests(IDS, [block_digest(t, x) for t, x in zip(TITLES, TEXTS)])
 
 
-def test_block_store_qa_corpus_and_streamed_shards_agree(tmp_path):
+def test_shard_and_jsonl_corpora_and_streamed_shards_agree(tmp_path):
   corpus_dir = str(tmp_path / "corpus")
   store, _ = tiny_world.write_people(corpus_dir)
   expected = corpus_fingerprint(store.block_ids, store.titles, store.texts)
   assert store.fingerprint == expected
-  assert BlockStore.load(corpus_dir).fingerprint == expected
-  assert qa_corpus.load_corpus(corpus_dir).fingerprint == expected
+  assert Corpus.load(corpus_dir).fingerprint == expected
   ids, streamed = block_records.corpus_ids_and_fingerprint(corpus_dir, batch_size=3)
   assert streamed == expected and list(ids) == list(store.block_ids)
   jsonl = tmp_path / "corpus.jsonl"
   jsonl.write_text("\n".join(json.dumps({"id": int(i), "title": t, "text": x})
                              for i, t, x in zip(store.block_ids[::-1], store.titles[::-1],
                                                 store.texts[::-1])))
-  assert qa_corpus.load_corpus(str(jsonl)).fingerprint == expected
+  assert Corpus.load(str(jsonl)).fingerprint == expected

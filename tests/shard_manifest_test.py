@@ -14,9 +14,8 @@ from pipelines import pretraining_examples_lib
 from realm_tf import errors
 from realm_tf.data import formats
 from realm_tf.data import shards
-from realm_tf.data.block_store import BlockStore
-from realm_tf.qa import corpus as qa_corpus
 from realm_tf.qa import doc_index
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.training import pretraining_data
 
 RECORDS = {
@@ -100,9 +99,8 @@ FAULTS = {
 }
 
 READERS = {
-    "BlockStore.load": ("blocks", BlockStore.load),
-    "qa.load_corpus (ask, finetune)": ("blocks", qa_corpus.load_corpus),
-    "block_records.corpus_ids_and_fingerprint": (
+    "Corpus.load": ("blocks", Corpus.load),
+        "block_records.corpus_ids_and_fingerprint": (
         "blocks", block_records.corpus_ids_and_fingerprint),
     "pretraining_examples pipeline": ("blocks", lambda d: pretraining_examples_lib.run_pipeline(
         None, pretraining_examples_lib.ExamplesConfig(d, d + "-out", tagger="dates"))),
@@ -135,14 +133,14 @@ def test_shards_without_a_manifest_are_still_checked(tmp_path, fault):
   directory = write_shards(str(tmp_path / "data"), "blocks", manifest=False)
   FAULTS[fault][0](directory, "blocks")
   with pytest.raises(shards.ShardError, match=FAULTS[fault][1]):
-    BlockStore.load(directory)
+    Corpus.load(directory)
 
 
 def test_shards_without_a_manifest_load_with_a_warning(tmp_path, caplog):
   directory = write_shards(str(tmp_path / "data"), "blocks", manifest=False)
   _cut_records(directory, "blocks")  # undetectable without a manifest: hence the warning
   with caplog.at_level(logging.WARNING):
-    store = BlockStore.load(directory)
+    store = Corpus.load(directory)
   assert len(store) == 75
   assert "no blocks.manifest.json: read 75 records from 2 blocks shards without a " \
          "completeness check" in caplog.text
@@ -169,7 +167,7 @@ def test_an_invalid_manifest_is_named(tmp_path):
     f.write("{not json")
   with pytest.raises(shards.ShardError, match=r"blocks\.manifest\.json: not a valid shard "
                      r"manifest .* Delete it to read the shards unchecked"):
-    BlockStore.load(directory)
+    Corpus.load(directory)
 
 
 def test_scan_matches_tensorflow(tmp_path):

@@ -20,13 +20,13 @@ from pipelines import beam_runner
 from pipelines import pretraining_examples_lib
 from pipelines import wikipedia_to_blocks_lib
 from realm_tf import pretrained
-from realm_tf.data.block_store import BlockStore
 from realm_tf.demo import questions as questions_lib
 from realm_tf.demo import wikipedia
 from realm_tf.demo.config import DemoConfig
 from realm_tf.demo.config import DemoError
 from realm_tf.demo.config import MissingDataError
 from realm_tf.qa import datasets
+from realm_tf.retrieval.corpus import Corpus
 
 NQ_DEV = "pyserini:nq-dev"
 # Python module -> the offline data package that provides it.
@@ -58,9 +58,9 @@ class DataStages:
     return os.path.join(self.config.output_dir, *parts)
 
   @property
-  def store(self) -> BlockStore:
+  def store(self) -> Corpus:
     if self._store is None:
-      self._store = BlockStore.load(self.path("corpus"))
+      self._store = Corpus.load(self.path("corpus"))
     return self._store
 
   def _beam_pipeline(self) -> beam.Pipeline:

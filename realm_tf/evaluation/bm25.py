@@ -13,12 +13,12 @@ from typing import Sequence, Tuple
 import bm25s
 import numpy as np
 
-from realm_tf.data.block_store import BlockStore
+from realm_tf.retrieval.corpus import Corpus
 
 STOPWORDS = "en"
 
 
-def block_texts(store: BlockStore) -> list:
+def block_texts(store: Corpus) -> list:
   """[N] strings "title\\nbody", what BM25 indexes."""
   return [f"{title}\n{text}" for title, text in zip(store.titles, store.texts)]
 
@@ -39,7 +39,7 @@ class Bm25Index:
                      show_progress=False)
 
   @classmethod
-  def from_store(cls, store: BlockStore) -> "Bm25Index":
+  def from_store(cls, store: Corpus) -> "Bm25Index":
     return cls(block_texts(store))
 
   def search(self, queries: Sequence[str], k: int) -> Tuple[np.ndarray, np.ndarray]:

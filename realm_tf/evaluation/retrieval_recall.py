@@ -1,4 +1,4 @@
-"""Recall@k of any retriever over a `BlockStore`: rankings in, the Open-QA criterion out.
+"""Recall@k of any retriever over a `Corpus`: rankings in, the Open-QA criterion out.
 
 A question counts as found at k when one of its top-k blocks holds an answer:
 `AnswerMatcher.has_answer` on the block's text (body), exactly the test of
@@ -12,10 +12,10 @@ from typing import Callable, Dict, Sequence, Tuple
 
 import numpy as np
 
-from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import RecallAtK
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.evaluation.qa_example import QAExample
+from realm_tf.retrieval.corpus import Corpus
 
 DEFAULT_KS = (5, 20, 100)
 QueryEmbedFn = Callable[[Sequence[str]], np.ndarray]  # Q questions -> float32 [Q, D]
@@ -64,7 +64,7 @@ def recall_at_ks(has_answer: np.ndarray, ks: Sequence[int]) -> Dict[str, float]:
   return metrics
 
 
-def evaluate_rankings(rows: np.ndarray, examples: Sequence[QAExample], store: BlockStore,
+def evaluate_rankings(rows: np.ndarray, examples: Sequence[QAExample], store: Corpus,
                       ks: Sequence[int] = DEFAULT_KS) -> RetrievalResult:
   """Recall@k of rankings int [Q, K] (store rows, best first, -1 padded), K >= the largest
   usable cut-off."""
@@ -107,7 +107,7 @@ def top_k(query_embeddings: np.ndarray, doc_embeddings: np.ndarray, k: int,
 
 
 def evaluate_retriever(query_embed_fn: QueryEmbedFn, doc_embeddings: np.ndarray,
-                       examples: Sequence[QAExample], store: BlockStore,
+                       examples: Sequence[QAExample], store: Corpus,
                        ks: Sequence[int] = DEFAULT_KS,
                        batch_size: int = 64) -> RetrievalResult:
   """Recall@k of a dense retriever: its query embeddings against the block embeddings.

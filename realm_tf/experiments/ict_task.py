@@ -3,10 +3,10 @@ from typing import Dict
 
 from realm_tf import errors
 from realm_tf import presets
-from realm_tf.data.block_store import BlockStore
 from realm_tf.experiments.base_task import Task
 from realm_tf.keras import keras
 from realm_tf.models.retriever import Retriever
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 
@@ -32,9 +32,9 @@ class IctTask(Task):
         presets.load_bert_weights(tower, self.task.init.bert_weights)
     return model
 
-  def build_inputs(self) -> BlockStore:
+  def build_inputs(self) -> Corpus:
     self.require("corpus")
-    return BlockStore.load(self.task.corpus)
+    return Corpus.load(self.task.corpus)
 
   def run(self) -> Dict[str, float]:
     trainer, model = self.config.trainer, self.task.model

@@ -7,12 +7,12 @@ from typing import Dict, Tuple
 
 from realm_tf import errors
 from realm_tf import presets
-from realm_tf.data.block_store import BlockStore
 from realm_tf.experiments.base_task import Task
 from realm_tf.keras import keras
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.training.index_refresh import AsynchronousRefresher
 from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
@@ -59,11 +59,11 @@ class PretrainTask(Task):
         presets.load_reader_weights(reader, bert_weights)
     return retriever, reader
 
-  def build_inputs(self) -> BlockStore:
+  def build_inputs(self) -> Corpus:
     self.require("corpus", "examples_dir")
-    return BlockStore.load(self.task.corpus)
+    return Corpus.load(self.task.corpus)
 
-  def _refresher(self, store: BlockStore):
+  def _refresher(self, store: Corpus):
     task, model_dir = self.task, self.config.trainer.model_dir
     special = (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id)
     index_root = os.path.join(model_dir, "index")

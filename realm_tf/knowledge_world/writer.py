@@ -7,7 +7,7 @@
     <directory>/{train,dev,test}.jsonl              ORQA JSONL questions {"question", "answer"}
     <directory>/world.json                          the config, the people and their facts
 
-The directory is at once a `BlockStore` corpus (`BlockStore.load`, `realm_tf.qa.load_corpus`),
+The directory is at once a corpus (`realm_tf.retrieval.corpus.Corpus.load`),
 an examples directory (`masked_query_dataset`) and a QA data directory. Block ids are the
 corpus pipeline's content hash (sha256 of "title\\ntext", 63 bits); an X example's `block_id`
 is the block of the Z document stating its fact, the block REALM excludes from its retrieval.
@@ -22,11 +22,11 @@ import tensorflow as tf
 
 from realm_tf.data import formats
 from realm_tf.data import shards
-from realm_tf.data.block_store import BlockStore
 from realm_tf.knowledge_world.world import World
 from realm_tf.knowledge_world.world import WorldConfig
 from realm_tf.knowledge_world.world import generate_world
 from realm_tf.knowledge_world.world import vocabulary
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -59,8 +59,8 @@ class WorldFiles:
   def tokenizer(self) -> WordpieceTokenizer:
     return WordpieceTokenizer.from_vocab_file(self.vocab_file)
 
-  def store(self) -> BlockStore:
-    return BlockStore.load(self.directory)
+  def store(self) -> Corpus:
+    return Corpus.load(self.directory)
 
 
 def _ids(tokenizer: WordpieceTokenizer, texts: List[str]) -> List[List[int]]:

@@ -10,18 +10,18 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.models.retriever import Retriever
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 
-def retrieved_has_answer(retriever: Retriever, store: BlockStore,
+def retrieved_has_answer(retriever: Retriever, store: Corpus,
                          tokenizer: WordpieceTokenizer, examples: Sequence[QAExample], k: int,
                          query_length: int, block_length: int,
                          batch_size: int = 64) -> np.ndarray:
@@ -43,7 +43,7 @@ def retrieved_has_answer(retriever: Retriever, store: BlockStore,
                     for r in row] for e, row in zip(examples, rows)], bool).reshape(-1, k)
 
 
-def zero_shot_recall(retriever: Retriever, store: BlockStore, tokenizer: WordpieceTokenizer,
+def zero_shot_recall(retriever: Retriever, store: Corpus, tokenizer: WordpieceTokenizer,
                      examples: Sequence[QAExample], k: int = 5, query_length: int = 64,
                      block_length: int = 288) -> float:
   """The fraction of `examples` with an answer-bearing block among their top `k`."""

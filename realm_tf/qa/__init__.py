@@ -4,7 +4,7 @@
     ask("who wrote Hamlet?", model_dir="...")      # -> Answer(answer, probability, evidence)
 
 Modules: `datasets` (NQ-Open / WebQuestions / CuratedTrec, ORQA JSONL, DPR TSV, pyserini),
-`corpus` (the knowledge corpus), `doc_index` (frozen block embeddings + MIPS index),
+`doc_index` (frozen block embeddings + MIPS index),
 `supervision` (has-answer and gold spans), `model` (model directories; their configs and initial
 weights: `realm_tf.presets`),
 `finetune_lib` (AdamW from `realm_tf.training.optimizer`), `evaluate_lib`, `ask_lib`.
@@ -16,9 +16,6 @@ import importlib
 _EXPORTS = {
     "Asker": "ask_lib",
     "ask": "ask_lib",
-    "Corpus": "corpus",
-    "load_corpus": "corpus",
-    "MalformedRecordError": "datasets",
     "QAExample": "datasets",
     "load_examples": "datasets",
     "load_pyserini_topics": "datasets",

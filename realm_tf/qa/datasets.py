@@ -11,7 +11,7 @@ CuratedTrec answers are regular expressions (`match="regex"`, matched as
 `realm_tf.evaluation.regex_match` does); the others are strings (`match="string"`). Every
 pattern is compiled at load time, so an invalid one fails there, naming its file and line.
 
-Any malformed record raises `MalformedRecordError` with the file and 1-based line number.
+Any malformed record raises `errors.MalformedRecordError` with the file and 1-based line number.
 
 Questions, from a file or asked (`realm_tf.qa.ask_lib`), are normalised the same way
 (`normalize_question`): control characters become spaces, invisible format characters
@@ -36,6 +36,7 @@ from typing import Iterable, Iterator, List, Optional, Sequence
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.errors import MalformedRecordError
 from realm_tf.evaluation import InvalidAnswerPattern
 from realm_tf.evaluation import regex_match
 from realm_tf.evaluation.qa_example import QAExample
@@ -67,20 +68,6 @@ DATASETS = {
     "wq": DatasetSpec("WebQuestions", "string"),
     "curatedtrec": DatasetSpec("CuratedTrec", "regex"),
 }
-
-
-class MalformedRecordError(errors.InputError):
-  """A question-set record cannot be read; the message names the file and line.
-
-  Attributes:
-    path: the file.
-    line: the 1-based line number.
-  """
-
-  def __init__(self, path: str, line: int, reason: str):
-    super().__init__(f"{path}:{line}: {reason}")
-    self.path = path
-    self.line = line
 
 
 def dataset_spec(dataset: str) -> DatasetSpec:

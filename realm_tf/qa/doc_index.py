@@ -34,8 +34,8 @@ from realm_tf.mips.index_builder import build_index
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.mips.mips_index import load_index
-from realm_tf.qa.corpus import Corpus
 from realm_tf.retrieval import embedding
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import DocEmbedder
 
 _INFO = "info.json"

@@ -15,7 +15,7 @@ class FineTuneConfig:
 
   Attributes:
     model_dir: checkpoints, the doc index and `best/` are written here.
-    corpus: the knowledge corpus (`realm_tf.qa.corpus.load_corpus`).
+    corpus: the knowledge corpus (`realm_tf.retrieval.corpus.Corpus.load`).
     train_data: training questions (`realm_tf.qa.datasets.load_examples`).
     vocab_file: the wordpiece vocabulary of the pre-trained model.
     dev_data: dev questions for model selection ("" : none; `best/` is then the last step).

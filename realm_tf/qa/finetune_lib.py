@@ -55,8 +55,6 @@ from realm_tf.models.retriever import Retriever
 from realm_tf.presets import build_models
 from realm_tf.presets import initialize as initialize_models
 from realm_tf.qa import datasets
-from realm_tf.qa.corpus import load_corpus
-from realm_tf.qa.corpus import write_corpus_jsonl
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.finetune_config import FineTuneConfig
@@ -75,6 +73,7 @@ from realm_tf.qa.open_qa_step import READER_FEATURES
 from realm_tf.qa.open_qa_step import make_replica_step
 from realm_tf.qa.open_qa_step import open_qa_losses
 from realm_tf.qa.supervision import gold_spans
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import distribute
@@ -133,7 +132,7 @@ class FineTuner:
     self.train_examples = datasets.load_examples(config.train_data, self.dataset)
     self.dev_examples = (datasets.load_examples(config.dev_data, self.dataset)
                          if config.dev_data else [])
-    self.corpus = load_corpus(config.corpus)
+    self.corpus = Corpus.load(config.corpus)
     self.tokenizer = WordpieceTokenizer.from_vocab_file(config.vocab_file)
     if self.tokenizer.vocab_size != config.model.encoder.vocab_size:
       raise ValueError(f"vocabulary {config.vocab_file} has {self.tokenizer.vocab_size} "
@@ -242,7 +241,7 @@ class FineTuner:
     if tf.io.gfile.exists(path) and tf.io.gfile.exists(os.path.join(model_dir, MODEL_INFO)) and (
         ModelInfo.read(model_dir).corpus_fingerprint == self.corpus.fingerprint):
       return
-    write_corpus_jsonl(self.corpus, path + ".tmp")
+    self.corpus.write_jsonl(path + ".tmp")
     tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
   # Batches ------------------------------------------------------------------------------------

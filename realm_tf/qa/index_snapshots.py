@@ -15,10 +15,10 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.models import precision
-from realm_tf.qa.corpus import Corpus
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import embedding_tolerance
 from realm_tf.qa.finetune_config import FineTuneConfig
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.featurizers import Featurizer

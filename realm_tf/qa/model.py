@@ -42,10 +42,9 @@ from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
-from realm_tf.qa.corpus import Corpus
-from realm_tf.qa.corpus import load_corpus
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import index_corpus
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_attributes
@@ -240,7 +239,7 @@ class QAModel:
 
     Args:
       directory: a directory written by fine-tuning (`<model_dir>` or `<model_dir>/best`).
-      corpus: optional path of another knowledge corpus (`load_corpus`), anywhere; it is
+      corpus: optional path of another knowledge corpus (`Corpus.load`), anywhere; it is
         embedded with the model's doc embedder (paper Appendix C: new knowledge without
         retraining), the one case that loads the doc-embedder SavedModel.
       embeddings_dir: with `corpus`, precomputed embeddings to verify and use instead.
@@ -270,7 +269,7 @@ class QAModel:
     model = cls(info, directory, tokenizer, retriever, reader, paths["doc_embedder"], None,
                 None)
     if corpus:
-      model.corpus = load_corpus(corpus)
+      model.corpus = Corpus.load(corpus)
       own = DocIndex.read_info(paths["doc_index"])
       kind = index_kind or own["kind"]
       dtype = precision.resolve(embedding_dtype)
@@ -279,7 +278,7 @@ class QAModel:
       model.doc_index = index_corpus(model.doc_embedder, model.corpus, embeddings_dir,
                                      kind=kind, scann=scann, embedding_dtype=dtype)
     else:
-      model.corpus = load_corpus(paths["corpus"])
+      model.corpus = Corpus.load(paths["corpus"])
       model.doc_index = DocIndex.load(paths["doc_index"], model.corpus)
     return model
 

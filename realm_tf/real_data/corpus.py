@@ -4,7 +4,7 @@
 title order, or all 10,033) as JSONL documents, packs them into blocks `[CLS] title [SEP] body
 [SEP]` of at most `block_length` wordpieces with the Beam pipeline
 `pipelines.wikipedia_to_blocks_lib` (as the demo's `corpus` stage does), and reads them back as
-a `BlockStore`. `corpus.json`, written last, marks a completed preparation: a later call with
+a `Corpus`. `corpus.json`, written last, marks a completed preparation: a later call with
 the same settings only reads the blocks back; other settings prepare the corpus again.
 
 Layout of `cache_dir`: documents.jsonl, blocks/ (the pipeline's shards), corpus.json.
@@ -20,8 +20,8 @@ import apache_beam as beam
 
 from pipelines import beam_runner
 from pipelines import wikipedia_to_blocks_lib
-from realm_tf.data.block_store import BlockStore
 from realm_tf.demo import wikipedia
+from realm_tf.retrieval.corpus import Corpus
 
 MARKER = "corpus.json"
 
@@ -61,7 +61,7 @@ def _read_marker(cache_dir: str) -> Dict[str, Any]:
 
 
 def prepare_corpus(cache_dir: str, num_docs: int = 0, block_length: int = 128,
-                   pipeline_options: str = "") -> Tuple[BlockStore, CorpusInfo]:
+                   pipeline_options: str = "") -> Tuple[Corpus, CorpusInfo]:
   """The blocks of the first `num_docs` lead extracts (0: all), prepared or reused.
 
   Args:
@@ -77,7 +77,7 @@ def prepare_corpus(cache_dir: str, num_docs: int = 0, block_length: int = 128,
   blocks_dir = os.path.join(cache_dir, "blocks")
   if marker and {k: marker.get(k) for k in ("num_docs", "block_length")} == _settings(
       num_docs, block_length):
-    return BlockStore.load(blocks_dir), CorpusInfo(**dict(marker, reused=True))
+    return Corpus.load(blocks_dir), CorpusInfo(**dict(marker, reused=True))
   started = time.perf_counter()
   for stale in (os.path.join(cache_dir, MARKER), blocks_dir):
     if os.path.isdir(stale):
@@ -91,7 +91,7 @@ def prepare_corpus(cache_dir: str, num_docs: int = 0, block_length: int = 128,
       beam.Pipeline(options=beam_runner.pipeline_options(pipeline_options)),
       wikipedia_to_blocks_lib.BlocksConfig([documents], blocks_dir, input_format="jsonl",
                                            block_length=block_length))
-  store = BlockStore.load(blocks_dir)
+  store = Corpus.load(blocks_dir)
   lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
   info = CorpusInfo(num_docs=num_docs, block_length=block_length, articles=len(titles),
                     articles_packed=int(counters.get("articles_packed", 0)),

@@ -6,7 +6,7 @@ pooling of the last hidden state over the attention mask, then L2 normalisation 
 
 Questions are tokenized by HF `BertTokenizer` from the same vocab.txt, `[CLS] x [SEP]`, at
 most `query_length` wordpieces. Blocks are not re-tokenized: the wordpiece ids of the
-`BlockStore` are packed `[CLS] title [SEP] body [SEP]` by `realm_tf`'s `BertPacker` (waterfall,
+`Corpus` are packed `[CLS] title [SEP] body [SEP]` by `realm_tf`'s `BertPacker` (waterfall,
 the title first), so the towers of realm_tf read exactly the same inputs. With
 `segment_ids=True` (realm_tf's packing) the type ids are 0 on `[CLS] title [SEP]` and 1 on
 `body [SEP]`; with False they are all 0, as sentence-transformers encodes a single string.
@@ -21,7 +21,7 @@ import torch
 import transformers
 
 from realm_tf import pretrained
-from realm_tf.data.block_store import BlockStore
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.bert_packer import BertPacker
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -75,7 +75,7 @@ class SentenceMiniLM:
     return np.concatenate(out) if out else np.zeros([0, self.model.config.hidden_size],
                                                     np.float32)
 
-  def embed_store(self, store: BlockStore, block_length: int = 128,
+  def embed_store(self, store: Corpus, block_length: int = 128,
                   segment_ids: bool = True) -> np.ndarray:
     """The N blocks of `store`, shortest first in batches padded to their longest block ->
     float32 [N, H] in store order."""

@@ -109,7 +109,7 @@ class ReaderFeaturizer(keras.layers.Layer):
   """(query ids, block body ids) -> `[CLS] x [SEP] z_body [SEP]` features plus `block_mask`.
 
   Works on ids, not text: the query may already carry `[MASK]`s and the bodies come from the
-  block store (see `block_body_ids`).
+  corpus (see `block_body_ids`).
 
   Args:
     cls_id: id of `[CLS]`.

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.data.block_store import BlockStore
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 
 
@@ -35,7 +35,7 @@ class CandidateBuilder:
     exclude_source: drop the query's source block.
   """
 
-  def __init__(self, store: BlockStore, featurizer: Featurizer, num_candidates: int = 8,
+  def __init__(self, store: Corpus, featurizer: Featurizer, num_candidates: int = 8,
                null_document: bool = True, exclude_source: bool = True):
     self.num_candidates = num_candidates
     self.null_document = null_document

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import sentence_splitter
-from realm_tf.data.block_store import BlockStore
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -31,7 +31,7 @@ class IctCorpus:
     tokenizer: the wordpiece tokenizer (its special ids pack the features).
   """
 
-  def __init__(self, store: BlockStore, tokenizer: WordpieceTokenizer):
+  def __init__(self, store: Corpus, tokenizer: WordpieceTokenizer):
     self.tokenizer = tokenizer
     sentences = [split_sentences(text) for text in store.texts]
     flat = [s for block in sentences for s in block]

@@ -13,9 +13,9 @@ from typing import Dict, Optional
 import tensorflow as tf
 from absl import logging
 
-from realm_tf.data.block_store import BlockStore
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import distribute
@@ -69,7 +69,7 @@ def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
   return step
 
 
-def train_ict(config: IctConfig, retriever: Retriever, store: BlockStore,
+def train_ict(config: IctConfig, retriever: Retriever, store: Corpus,
               tokenizer: WordpieceTokenizer, strategy=None, verbose: bool = True,
               monitor: Optional[RecallMonitor] = None):
   """Trains `retriever` (built in `strategy.scope()`) with ICT; writes checkpoints, the final

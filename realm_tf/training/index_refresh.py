@@ -47,11 +47,11 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf import errors
-from realm_tf.data.block_store import BlockStore
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.retriever import Retriever
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.signatures.doc_embedder import export_doc_embedder
@@ -83,7 +83,7 @@ class IndexRefresher(abc.ABC):
     scann: the ScaNN settings of every index built (kind "scann").
   """
 
-  def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
+  def __init__(self, index_root: str, every_n_steps: int, store: Corpus,
                special_ids: Sequence[int], kind: str = "scann", block_length: int = 288,
                compute_dtype: str = "float32", jit_compile: bool = False,
                keep_versions: int = 3,
@@ -245,7 +245,7 @@ class AsynchronousRefresher(IndexRefresher):
       `IndexBuilderError`.
   """
 
-  def __init__(self, index_root: str, every_n_steps: int, store: BlockStore,
+  def __init__(self, index_root: str, every_n_steps: int, store: Corpus,
                special_ids: Sequence[int], corpus_dir: str, snapshot_root: str,
                kind: str = "scann", block_length: int = 288,
                builder_args: Sequence[str] = (), compute_dtype: str = "float32",

@@ -23,13 +23,13 @@ from typing import Dict, Optional
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.data.block_store import BlockStore
 from realm_tf.losses.mlm_marginal_likelihood import marginal_mlm_loss
 from realm_tf.losses.mlm_marginal_likelihood import marginal_token_log_probs
 from realm_tf.losses.retrieval_utility import retrieval_utility
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import distribute
@@ -152,7 +152,7 @@ class RealmPretrainer:
   """
 
   def __init__(self, config: PretrainingConfig, retriever: Retriever, reader: Reader,
-               store: BlockStore, tokenizer: WordpieceTokenizer, refresher, strategy=None,
+               store: Corpus, tokenizer: WordpieceTokenizer, refresher, strategy=None,
                monitor: Optional[RecallMonitor] = None):
     self.config = config
     self.monitor = monitor

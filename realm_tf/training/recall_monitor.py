@@ -17,10 +17,10 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.data.block_store import BlockStore
 from realm_tf.evaluation import retrieval_recall
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.models.retriever import Retriever
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.tokenization.featurizers import Featurizer
@@ -54,7 +54,7 @@ class RecallMonitor:
     query_length, block_length: featurization lengths.
   """
 
-  def __init__(self, store: BlockStore, examples: Sequence[QAExample],
+  def __init__(self, store: Corpus, examples: Sequence[QAExample],
                tokenizer: WordpieceTokenizer, every_n_steps: int, ks: Sequence[int] = (5, 20),
                metric: str = "", query_length: int = 64, block_length: int = 288,
                batch_size: int = 64):
