@@ -20,9 +20,8 @@ from scann import scann_ops_pybind
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.mips.brute_force_index import BruteForceIndex  # pylint: disable=g-import-not-at-top
+from realm_tf.mips.index_builder import build_index  # pylint: disable=g-import-not-at-top
 from realm_tf.mips.mips_index import load_index  # pylint: disable=g-import-not-at-top
-from realm_tf.mips.scann_index import ScannIndex  # pylint: disable=g-import-not-at-top
 
 _NUM_DOCS = flags.DEFINE_integer("num_docs", 1_000_000, "N documents.")
 _DIM = flags.DEFINE_integer("dim", 128, "D.")
@@ -54,7 +53,7 @@ def main(argv):
   step_queries = queries[:_STEP_BATCH.value]
   rows = []
 
-  exact = BruteForceIndex(docs)
+  exact = build_index(docs, "brute_force")
   exact_ids = exact.search(queries, k)[1].numpy()
   seconds = bench_utils.best_time(lambda: exact.search(queries, k)[1].numpy())
   step = bench_utils.best_time(lambda: exact.search(step_queries, k)[1].numpy(), repeats=10)
@@ -62,7 +61,7 @@ def main(argv):
                "queries/s": len(queries) / seconds, "step latency ms": 1e3 * step})
 
   started = time.perf_counter()
-  index = ScannIndex.build(docs, num_neighbors=k)
+  index = build_index(docs, "scann")
   build_s = time.perf_counter() - started
   params = index.builder
   directory = tempfile.mkdtemp()

@@ -35,7 +35,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.mips.index_builder import build_index
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.signatures.doc_embedder import Untracked
 from realm_tf.signatures.doc_embedder import vocab_asset
@@ -50,7 +50,7 @@ QUESTIONS_SPEC = tf.TensorSpec([None], tf.string, name="questions")
 class _RealmQAModule(ReusableModule):
 
   def __init__(self, system: RetrieveAndRead, embeddings: np.ndarray, staging_dir: str):
-    index = BruteForceIndex(embeddings)
+    index = build_index(embeddings, "brute_force")
     block_ids = tf.Variable(system.block_ids, dtype=tf.int64, trainable=False)
     titles = tf.Variable(system.titles, dtype=tf.string, trainable=False)
     texts = tf.Variable(system.bodies, dtype=tf.string, trainable=False)

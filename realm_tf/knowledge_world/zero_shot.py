@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.evaluation.qa_example import QAExample
-from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.mips.index_builder import build_index
 from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
@@ -28,8 +28,8 @@ def retrieved_has_answer(retriever: Retriever, store: Corpus,
   """bool [Q, k]: whether the i-th retrieved block of each question holds an answer."""
   tower = DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
                    block_length=block_length)
-  block_emb = embed_blocks(tower, store.title_ids, store.body_ids)  # [N, D]
-  index = BruteForceIndex(block_emb)
+  block_emb = embed_blocks(tower, *store.wordpieces(tokenizer))  # [N, D]
+  index = build_index(block_emb, "brute_force")
   featurize = Featurizer(tokenizer, query_length, block_length).queries
   embed = tf.function(lambda f: retriever.embed_query(f, training=False), reduce_retracing=True)
   k = min(k, len(store))

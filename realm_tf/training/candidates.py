@@ -42,8 +42,9 @@ class CandidateBuilder:
     self.exclude_source = exclude_source
     self.null_row = len(store)
     empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), [0])
-    self._titles = tf.concat([store.title_ids, empty], axis=0)
-    self._bodies = tf.concat([store.body_ids, empty], axis=0)
+    titles, bodies = store.wordpieces(featurizer.tokenizer)
+    self._titles = tf.concat([titles, empty], axis=0)
+    self._bodies = tf.concat([bodies, empty], axis=0)
     self.featurizer = featurizer
     self.num_to_retrieve = num_candidates - int(null_document) + int(exclude_source)
     if self.num_to_retrieve > len(store):

@@ -37,7 +37,7 @@ class IctCorpus:
     flat = [s for block in sentences for s in block]
     ids = tokenizer(tf.constant(flat)).to_list() if flat else []
     self.titles, self.sentences, self.rows = [], [], []
-    title_ids = store.title_ids.to_list()
+    title_ids = store.wordpieces(tokenizer)[0].to_list()
     offset = 0
     for row, block in enumerate(sentences):
       tokens = [np.asarray(t, np.int32) for t in ids[offset:offset + len(block)]]

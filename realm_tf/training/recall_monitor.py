@@ -69,6 +69,7 @@ class RecallMonitor:
       raise ValueError(f"metric {self.metric!r} is not one of the cut-offs {self.ks}")
     self.tokenizer, self.block_length, self.batch_size = tokenizer, block_length, batch_size
     self.query_length = query_length
+    self._wordpieces = store.wordpieces(tokenizer)  # (title_ids, body_ids) [N, (T)]
     self._doc_tower: Optional[DocTower] = None
     self._query_embedder: Optional[Tuple[Retriever, retrieval_recall.QueryEmbedFn]] = None
 
@@ -76,7 +77,7 @@ class RecallMonitor:
     if self._doc_tower is None or self._doc_tower.retriever is not retriever:
       self._doc_tower = DocTower(retriever, self.tokenizer.cls_id, self.tokenizer.sep_id,
                                  self.tokenizer.pad_id, block_length=self.block_length)
-    return embed_blocks(self._doc_tower, self.store.title_ids, self.store.body_ids)
+    return embed_blocks(self._doc_tower, *self._wordpieces)
 
   def embed_questions(self, retriever: Retriever) -> np.ndarray:
     """[Q, D] query embeddings (no dropout)."""
