@@ -33,7 +33,7 @@ from realm_tf import tiny_world
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.retrieval.corpus import Corpus
-from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 # pylint: enable=g-import-not-at-top,wrong-import-position

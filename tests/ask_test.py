@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from realm_tf import errors
 from realm_tf.data import formats
+from realm_tf.mips import index_publisher
+from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.presets import build_models
 from realm_tf.qa import ask_lib
 from realm_tf import tiny_world
@@ -137,7 +140,37 @@ def test_precomputed_embeddings_are_checked_against_the_doc_embedder(world, mode
   with pytest.raises(EmbeddingMismatchError, match="24 blocks without an embedding"):
     index_corpus(embedder, new, str(tmp_path / "short"))
   with pytest.raises(EmbeddingMismatchError, match="built for another corpus"):
-    index_corpus(embedder, new, os.path.join(model_dir, "doc_index-0"))
+    index_corpus(embedder, new, os.path.join(model_dir, "index", "step-00000000"))
+
+
+def test_the_model_index_is_a_published_index_version(world, model_dir, asker, tmp_path):
+  """One on-disk format: the QA model's index loads as a published version, and a version
+  published the way pre-training publishes loads as a QA document index."""
+  corpus = Corpus.load(world.corpus)
+  version, index, metadata = index_publisher.load_latest(os.path.join(model_dir, "index"))
+  assert version == "step-00000000" and metadata["corpus_fingerprint"] == corpus.fingerprint
+  np.testing.assert_array_equal(index.document_embeddings(), asker.model.doc_index.embeddings)
+  root = str(tmp_path / "pretraining_index")
+  index_publisher.publish(BruteForceIndex(asker.model.doc_index.embeddings), root,
+                          "step-00000007",
+                          {"snapshot_step": 7, "corpus_fingerprint": corpus.fingerprint})
+  loaded = DocIndex.load(os.path.join(root, "step-00000007"), corpus)
+  assert loaded.snapshot_step == 7 and loaded.kind == "brute_force"
+  np.testing.assert_array_equal(loaded.embeddings, asker.model.doc_index.embeddings)
+  with pytest.raises(EmbeddingMismatchError, match="built for another corpus"):
+    DocIndex.load(os.path.join(root, "step-00000007"), Corpus.load(world.new_corpus))
+
+
+def test_an_old_format_doc_index_says_to_rebuild(world, model_dir, tmp_path):
+  old = tmp_path / "doc_index-0"
+  BruteForceIndex(np.ones([3, 8], np.float32)).save(str(old / "index"))
+  np.save(old / "embeddings.npy", np.ones([3, 8], np.float32))
+  (old / "info.json").write_text('{"corpus_fingerprint": "x", "num_blocks": 3, "dim": 8}')
+  for load in (DocIndex.load, DocIndex.read_info,
+               lambda d: index_corpus(None, Corpus.load(world.corpus), d)):
+    with pytest.raises(errors.InputError, match="older layout.*Rebuild it: re-run fine-tuning "
+                       ".*--num_train_steps=0"):
+      load(str(old))
 
 
 def test_interactive_loop(asker):

@@ -7,7 +7,7 @@ import pytest
 from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.mips import index_publisher
-from realm_tf.training.index_refresh import AsynchronousRefresher
+from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -22,7 +22,7 @@ from realm_tf.data import shards
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.retrieval.corpus import Corpus
-from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from shard_manifest_test import write_shards
 from wiki_dump_xml import dump_xml
 from wiki_dump_xml import page_xml

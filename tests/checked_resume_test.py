@@ -14,10 +14,10 @@ from realm_tf import errors
 from realm_tf import tiny_world
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training import run_config
 from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
-from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 

@@ -49,7 +49,7 @@ def test_shared_choices_are_the_libraries_choices():
   from realm_tf.demo.config import DemoConfig  # pylint: disable=g-import-not-at-top
   from realm_tf.mips import index_builder  # pylint: disable=g-import-not-at-top
   from realm_tf.models import precision  # pylint: disable=g-import-not-at-top
-  from realm_tf.training import distribute  # pylint: disable=g-import-not-at-top
+  from realm_tf import distribute  # pylint: disable=g-import-not-at-top
   from realm_tf.training import pretraining_data  # pylint: disable=g-import-not-at-top
   assert cli.ENCODERS == presets.ENCODERS
   assert cli.DEFAULT_ENCODER == presets.DEFAULT_ENCODER == DemoConfig().encoder

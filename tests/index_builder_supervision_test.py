@@ -14,8 +14,8 @@ from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
-from realm_tf.training.index_refresh import AsynchronousRefresher
-from realm_tf.training.index_refresh import IndexBuilderError
+from realm_tf.retrieval.async_refresh import AsynchronousRefresher
+from realm_tf.retrieval.index_refresh import IndexBuilderError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_BLOCKS = 16  # tiny_world.write_people's corpus

@@ -15,7 +15,7 @@ from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.manifest import IndexManifest
 from realm_tf.mips.mips_index import load_index
 from realm_tf.mips.scann_index import ScannIndex
-from realm_tf.training.index_refresh import AsynchronousRefresher
+from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 
 
 def _embeddings(num_docs: int, dim: int = 16) -> np.ndarray:

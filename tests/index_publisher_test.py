@@ -13,8 +13,8 @@ import pytest
 from realm_tf.mips import index_publisher
 from realm_tf.mips import manifest as manifest_lib
 from realm_tf.mips.brute_force_index import BruteForceIndex
-from realm_tf.training.index_refresh import AsynchronousRefresher
-from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.retrieval.async_refresh import AsynchronousRefresher
+from realm_tf.retrieval.index_refresh import SynchronousRefresher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

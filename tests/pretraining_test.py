@@ -11,11 +11,11 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.models import precision
+from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
-from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from realm_tf.qa.doc_index import embedding_tolerance
 from realm_tf.qa.evaluate_lib import read_predictions
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
+from realm_tf.retrieval.embedding import embedding_tolerance
 from realm_tf.tokenization.featurizers import BlockFeaturizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

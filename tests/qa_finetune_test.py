@@ -3,6 +3,7 @@ dev checkpoint is kept, index refresh swaps the index, and bad batches stay fini
 import dataclasses
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf.evaluation import has_answer
 from realm_tf.evaluation.qa_example import QAExample
+from realm_tf.mips import index_publisher
+from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.presets import InitConfig
 from realm_tf.presets import build_models
 from realm_tf.qa import open_qa_step
@@ -90,7 +93,7 @@ def test_best_dev_checkpoint_and_model_directory(trained):
   assert result.best_exact_match == best
   info = ModelInfo.read(os.path.join(tuner.config.model_dir, "best"))
   assert info.metrics["exact_match"] == best and info.step in (30, 60)
-  assert info.doc_index == "../doc_index-0" and info.dataset == "nq"
+  assert info.doc_index == "../index/step-00000000" and info.dataset == "nq"
   model = QAModel.load(os.path.join(tuner.config.model_dir, "best"))
   assert model.info.step == info.step and len(model.corpus) == len(tiny_world.BLOCKS)
   np.testing.assert_array_equal(model.doc_index.embeddings, tuner.doc_index.embeddings)
@@ -119,6 +122,26 @@ def test_resume_continues_from_the_latest_checkpoint(trained, world):
   result = resumed.run()
   assert result.step == 62 and len(result.losses) == 2
   assert sorted(result.dev_metrics) == [62]  # the last step is always evaluated
+
+
+def test_a_restart_reuses_the_matching_index_and_rebuilds_another(trained):
+  tuner, _, _, _, _ = trained
+  version_dir = os.path.join(tuner.config.model_dir, "index", "step-00000000")
+  manifest = os.path.join(version_dir, "manifest.json")
+  written = os.stat(manifest).st_mtime_ns
+  restarted = FineTuner(tuner.config, log=lambda message: None)
+  assert restarted.refresher.version == "step-00000000"
+  assert os.stat(manifest).st_mtime_ns == written  # reused, not rebuilt
+  np.testing.assert_array_equal(restarted.doc_index.embeddings, tuner.doc_index.embeddings)
+  # An index of another doc tower under the checkpoint's version name is rebuilt.
+  shutil.rmtree(version_dir)
+  index_publisher.publish(BruteForceIndex(np.ones_like(tuner.doc_index.embeddings)),
+                          os.path.dirname(version_dir), "step-00000000",
+                          restarted.refresher.metadata)
+  rebuilt = FineTuner(tuner.config, log=lambda message: None)
+  assert rebuilt.refresher.matches_doc_tower(rebuilt.retriever)
+  np.testing.assert_allclose(rebuilt.doc_index.embeddings, tuner.doc_index.embeddings,
+                             atol=1e-5)
 
 
 def test_prepare_batch_supervision(trained):
@@ -163,12 +186,14 @@ def test_index_refresh_swaps_in_the_snapshot_index_under_a_strategy(world, tmp_p
   assert int(tuner.doc_snapshot_step.numpy()) == 3 and tuner.doc_index.snapshot_step == 3
   assert not np.allclose(initial, tuner.doc_index.embeddings)
   np.testing.assert_array_equal(tuner.block_embeddings.numpy(), tuner.doc_index.embeddings)
-  assert tuner.snapshots.matches_doc_tower(tuner.doc_index)
-  names = set(os.listdir(config.model_dir))
-  assert {"doc_index-3", "doc_embedder-3"} <= names  # the snapshot of the refresh at step 3
-  assert "doc_index-0" not in names  # no kept checkpoint uses the initial index any more
+  assert tuner.refresher.matches_doc_tower(tuner.retriever)
+  names = {os.path.join(root, name) for root in ("index", "doc_embedder")
+           for name in os.listdir(os.path.join(config.model_dir, root))}
+  assert {"index/step-00000003", "doc_embedder/step-00000003"} <= names  # the refresh at step 3
+  assert "index/step-00000000" not in names  # no kept checkpoint uses the initial index any more
+  assert "doc_embedder/step-00000000" not in names
   info = ModelInfo.read(os.path.join(config.model_dir, "best"))  # no dev: the last step
-  assert info.step == 4 and info.doc_index == "../doc_index-3"
+  assert info.step == 4 and info.doc_index == "../index/step-00000003"
   assert QAModel.load(config.model_dir).doc_index.snapshot_step == 3
   scalars = tensorboard_scalars(os.path.join(config.model_dir, "train"))
   assert scalars["index_version"] == {1: 0, 2: 0, 3: 0, 4: 3}
@@ -261,7 +286,7 @@ def test_bfloat16_step_losses_track_float32(world, tmp_path):
   assert half.doc_index.embedding_dtype == "bfloat16"
   np.testing.assert_allclose(half.doc_index.embeddings, full.doc_index.embeddings, rtol=0,
                              atol=0.04 * max(1.0, np.max(np.abs(full.doc_index.embeddings))))
-  assert half.snapshots.matches_doc_tower(half.doc_index)
+  assert half.refresher.matches_doc_tower(half.retriever)
   batch = full.prepare_batch(full.train_examples[:8])
   full_loss, half_loss = full.loss(batch), half.loss(batch)
   assert half_loss.dtype == np.float32

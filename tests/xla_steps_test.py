@@ -17,9 +17,9 @@ from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.qa import finetune_lib
 from realm_tf.qa import open_qa_step
+from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.ict_lib import ict_step
-from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.pretraining_data import masked_query_dataset

@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
+from realm_tf import distribute
 from realm_tf import errors
 from realm_tf import pretrained
 from realm_tf import presets
@@ -30,7 +31,6 @@ from realm_tf.experiments import registry
 from realm_tf.experiments.config import ExperimentConfig
 from realm_tf.models import precision
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-from realm_tf.training import distribute
 from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
 

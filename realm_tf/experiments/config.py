@@ -27,7 +27,7 @@ class RuntimeConfig:
   """Where the step runs.
 
   Attributes:
-    strategy: "default", "mirrored", "multi_worker_mirrored" or "tpu" (`training.distribute`).
+    strategy: "default", "mirrored", "multi_worker_mirrored" or "tpu" (`realm_tf.distribute`).
     tpu: the TPU address of strategy "tpu".
     num_cpu_devices: split the CPU into this many logical devices (0: no split).
     seed: initialisers and data order.

@@ -1,7 +1,7 @@
 """The REALM pre-training task (`training.pretraining_lib`): starts from the previous stage's
 saved towers (an ICT run's `retriever/`, a pre-training run's `retriever/` and `reader/`) and
 BERT weights for the towers it does not hold; refreshes its MIPS index synchronously or with
-the asynchronous builder (`training.index_refresh`)."""
+the asynchronous builder (`retrieval.index_refresh`, `retrieval.async_refresh`)."""
 import os
 from typing import Dict, Tuple
 
@@ -12,9 +12,9 @@ from realm_tf.keras import keras
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
+from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 from realm_tf.retrieval.corpus import Corpus
-from realm_tf.training.index_refresh import AsynchronousRefresher
-from realm_tf.training.index_refresh import SynchronousRefresher
+from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 

@@ -39,9 +39,9 @@ from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import run_finetuning
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
+from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
-from realm_tf.training.index_refresh import SynchronousRefresher
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 

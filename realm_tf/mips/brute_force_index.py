@@ -64,6 +64,9 @@ class BruteForceIndex(mips_index.MipsIndex):
     """The float32 [N, D] document embeddings."""
     return self._embeddings
 
+  def document_embeddings(self) -> np.ndarray:
+    return self._embeddings.numpy()
+
   def _search(self, queries: tf.Tensor, k: int) -> Tuple[tf.Tensor, tf.Tensor]:
     embeddings = tf.convert_to_tensor(self._embeddings)  # [N, D]
     num_docs = self.num_docs

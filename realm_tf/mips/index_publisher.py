@@ -24,13 +24,19 @@ it, e.g. the newest complete earlier version to write into it, or `repoint_lates
 (`corpus_fingerprint`, `snapshot_step`, ...) is merged into the manifest's `builder`
 parameters (its keys listed under `METADATA_KEYS`), so it lives with the checksummed index and
 `load_latest` returns exactly what `publish` was given.
+
+This is the one on-disk index format: the pre-training refresher and the index builder publish
+it, and a fine-tuned QA model's document index is such a version directory too
+(`realm_tf.qa.doc_index`), so either loads the other's. `write_index` writes one directory (what
+`publish` verifies and renames), `read_index` reads one; a directory in the older document-index
+layout (`info.json`, `embeddings.npy`, `index/`) is an `InputError` saying to rebuild it.
 """
 import dataclasses
 import os
 import re
 import time
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -41,6 +47,7 @@ from realm_tf.mips import mips_index
 
 LATEST = "LATEST"
 METADATA_KEYS = "metadata_keys"
+_OLD_DOC_INDEX_INFO = "info.json"
 _TMP_MARKER = ".tmp-"
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _STEP_VERSION = re.compile(r"^step-(\d+)$")
@@ -102,9 +109,62 @@ def _write_metadata(directory: str, metadata: Mapping[str, Any]) -> None:
   dataclasses.replace(manifest, builder=builder).write(directory)
 
 
-def _metadata(manifest: manifest_lib.IndexManifest) -> Dict[str, Any]:
+def metadata_of(manifest: manifest_lib.IndexManifest) -> Dict[str, Any]:
+  """The metadata `write_index` (or `publish`) merged into `manifest`."""
   keys = manifest.builder.get(METADATA_KEYS, [])
   return {key: manifest.builder[key] for key in keys if key in manifest.builder}
+
+
+def write_index(index: mips_index.MipsIndex, directory: str,
+                metadata: Optional[Mapping[str, Any]] = None) -> None:
+  """Saves `index` into `directory` with `metadata` (JSON values) merged into its manifest.
+
+  Raises:
+    ValueError: metadata keys clash with the index's build parameters.
+  """
+  index.save(directory)
+  _write_metadata(directory, dict(metadata or {}))
+
+
+def is_index(directory: str) -> bool:
+  """Whether `directory` holds a complete index (its manifest)."""
+  return tf.io.gfile.exists(os.path.join(directory, manifest_lib.MANIFEST_NAME))
+
+
+def is_old_doc_index(directory: str) -> bool:
+  """Whether `directory` holds a document index in the older layout (no manifest)."""
+  return not is_index(directory) and tf.io.gfile.exists(
+      os.path.join(directory, _OLD_DOC_INDEX_INFO))
+
+
+def read_manifest(directory: str) -> manifest_lib.IndexManifest:
+  """The manifest of the index in `directory`.
+
+  Raises:
+    InputError: `directory` holds a document index in the older layout (rebuild it).
+    IndexCorruptedError: the manifest is missing or invalid.
+  """
+  if is_old_doc_index(directory):
+    raise errors.InputError(errors.describe(
+        directory, f"a document index in the older layout ({_OLD_DOC_INDEX_INFO}, "
+        "embeddings.npy, index/), which this version no longer reads; indexes are now version "
+        f"directories with a {manifest_lib.MANIFEST_NAME} (format_version "
+        f"{manifest_lib.FORMAT_VERSION}) and sha256 checksums",
+        "Rebuild it: re-run fine-tuning on the model directory's checkpoint with "
+        "--num_train_steps=0 (a fine-tuned model), or python -m pipelines.build_index"))
+  return manifest_lib.IndexManifest.read(directory)
+
+
+def read_index(directory: str, verify_checksums: bool = True
+               ) -> Tuple[mips_index.MipsIndex, Dict[str, Any]]:
+  """The index in `directory` (written by `write_index` or `publish`) and its metadata.
+
+  Raises:
+    InputError: a document index in the older layout (`read_manifest`).
+    IndexCorruptedError: the index does not verify.
+  """
+  manifest = read_manifest(directory)
+  return mips_index.load_index(directory, verify_checksums), metadata_of(manifest)
 
 
 def _write_atomically(path: str, content: str) -> None:
@@ -140,8 +200,7 @@ def publish(index: mips_index.MipsIndex, index_root: str, version: str,
   tf.io.gfile.makedirs(index_root)
   tmp = f"{final}{_TMP_MARKER}{uuid.uuid4().hex}"
   try:
-    index.save(tmp)
-    _write_metadata(tmp, dict(metadata or {}))
+    write_index(index, tmp, metadata)
     try:
       _sanity_check(mips_index.load_index(tmp), tmp)
     except manifest_lib.IndexCorruptedError as e:
@@ -237,9 +296,8 @@ def load_latest(index_root: str) -> Tuple[str, mips_index.MipsIndex, Dict[str, A
   version = latest_version(index_root)
   if version is None:
     raise FileNotFoundError(f"no index has been published in {index_root} (no {LATEST} file)")
-  directory = os.path.join(index_root, version)
-  index = mips_index.load_index(directory)
-  return version, index, _metadata(manifest_lib.IndexManifest.read(directory))
+  index, metadata = read_index(os.path.join(index_root, version))
+  return version, index, metadata
 
 
 def load_version(index_root: str, version: str,
@@ -247,13 +305,13 @@ def load_version(index_root: str, version: str,
   """Loads version `version` of `index_root`, published or not; `verify_checksums`: see
   `mips_index.load_index` (`publish` verified every published version once already)."""
   _check_version(version)
-  return mips_index.load_index(os.path.join(index_root, version), verify_checksums)
+  return read_index(os.path.join(index_root, version), verify_checksums)[0]
 
 
 def read_metadata(index_root: str, version: str) -> Dict[str, Any]:
   """The metadata `publish` stored with version `version`."""
   _check_version(version)
-  return _metadata(manifest_lib.IndexManifest.read(os.path.join(index_root, version)))
+  return metadata_of(read_manifest(os.path.join(index_root, version)))
 
 
 def list_versions(index_root: str) -> List[str]:
@@ -322,8 +380,9 @@ def discard_after(index_root: str, step: int) -> List[str]:
   return doomed
 
 
-def keep_last(index_root: str, n: int) -> List[str]:
-  """Deletes all but the `n` newest complete versions; the published one is always kept.
+def keep_last(index_root: str, n: int, also: Iterable[str] = ()) -> List[str]:
+  """Deletes all but the `n` newest complete versions; the published one and the versions
+  `also` names (e.g. those kept checkpoints use) are always kept.
 
   Returns:
     the deleted versions.
@@ -332,7 +391,8 @@ def keep_last(index_root: str, n: int) -> List[str]:
     raise ValueError(f"n must be >= 1, got {n}")
   published = _read_latest(index_root)
   versions = list_versions(index_root)
-  doomed = [v for v in versions[:-n] if v != published]
+  spared = set(also) | {published}
+  doomed = [v for v in versions[:-n] if v not in spared]
   for version in doomed:
     tf.io.gfile.rmtree(os.path.join(index_root, version))
   return doomed

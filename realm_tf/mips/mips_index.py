@@ -66,6 +66,10 @@ class MipsIndex(abc.ABC):
     """`search` after argument checks: queries float32 [Q, D], 1 <= k <= N."""
 
   @abc.abstractmethod
+  def document_embeddings(self) -> np.ndarray:
+    """The indexed float32 [N, D] embeddings, row r = document r (a copy)."""
+
+  @abc.abstractmethod
   def save(self, directory: str) -> None:
     """Writes the index files and then `manifest.json` into `directory` (created if absent)."""
 

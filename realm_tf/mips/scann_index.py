@@ -184,6 +184,11 @@ class ScannIndex(mips_index.MipsIndex):
     ids = tf.pad(ids, padding, constant_values=-1)
     return tf.ensure_shape(scores, [None, k]), tf.ensure_shape(ids, [None, k])
 
+  def document_embeddings(self) -> np.ndarray:
+    """The searcher's float32 [N, D] dataset: the embeddings it was built from, in row order
+    (ScaNN re-scores with them exactly)."""
+    return scann_ops.scann_to_tensors(self._searcher.searcher_handle).dataset.numpy()
+
   def save(self, directory: str) -> None:
     tf.io.gfile.makedirs(directory)
     tensors = scann_ops.scann_to_tensors(self._searcher.searcher_handle)

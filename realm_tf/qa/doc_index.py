@@ -2,27 +2,27 @@
 
 Legend: N blocks, D embedding dim.
 
-A `DocIndex` directory holds
+A `DocIndex` directory is an index version directory of `realm_tf.mips.index_publisher`, the
+format the pre-training refresher and the index builder publish: the MIPS index files, and
+`manifest.json` (format_version, kind, N, D, a sha256 of every file) whose metadata holds
+"corpus_fingerprint", "snapshot_step" and "embedding_dtype". The block embeddings float32
+[N, D] (row r = corpus row r; the retriever logits of fine-tuning are gathered from them) are
+the index's own (`MipsIndex.document_embeddings`). A directory in the older layout (info.json,
+embeddings.npy, index/) is an `InputError` saying to rebuild it.
 
-    info.json        {"corpus_fingerprint", "num_blocks", "dim", "snapshot_step", "kind",
-                     "embedding_dtype"}
-    embeddings.npy   float32 [N, D], row r = corpus row r (the retriever logits of fine-tuning
-                     are gathered from it)
-    index/           a saved `MipsIndex` over the same rows (`realm_tf.mips.load_index`)
-
-Embeddings always come from a doc-embedder export (`realm_tf.signatures.doc_embedder`) through
-`retrieval.embedding.embed_blocks`, as in the index builder. Embeddings from elsewhere
-(another `DocIndex` directory, or the embedding pipeline's `embeddings-*.tfrecord` shards) are
-checked against the embedder before use: the dimension must agree and a deterministic sample
-of blocks is re-embedded and compared, so a corpus embedded by another model is an
-`EmbeddingMismatchError`, never silently wrong retrieval. The comparison allows the rounding
-of the precision the embeddings were computed in ("embedding_dtype" of info.json: float32, or
-bfloat16 from a bfloat16 doc-embedder export, `models.precision`): `embedding_tolerance`.
+Embeddings always come from a doc tower through `retrieval.embedding.embed_blocks`: a
+doc-embedder export (`realm_tf.signatures.doc_embedder`) here, as in the index builder, or the
+retriever in memory (fine-tuning's `retrieval.index_refresh` refresher). Embeddings from
+elsewhere (another `DocIndex` directory, or the embedding pipeline's `embeddings-*.tfrecord`
+shards) are checked against the embedder before use: the dimension must agree and a
+deterministic sample of blocks is re-embedded and compared, so a corpus embedded by another
+model is an `EmbeddingMismatchError`, never silently wrong retrieval. The comparison allows the
+rounding of the precision the embeddings were computed in ("embedding_dtype": float32, or
+bfloat16 from a bfloat16 doc tower, `models.precision`):
+`retrieval.embedding.embedding_tolerance`.
 """
 import dataclasses
-import json
-import os
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -30,29 +30,15 @@ import tensorflow as tf
 from realm_tf import errors
 from realm_tf.data import formats
 from realm_tf.data import shards
+from realm_tf.mips import index_publisher
 from realm_tf.mips.index_builder import build_index
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.mips_index import MipsIndex
-from realm_tf.mips.mips_index import load_index
-from realm_tf.retrieval import embedding
 from realm_tf.retrieval.corpus import Corpus
+from realm_tf.retrieval import embedding
 from realm_tf.signatures.doc_embedder import DocEmbedder
 
-_INFO = "info.json"
-_EMBEDDINGS = "embeddings.npy"
 _VERIFY_SAMPLE = 8
-# Largest |difference| of two embeddings of the same block by the same doc tower, relative to
-# the largest |embedding| (at least 1), by the precision of either side. bfloat16: about 4x the
-# largest measured between a float32 and a bfloat16 MiniLM doc tower on 256 Wikipedia blocks
-# (Zen 4, avx512_bf16): 0.0089 relative with the realm head (0.032 at |embedding| <= 3.57),
-# 0.0068 with the sentence head (0.0017 at |embedding| <= 0.25).
-_RELATIVE_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.04}
-
-
-def embedding_tolerance(dtypes: Sequence[str], scale: float = 1.0) -> float:
-  """The largest |difference| allowed between embeddings computed in `dtypes` ("float32" /
-  "bfloat16"), embeddings of largest |value| `scale`."""
-  return max(_RELATIVE_TOLERANCE[d] for d in dtypes) * max(1.0, scale)
 
 
 class EmbeddingMismatchError(errors.InputError):
@@ -85,7 +71,7 @@ def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.
   fresh = embedding.embed_texts(embedding.ExportTower(doc_embedder), doc_embedder.tokenizer(),
                                 [corpus.titles[r] for r in rows], [corpus.texts[r] for r in rows])
   difference = float(np.max(np.abs(fresh - embeddings[rows])))
-  tolerance = embedding_tolerance(dtypes, float(np.max(np.abs(fresh), initial=0.0)))
+  tolerance = embedding.embedding_tolerance(dtypes, float(np.max(np.abs(fresh), initial=0.0)))
   if not np.isfinite(difference) or difference > tolerance:
     raise EmbeddingMismatchError(
         f"{source} were not made by the doc embedder {doc_embedder.path} for corpus "
@@ -165,56 +151,66 @@ class DocIndex:
     return cls(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint,
                snapshot_step, kind, embedding_dtype)
 
+  def metadata(self) -> Dict[str, Any]:
+    """What the index directory records besides the index (`index_publisher` metadata)."""
+    return {"corpus_fingerprint": self.corpus_fingerprint, "snapshot_step": self.snapshot_step,
+            "embedding_dtype": self.embedding_dtype}
+
+  @classmethod
+  def from_index(cls, index: MipsIndex, metadata: Dict[str, Any]) -> "DocIndex":
+    """The `DocIndex` of a loaded index version and its metadata."""
+    return cls(index.document_embeddings(), index, str(metadata.get("corpus_fingerprint", "")),
+               int(metadata.get("snapshot_step", 0)), index.KIND,
+               str(metadata.get("embedding_dtype", "float32")))
+
   def save(self, directory: str) -> None:
-    """Writes the embeddings, the index and then `info.json` into `directory`."""
-    tf.io.gfile.makedirs(directory)
-    with tf.io.gfile.GFile(os.path.join(directory, _EMBEDDINGS), "wb") as f:
-      np.save(f, self.embeddings, allow_pickle=False)
-    self.index.save(os.path.join(directory, "index"))
-    with tf.io.gfile.GFile(os.path.join(directory, _INFO), "w") as f:
-      json.dump({"corpus_fingerprint": self.corpus_fingerprint, "num_blocks": self.num_blocks,
-                 "dim": self.dim, "snapshot_step": self.snapshot_step, "kind": self.kind,
-                 "embedding_dtype": self.embedding_dtype}, f, indent=2)
+    """Writes the index with its metadata into `directory` (`index_publisher.write_index`)."""
+    index_publisher.write_index(self.index, directory, self.metadata())
 
   @staticmethod
   def exists(directory: str) -> bool:
-    return tf.io.gfile.exists(os.path.join(directory, _INFO))
+    """Whether `directory` holds a document index (one of the older layout included, which
+    `load` rejects with the advice to rebuild it)."""
+    return index_publisher.is_index(directory) or index_publisher.is_old_doc_index(directory)
 
   @staticmethod
-  def read_info(directory: str) -> dict:
-    """The `info.json` of a saved index (without loading its arrays)."""
-    path = os.path.join(directory, _INFO)
-    if not tf.io.gfile.exists(path):
-      raise FileNotFoundError(f"no document index at {directory} (missing {_INFO})")
-    with tf.io.gfile.GFile(path, "r") as f:
-      return json.load(f)
+  def read_info(directory: str) -> Dict[str, Any]:
+    """{"kind", "num_blocks", "dim", "corpus_fingerprint", "snapshot_step", "embedding_dtype"}
+    of a saved index, from its manifest (without loading its arrays).
+
+    Raises:
+      FileNotFoundError: no index in `directory`.
+      InputError: an index in the older layout (rebuild it).
+    """
+    if not tf.io.gfile.isdir(directory):
+      raise FileNotFoundError(f"no document index at {directory}")
+    manifest = index_publisher.read_manifest(directory)
+    info = {"snapshot_step": 0, "embedding_dtype": "float32"}
+    info.update(index_publisher.metadata_of(manifest))
+    info.update(kind=manifest.kind, num_blocks=manifest.num_docs, dim=manifest.dim)
+    return info
 
   @classmethod
   def load(cls, directory: str, corpus: Optional[Corpus] = None) -> "DocIndex":
-    """Loads a saved `DocIndex`; with `corpus`, checks that it indexes that corpus.
+    """Loads a saved `DocIndex` (checksums verified); with `corpus`, checks that it indexes
+    that corpus.
 
     Raises:
-      FileNotFoundError: no `info.json` in `directory`.
-      EmbeddingMismatchError: it indexes another corpus, or its files disagree.
+      FileNotFoundError: no index in `directory`.
+      InputError: an index in the older layout (rebuild it).
+      IndexCorruptedError: its files do not match its manifest.
+      EmbeddingMismatchError: it indexes another corpus.
     """
     info = cls.read_info(directory)
-    if corpus is not None and info["corpus_fingerprint"] != corpus.fingerprint:
+    if corpus is not None and (info.get("corpus_fingerprint") != corpus.fingerprint or
+                               info["num_blocks"] != len(corpus)):
       raise EmbeddingMismatchError(errors.describe(
           directory, f"document index built for another corpus than {corpus.source!r} "
-          f"(corpus fingerprint {str(info['corpus_fingerprint'])[:12]}, this corpus "
+          f"({info['num_blocks']} blocks, corpus fingerprint "
+          f"{str(info.get('corpus_fingerprint'))[:12]}; this corpus: {len(corpus)} blocks, "
           f"{corpus.fingerprint[:12]})", "Pass the corpus it was built for, or a precomputed "
           "index of this corpus"))
-    with tf.io.gfile.GFile(os.path.join(directory, _EMBEDDINGS), "rb") as f:
-      embeddings = np.load(f, allow_pickle=False)
-    index = load_index(os.path.join(directory, "index"))
-    if embeddings.shape != (info["num_blocks"], info["dim"]) or index.num_docs != len(
-        embeddings) or index.dim != embeddings.shape[1]:
-      raise EmbeddingMismatchError(
-          f"document index {directory}: embeddings {embeddings.shape}, index "
-          f"[{index.num_docs}, {index.dim}] and {_INFO} "
-          f"[{info['num_blocks']}, {info['dim']}] disagree")
-    return cls(embeddings, index, info["corpus_fingerprint"], int(info["snapshot_step"]),
-               info["kind"], info.get("embedding_dtype", "float32"))
+    return cls.from_index(*index_publisher.read_index(directory))
 
 
 def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str = "",

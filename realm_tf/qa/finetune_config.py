@@ -44,8 +44,8 @@ class FineTuneConfig:
     compute_dtype: precision of the towers' and reader's matmuls ("float32", "bfloat16": Keras
       mixed_bfloat16 with float32 variables, or "auto": `models.precision`); the losses, the
       retriever scores stay float32.
-    embedding_dtype: precision of the doc-embedder export that embeds the doc index
-      ("float32", "bfloat16" or "auto"), recorded in the index's info.json.
+    embedding_dtype: precision of the doc tower that embeds the doc index (and of its export)
+      ("float32", "bfloat16" or "auto"), recorded in the index manifest's metadata.
   """
   model_dir: str
   corpus: str

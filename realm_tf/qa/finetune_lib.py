@@ -26,9 +26,11 @@ with dev data, every `eval_every_steps` and at the last step dev exact match and
 
 Index refresh (`index_refresh_steps > 0`, off by default; the paper's footnote 3 suggests it
 may help): every that many steps the doc tower becomes a snapshot of the current query tower
-(as REALM's shared towers would be), the corpus is re-embedded through a fresh doc-embedder
-export (`realm_tf.qa.index_snapshots`) and the index and block-embedding matrix are swapped
-in, synchronously. It needs a pre-trained retriever with shared towers.
+(as REALM's shared towers would be), the corpus is re-embedded by it and the index and
+block-embedding matrix are swapped in, synchronously, by pre-training's refresher
+(`retrieval.index_refresh.SynchronousRefresher`, set up by `realm_tf.qa.index_snapshots`:
+versions `index/step-<S>/` with their doc embedders `doc_embedder/step-<S>/`). It needs a
+pre-trained retriever with shared towers.
 
 Several workers (MultiWorkerMirroredStrategy): every worker prepares the same global batch
 (step 1) and its replicas train on their rows of it, so a step is the single-worker step; the
@@ -47,6 +49,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import distribute
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.keras import keras
 from realm_tf.models import precision
@@ -55,13 +58,15 @@ from realm_tf.models.retriever import Retriever
 from realm_tf.presets import build_models
 from realm_tf.presets import initialize as initialize_models
 from realm_tf.qa import datasets
+from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.finetune_config import FineTuneConfig
 from realm_tf.qa.index_snapshots import SNAPSHOT_VARIABLE
-from realm_tf.qa.index_snapshots import IndexSnapshots
+from realm_tf.qa.index_snapshots import checkpoint_versions
 from realm_tf.qa.index_snapshots import snapshot_dirs
 from realm_tf.qa.index_snapshots import snapshot_query_tower
+from realm_tf.qa.index_snapshots import start_refresher
 from realm_tf.qa.model import BEST_DIR
 from realm_tf.qa.model import CORPUS
 from realm_tf.qa.model import MODEL_INFO
@@ -76,7 +81,6 @@ from realm_tf.qa.supervision import gold_spans
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-from realm_tf.training import distribute
 from realm_tf.training import run_config
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.train_loop import Evaluation
@@ -176,9 +180,9 @@ class FineTuner:
       if not config.init.checkpoint or config.init.checkpoint_share_towers:
         snapshot_query_tower(self.retriever)  # shared pre-trained towers: the same doc tower.
 
-    self.snapshots = IndexSnapshots(self.output_dir, self.retriever, self.tokenizer,
-                                    self.featurizer, self.corpus, config, log)
-    self.doc_index = self.snapshots.load_or_build(self._snapshot())
+    self.refresher = start_refresher(self.output_dir, self.corpus, self.tokenizer, config,
+                                     self.retriever, self._snapshot(), self._checkpoints())
+    self.doc_index = DocIndex.from_index(self.refresher.index, self.refresher.metadata)
     with tf.device("CPU:0"):
       self.block_embeddings = tf.Variable(self.doc_index.embeddings, trainable=False,
                                           name="block_embeddings")
@@ -208,12 +212,15 @@ class FineTuner:
     """The doc tower becomes the query tower of `step`; its index is swapped in."""
     snapshot_query_tower(self.retriever)
     self.doc_snapshot_step.assign(step)
-    self.doc_index = self.snapshots.load_or_build(step)
+    self.refresher.maybe_refresh(step, self.retriever)
+    self.doc_index = DocIndex.from_index(self.refresher.index, self.refresher.metadata)
     self.block_embeddings.assign(self.doc_index.embeddings)
     self._system = None
     self.loop.save()  # the checkpoint's doc tower must match the live index.
-    self.snapshots.prune(step, list(self.loop.manager.checkpoints) +
-                         [self.loop.best_manager.latest_checkpoint])
+    self.refresher.retain(checkpoint_versions(self._checkpoints()))
+
+  def _checkpoints(self) -> List[str]:  # the kept checkpoints and the best one
+    return list(self.loop.manager.checkpoints) + [self.loop.best_manager.latest_checkpoint]
 
   # Model directory ----------------------------------------------------------------------------
 

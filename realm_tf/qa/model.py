@@ -13,8 +13,9 @@ Model directory (written by `realm_tf.qa.finetune_lib`, read by `QAModel.load`):
     model.json           `ModelInfo`: configs, vocabulary, corpus, doc index/embedder, metrics
     vocab.txt            the wordpiece vocabulary
     corpus.jsonl         the knowledge corpus (a copy, so that the directory can move)
-    doc_embedder-<S>/    doc-embedder SavedModel of the doc tower snapshot of step S
-    doc_index-<S>/       `DocIndex` of the corpus embedded by it
+    doc_embedder/step-<S>/  doc-embedder SavedModel of the doc tower snapshot of step S
+    index/step-<S>/      `DocIndex` of the corpus embedded by it: an index version in the
+                         format pre-training publishes (`realm_tf.mips.index_publisher`)
     ckpt-<N>.*           tf.train.Checkpoint(retriever, reader, optimizer, step,
                          doc_snapshot_step), managed by tf.train.CheckpointManager
     best/                the checkpoint with the best dev exact match, its own model.json

@@ -13,12 +13,12 @@ from typing import Dict, Optional
 import tensorflow as tf
 from absl import logging
 
+from realm_tf import distribute
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-from realm_tf.training import distribute
 from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import apply_gradients

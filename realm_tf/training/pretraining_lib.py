@@ -23,6 +23,7 @@ from typing import Dict, Optional
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import distribute
 from realm_tf.losses.mlm_marginal_likelihood import marginal_mlm_loss
 from realm_tf.losses.mlm_marginal_likelihood import marginal_token_log_probs
 from realm_tf.losses.retrieval_utility import retrieval_utility
@@ -32,7 +33,6 @@ from realm_tf.models.saving import save_model
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-from realm_tf.training import distribute
 from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import apply_gradients

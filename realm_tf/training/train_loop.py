@@ -37,8 +37,8 @@ from typing import Callable, Dict, List, Optional
 import tensorflow as tf
 from absl import logging
 
+from realm_tf import distribute
 from realm_tf.keras import keras
-from realm_tf.training import distribute
 from realm_tf.training import run_config as run_configs
 
 

@@ -1,0 +1,309 @@
+"""Keeping the MIPS index fresh while the retriever trains (REALM §3.3 / Appendix A): the one
+refresher of pre-training and of Open-QA fine-tuning's optional index refresh.
+
+Every index is published under `<index_root>/step-XXXXXXXX` (the step of the doc-embedder
+weights it was built from) by `realm_tf.mips.index_publisher`, atomically, with `LATEST`
+pointing at the newest; the trainer only ever loads complete, verified indexes.
+
+* `SynchronousRefresher`: every N steps, re-embed all blocks with the current doc tower and
+  rebuild, blocking the trainer (tests, the stale-index ablation with a large N, and
+  fine-tuning, `realm_tf.qa.finetune_lib`). With a `snapshot_root` it also exports the doc
+  tower it embedded with as `<snapshot_root>/step-XXXXXXXX` (a QA model's doc embedder).
+* `AsynchronousRefresher` (`realm_tf.retrieval.async_refresh`): every N steps, export a
+  doc-embedder snapshot; an index-builder process embeds and publishes in the background;
+  between steps the trainer swaps in the newest published index without pausing.
+Staleness = current step − snapshot step of the index in use.
+
+The trainer loads a published version without re-hashing it: `publish` verified its sha256
+checksums once, in the process that built it (the builder), so a swap costs reading the
+index, not hashing 6.8 GB on the trainer thread. Retention: after each swap only the
+`keep_versions` newest index versions (and the one in use) are kept, and the asynchronous
+refresher deletes the doc-embedder snapshots (and their builder logs) of removed versions and
+those older than the oldest kept version, so a long run's disk use is bounded. `retain(pinned)`
+also keeps the versions a trainer's kept checkpoints use (fine-tuning's doc tower is frozen
+between refreshes: its checkpoints name the index that matches them).
+
+A frozen doc tower (`start(..., check_doc_tower=True)`, fine-tuning): a resumed run reuses the
+version of its checkpoint's doc-tower step only if a few blocks re-embedded by the doc tower
+match it (`matches_doc_tower`, within `embedding.embedding_tolerance`); otherwise it rebuilds it.
+
+Several workers (MultiWorkerMirroredStrategy, the trainer's strategy passed to `start`): the
+chief alone builds, snapshots, starts builders, publishes and prunes; after every step it
+sends the step of the version it uses to the other workers (`distribute.chief_value`, an
+all-reduce), which load that version, so every worker swaps to the same index at the same step.
+"""
+import abc
+import os
+import uuid
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from realm_tf import distribute
+from realm_tf import errors
+from realm_tf.mips import index_builder
+from realm_tf.mips import index_publisher
+from realm_tf.mips.mips_index import MipsIndex
+from realm_tf.models import precision
+from realm_tf.models.retriever import Retriever
+from realm_tf.retrieval.corpus import Corpus
+from realm_tf.retrieval.embedding import DocTower
+from realm_tf.retrieval.embedding import embed_blocks
+from realm_tf.retrieval.embedding import embedding_tolerance
+from realm_tf.signatures.doc_embedder import export_doc_embedder
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+
+class IndexBuilderError(RuntimeError):
+  """The index builder failed `max_builder_failures` times in a row."""
+
+
+_FAILED = -2  # what the chief sends the other workers when its builds failed
+
+
+class IndexRefresher(abc.ABC):
+  """Holds the index in use; subclasses decide when and how a new one is built.
+
+  Args:
+    index_root: where versions are published.
+    every_n_steps: refresh period in trainer steps.
+    store: the corpus (row order of every index), with its wordpieces `title_ids` /
+      `body_ids` [N, (T)] in the doc tower's vocabulary.
+    special_ids: (cls_id, sep_id, pad_id).
+    kind: "scann" or "brute_force".
+    block_length: packed block length.
+    compute_dtype: "float32", "bfloat16" or "auto" (`models.precision`), the doc tower's
+      precision when embedding.
+    jit_compile: XLA-compile the doc tower's forward when embedding (in process, or in the
+      builder's doc-embedder export).
+    keep_versions: index versions kept after each swap (>= 1).
+    scann: the ScaNN settings of every index built (kind "scann").
+    snapshot_root: where doc-embedder snapshots are exported ("": none, synchronous only).
+    tokenizer: built into the snapshots (what embeds another corpus with them), or None.
+  """
+
+  def __init__(self, index_root: str, every_n_steps: int, store: Corpus,
+               special_ids: Sequence[int],
+               kind: str = "scann", block_length: int = 288, compute_dtype: str = "float32",
+               jit_compile: bool = False, keep_versions: int = 3,
+               scann: index_builder.ScannSettings = index_builder.ScannSettings(),
+               snapshot_root: str = "", tokenizer: Optional[WordpieceTokenizer] = None):
+    index_builder.check_kind(kind)
+    if keep_versions < 1:
+      raise ValueError(f"keep_versions must be >= 1, got {keep_versions}")
+    self.keep_versions = keep_versions
+    self.index_root, self.every_n_steps, self.store = index_root, max(1, every_n_steps), store
+    self.special_ids, self.kind, self.block_length = tuple(special_ids), kind, block_length
+    self.compute_dtype, self.jit_compile = compute_dtype, jit_compile
+    self.scann, self.snapshot_root, self.tokenizer = scann, snapshot_root, tokenizer
+    self.index: Optional[MipsIndex] = None
+    self.metadata: Dict[str, Any] = {}  # what the version in use was published with
+    self.pinned: Set[str] = set()  # versions retention keeps besides the newest
+    self.version = ""
+    self.snapshot_step = 0
+    self.swaps = 0
+    self._doc_tower_cache: Optional[DocTower] = None
+    self._strategy = tf.distribute.get_strategy()
+    self._chief = True
+
+  def _load(self, version: str) -> None:
+    index = index_publisher.load_version(self.index_root, version, verify_checksums=False)
+    where = os.path.join(self.index_root, version)
+    metadata = index_publisher.read_metadata(self.index_root, version)
+    built_from = metadata.get("corpus_fingerprint", self.store.fingerprint)
+    if index.num_docs != len(self.store) or built_from != self.store.fingerprint:
+      raise errors.InputError(errors.describe(
+          where, f"index built from another corpus: {index.num_docs} blocks, corpus "
+          f"fingerprint {str(built_from)[:12]}; the corpus has {len(self.store)} blocks, "
+          f"fingerprint {self.store.fingerprint[:12]}", "Pass the --corpus it was built from, "
+          "or a new --index_root for this corpus"))
+    self.index, self.version, self.metadata = index, version, metadata
+    self.snapshot_step = index_publisher.step_of_version(version) or 0
+    self.swaps += 1
+    logging.info("Using index %s (snapshot step %d)", version, self.snapshot_step)
+    if self._chief:
+      self._prune()
+
+  def retain(self, pinned: Iterable[str]) -> None:
+    """Keeps the versions `pinned` names (and their snapshots) besides the `keep_versions`
+    newest from now on, and deletes what is kept no longer."""
+    self.pinned = set(pinned)
+    if self._chief:
+      self._prune()
+
+  def _prune(self) -> List[str]:
+    """Deletes all but the `keep_versions` newest index versions (never the one in use nor the
+    pinned ones) and the snapshots (`_remove_snapshot`) of removed versions and of steps before
+    the oldest version kept, except those `_busy` names; returns the versions left, oldest
+    first."""
+    versions = index_publisher.list_versions(self.index_root)
+    if self.version not in set(versions[-self.keep_versions:]) | self.pinned:
+      return versions  # a resumed run on an older version: keep everything until it swaps
+    removed = index_publisher.keep_last(self.index_root, self.keep_versions, self.pinned)
+    if removed:
+      logging.info("Removed index versions %s (keeping the %d newest and %s)", removed,
+                   self.keep_versions, sorted(self.pinned) or "no other")
+    versions = [v for v in versions if v not in removed]
+    if not versions or not self.snapshot_root or not tf.io.gfile.isdir(self.snapshot_root):
+      return versions
+    oldest = index_publisher.step_of_version(versions[0]) or 0
+    busy = self._busy()
+    for name in tf.io.gfile.listdir(self.snapshot_root):
+      name = name.rstrip("/")
+      step = index_publisher.step_of_version(name)
+      if step is None or name in busy or (step >= oldest and name not in removed):
+        continue
+      self._remove_snapshot(name)
+    return versions
+
+  def _busy(self) -> Set[str]:
+    """Snapshot names retention must spare (being built, or to be built)."""
+    return set()
+
+  def _remove_snapshot(self, name: str) -> None:
+    tf.io.gfile.rmtree(os.path.join(self.snapshot_root, name))
+
+  def _doc_tower(self, retriever: Retriever) -> DocTower:
+    if self._doc_tower_cache is None or self._doc_tower_cache.retriever is not retriever:
+      self._doc_tower_cache = DocTower(retriever, *self.special_ids,
+                                       block_length=self.block_length,
+                                       compute_dtype=self.compute_dtype,
+                                       jit_compile=self.jit_compile)
+    return self._doc_tower_cache
+
+  def matches_doc_tower(self, retriever: Retriever, sample: int = 4) -> bool:
+    """Whether the index in use holds `retriever`'s doc-tower embeddings of `sample` blocks
+    (within `embedding_tolerance` of both precisions)."""
+    rows = np.unique(np.linspace(0, len(self.store) - 1, min(sample, len(self.store))).astype(
+        int))
+    fresh = embed_blocks(self._doc_tower(retriever), tf.gather(self.store.title_ids, rows),
+                         tf.gather(self.store.body_ids, rows))
+    tolerance = embedding_tolerance(
+        (precision.resolve(self.compute_dtype), self.metadata.get("embedding_dtype", "float32")),
+        float(np.max(np.abs(fresh))))
+    return bool(np.allclose(fresh, self.index.document_embeddings()[rows], rtol=0.0,
+                            atol=tolerance))
+
+  def _snapshot(self, step: int, retriever: Retriever) -> str:
+    """Exports `retriever`'s doc tower as `<snapshot_root>/<version of step>`; returns it."""
+    final = os.path.join(self.snapshot_root, index_publisher.version_for_step(step))
+    tmp = f"{final}.tmp-{uuid.uuid4().hex}"
+    export_doc_embedder(retriever, tmp, *self.special_ids, block_length=self.block_length,
+                        snapshot_step=step, tokenizer=self.tokenizer,
+                        compute_dtype=self.compute_dtype, jit_compile=self.jit_compile)
+    if tf.io.gfile.exists(final):
+      tf.io.gfile.rmtree(final)
+    tf.io.gfile.rename(tmp, final)
+    return final
+
+  def _build_now(self, step: int, retriever: Retriever) -> None:
+    """Embeds the corpus with the doc tower and publishes it as the version of `step`
+    (replacing one of that name), with its doc-embedder snapshot if there is a
+    `snapshot_root`."""
+    embeddings = embed_blocks(self._doc_tower(retriever), self.store.title_ids,
+                              self.store.body_ids)
+    version = index_publisher.version_for_step(step)
+    if self.snapshot_root:
+      self._snapshot(step, retriever)
+    if version in index_publisher.list_versions(self.index_root):
+      tf.io.gfile.rmtree(os.path.join(self.index_root, version))  # another doc tower's
+    index_publisher.publish(index_builder.build_index(embeddings, self.kind, self.scann),
+                            self.index_root, version,
+                            {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint,
+                             "embedding_dtype": precision.resolve(self.compute_dtype)})
+    self._load(version)
+
+  def start(self, step: int, retriever: Retriever, resume_version: str = "",
+            strategy=None, check_doc_tower: bool = False) -> None:
+    """Loads the index a resumed run used (or the published one, else the newest complete),
+    building one if none exists; `strategy` is the trainer's (the chief of several workers
+    does all of this, the others load the chief's choice). `check_doc_tower`: the doc tower
+    is frozen and the index must be its own: only `resume_version` is reused, if it
+    `matches_doc_tower`; otherwise the version of `step` is built.
+
+    Versions after `step` (published by a killed run after its last checkpoint) are deleted:
+    this run builds them again from its own weights. `LATEST` is read as everywhere, by
+    `index_publisher.latest_version` (ValueError / FileNotFoundError naming the fix).
+    """
+    self._strategy = strategy or tf.distribute.get_strategy()
+    self._chief = distribute.is_chief(self._strategy)
+    if self._chief:
+      self._start(step, retriever, resume_version, check_doc_tower)
+    self._follow_chief()
+
+  def _start(self, step: int, retriever: Retriever, resume_version: str,
+             check_doc_tower: bool) -> None:
+    index_publisher.cleanup_partial(self.index_root)
+    discarded = index_publisher.discard_after(self.index_root, step)
+    if discarded:
+      logging.info("Discarded indexes %s: built after the resumed step %d", discarded, step)
+    versions = index_publisher.list_versions(self.index_root)
+    if resume_version and resume_version in versions:
+      self._load(resume_version)
+      if check_doc_tower and not self.matches_doc_tower(retriever):
+        logging.info("Index %s was built by another doc tower: rebuilding it", resume_version)
+        self._build_now(step, retriever)
+    elif versions and not check_doc_tower:
+      self._load(index_publisher.latest_version(self.index_root) or versions[-1])
+    else:
+      self._build_now(step, retriever)
+
+  def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
+    """Called after each step (on every worker); returns True when a new index was swapped in.
+
+    Raises:
+      IndexBuilderError: the last `max_builder_failures` builds failed (on the chief, or
+        reported by it).
+    """
+    swapped = False
+    if self._chief:
+      try:
+        swapped = self._refresh(step, retriever)
+      except IndexBuilderError:
+        self._follow_chief(failed=True)  # the other workers stop with the chief
+        raise
+    swapped = self._follow_chief() or swapped
+    if swapped:
+      logging.info("Step %d: swapped to index %s", step, self.version)
+    return swapped
+
+  def _follow_chief(self, failed: bool = False) -> bool:
+    """With several workers: the chief sends the version it uses (or that it `failed`), the
+    others load it; returns True when this worker loaded a new version."""
+    if distribute.num_workers(self._strategy) == 1:
+      return False
+    step = index_publisher.step_of_version(self.version)
+    if self._chief and step is None:
+      raise errors.InputError(errors.describe(
+          os.path.join(self.index_root, self.version), "the index in use is not named "
+          "step-XXXXXXXX, the only names the chief can send the other workers",
+          "Publish it as step-<snapshot step> (pipelines.build_index does)"))
+    chosen = distribute.chief_value(self._strategy, _FAILED if failed else step or 0)
+    if self._chief:
+      return False
+    if chosen == _FAILED:
+      raise IndexBuilderError("stopping: the chief's index builds failed (its log says why)")
+    version = index_publisher.version_for_step(chosen)
+    if version == self.version:
+      return False
+    self._load(version)
+    return True
+
+  @abc.abstractmethod
+  def _refresh(self, step: int, retriever: Retriever) -> bool:
+    """The chief's part of `maybe_refresh`."""
+
+  def close(self) -> None:
+    """Releases background resources."""
+
+
+class SynchronousRefresher(IndexRefresher):
+  """Rebuilds in the trainer's process every N steps, blocking."""
+
+  def _refresh(self, step: int, retriever: Retriever) -> bool:
+    if step % self.every_n_steps:
+      return False
+    self._build_now(step, retriever)
+    return True
