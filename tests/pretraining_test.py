@@ -9,8 +9,10 @@ import pytest
 import tensorflow as tf
 
 from realm_tf import configs
+from realm_tf import errors
 from realm_tf import tiny_world
 from realm_tf.models import precision
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.training.candidates import CandidateBuilder
@@ -279,3 +281,26 @@ def test_bfloat16_steps_track_float32_losses(world, tmp_path):
   assert np.isfinite(half).all() and len(half) == 10
   assert not np.array_equal(full, half)  # it did compute in bfloat16
   np.testing.assert_allclose(half, full, atol=0.05)
+
+
+def test_refresher_embeds_a_jsonl_corpus_through_its_tokenizer(world, tmp_path):
+  """A corpus without stored wordpieces (JSONL) is tokenized by the refresher's tokenizer: the
+  same index as from the pipeline shards; without a tokenizer it is an InputError."""
+  _, store, tok = world
+  retriever, _ = _models()
+  special = (tok.cls_id, tok.sep_id, tok.pad_id)
+  path = str(tmp_path / "corpus.jsonl")
+  store.write_jsonl(path)
+  jsonl = Corpus.load(path)
+  assert jsonl.title_ids is None and jsonl.fingerprint == store.fingerprint
+  from_shards = SynchronousRefresher(str(tmp_path / "shards"), 10, store, special,
+                                     "brute_force", 24)
+  from_jsonl = SynchronousRefresher(str(tmp_path / "jsonl"), 10, jsonl, special,
+                                    "brute_force", 24, tokenizer=tok)
+  from_shards.start(0, retriever)
+  from_jsonl.start(0, retriever)
+  np.testing.assert_allclose(from_jsonl.index.document_embeddings(),
+                             from_shards.index.document_embeddings(), rtol=0, atol=1e-6)
+  with pytest.raises(errors.InputError, match="no stored wordpieces"):
+    SynchronousRefresher(str(tmp_path / "none"), 10, jsonl, special, "brute_force",
+                         24).start(0, retriever)

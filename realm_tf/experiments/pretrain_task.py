@@ -71,7 +71,8 @@ class PretrainTask(Task):
                   keep_versions=task.keep_indexes, scann=task.scann)
     if task.refresh == "sync":
       return SynchronousRefresher(index_root, task.refresh_every, store, special,
-                                  task.index_kind, task.model.block_length, **shared)
+                                  task.index_kind, task.model.block_length,
+                                  tokenizer=self.tokenizer, **shared)
     return AsynchronousRefresher(index_root, task.refresh_every, store, special, task.corpus,
                                  os.path.join(model_dir, "snapshots"), task.index_kind,
                                  task.model.block_length, list(task.builder_args),

@@ -33,11 +33,9 @@ versions `index/step-<S>/` with their doc embedders `doc_embedder/step-<S>/`). I
 pre-trained retriever with shared towers.
 
 Several workers (MultiWorkerMirroredStrategy): every worker prepares the same global batch
-(step 1) and its replicas train on their rows of it, so a step is the single-worker step; the
-chief writes the model directory, the other workers the same files into a scratch directory
-(`distribute.output_dir`; each builds its own copy of the index from the same doc tower), and
-every worker resumes from the chief's checkpoints. A worker that dies makes the others fail
-with `distribute.WorkerLostError`.
+(step 1), its replicas train on their rows of it; the other workers write the chief's files
+into scratch (`distribute.output_dir`, each its own index copy) and resume from the chief's
+checkpoints; a worker that dies makes the others fail (`distribute.WorkerLostError`).
 
 Model directory layout: see `realm_tf.qa.model`.
 """

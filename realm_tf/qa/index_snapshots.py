@@ -46,10 +46,8 @@ def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenize
   `index_refresh_steps` it embeds the corpus (N blocks, in the run's `tokenizer`'s wordpieces)
   with the doc tower in `embedding_dtype` into an `index_kind` index (`scann` settings); it
   keeps one version besides the pinned ones."""
-  blocks = Corpus(corpus.block_ids, corpus.titles, corpus.texts, corpus.source,
-                  *corpus.wordpieces(tokenizer))
   refresher = SynchronousRefresher(
-      os.path.join(directory, INDEX_ROOT), config.index_refresh_steps, blocks,
+      os.path.join(directory, INDEX_ROOT), config.index_refresh_steps, corpus,
       (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), config.index_kind,
       config.model.block_length, compute_dtype=precision.resolve(config.embedding_dtype),
       keep_versions=1, scann=config.scann, snapshot_root=os.path.join(directory, EMBEDDER_ROOT),

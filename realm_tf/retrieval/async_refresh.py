@@ -1,11 +1,12 @@
 """The asynchronous index refresh: a builder process publishes the indexes (REALM Appendix A).
 
-Every N steps the trainer exports a doc-embedder snapshot (`<snapshot_root>/step-XXXXXXXX`);
-an index-builder process (`python -m pipelines.build_index`, or the same Beam pipeline on a
-cluster runner) embeds the corpus with it and publishes the index in the background
-(`realm_tf.mips.index_publisher`); between steps the trainer swaps in the newest published
-index without pausing. A builder that dies leaves no partial index in use. Loading, retention,
-resumption and several workers are the refresher's (`realm_tf.retrieval.index_refresh`).
+Every N steps the trainer exports a doc-embedder snapshot
+(`<snapshot_root>/step-<8-digit step>`); an index-builder process
+(`python -m pipelines.build_index`, or the same Beam pipeline on a cluster runner) embeds the
+corpus with it and publishes the index in the background (`realm_tf.mips.index_publisher`);
+between steps the trainer swaps in the newest published index without pausing. A builder that
+dies leaves no partial index in use. Loading, retention, resumption and several workers are
+the refresher's (`realm_tf.retrieval.index_refresh`).
 
 The builder is supervised: its stdout and stderr go to `<snapshot_root>/builder-<version>.log`
 (a local temporary directory when `snapshot_root` is a URL), never to an undrained pipe, which a

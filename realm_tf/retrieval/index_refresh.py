@@ -1,14 +1,14 @@
 """Keeping the MIPS index fresh while the retriever trains (REALM §3.3 / Appendix A): the one
 refresher of pre-training and of Open-QA fine-tuning's optional index refresh.
 
-Every index is published under `<index_root>/step-XXXXXXXX` (the step of the doc-embedder
+Every index is published under `<index_root>/step-<8-digit step>` (the step of the doc-embedder
 weights it was built from) by `realm_tf.mips.index_publisher`, atomically, with `LATEST`
 pointing at the newest; the trainer only ever loads complete, verified indexes.
 
 * `SynchronousRefresher`: every N steps, re-embed all blocks with the current doc tower and
   rebuild, blocking the trainer (tests, the stale-index ablation with a large N, and
   fine-tuning, `realm_tf.qa.finetune_lib`). With a `snapshot_root` it also exports the doc
-  tower it embedded with as `<snapshot_root>/step-XXXXXXXX` (a QA model's doc embedder).
+  tower it embedded with as `<snapshot_root>/step-<8-digit step>` (a QA model's doc embedder).
 * `AsynchronousRefresher` (`realm_tf.retrieval.async_refresh`): every N steps, export a
   doc-embedder snapshot; an index-builder process embeds and publishes in the background;
   between steps the trainer swaps in the newest published index without pausing.
@@ -35,7 +35,7 @@ all-reduce), which load that version, so every worker swaps to the same index at
 import abc
 import os
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -69,8 +69,7 @@ class IndexRefresher(abc.ABC):
   Args:
     index_root: where versions are published.
     every_n_steps: refresh period in trainer steps.
-    store: the corpus (row order of every index), with its wordpieces `title_ids` /
-      `body_ids` [N, (T)] in the doc tower's vocabulary.
+    store: the corpus (row order of every index).
     special_ids: (cls_id, sep_id, pad_id).
     kind: "scann" or "brute_force".
     block_length: packed block length.
@@ -81,7 +80,10 @@ class IndexRefresher(abc.ABC):
     keep_versions: index versions kept after each swap (>= 1).
     scann: the ScaNN settings of every index built (kind "scann").
     snapshot_root: where doc-embedder snapshots are exported ("": none, synchronous only).
-    tokenizer: built into the snapshots (what embeds another corpus with them), or None.
+    tokenizer: the doc tower's wordpieces: the corpus is embedded as
+      `store.wordpieces(tokenizer)` (a JSONL corpus is tokenized) and the snapshots carry it
+      (what embeds another corpus with them); None: the corpus's stored wordpieces (pipeline
+      shards), no tokenizer in the snapshots.
   """
 
   def __init__(self, index_root: str, every_n_steps: int, store: Corpus,
@@ -105,6 +107,7 @@ class IndexRefresher(abc.ABC):
     self.snapshot_step = 0
     self.swaps = 0
     self._doc_tower_cache: Optional[DocTower] = None
+    self._wordpieces_cache: Optional[Tuple[tf.RaggedTensor, tf.RaggedTensor]] = None
     self._strategy = tf.distribute.get_strategy()
     self._chief = True
 
@@ -165,6 +168,20 @@ class IndexRefresher(abc.ABC):
   def _remove_snapshot(self, name: str) -> None:
     tf.io.gfile.rmtree(os.path.join(self.snapshot_root, name))
 
+  def _wordpieces(self) -> Tuple[tf.RaggedTensor, tf.RaggedTensor]:
+    """(title_ids, body_ids) [N, (T)] of the corpus in the doc tower's vocabulary."""
+    if self._wordpieces_cache is None:
+      if self.tokenizer is not None:
+        self._wordpieces_cache = self.store.wordpieces(self.tokenizer)
+      elif self.store.title_ids is None:
+        raise errors.InputError(errors.describe(
+            self.store.source or "corpus", "the corpus has no stored wordpieces (it was not "
+            "read from pipeline shards) and the index refresher was given no tokenizer",
+            "Pass the refresher the model's tokenizer, or a blocks-*.tfrecord corpus"))
+      else:
+        self._wordpieces_cache = (self.store.title_ids, self.store.body_ids)
+    return self._wordpieces_cache
+
   def _doc_tower(self, retriever: Retriever) -> DocTower:
     if self._doc_tower_cache is None or self._doc_tower_cache.retriever is not retriever:
       self._doc_tower_cache = DocTower(retriever, *self.special_ids,
@@ -178,8 +195,9 @@ class IndexRefresher(abc.ABC):
     (within `embedding_tolerance` of both precisions)."""
     rows = np.unique(np.linspace(0, len(self.store) - 1, min(sample, len(self.store))).astype(
         int))
-    fresh = embed_blocks(self._doc_tower(retriever), tf.gather(self.store.title_ids, rows),
-                         tf.gather(self.store.body_ids, rows))
+    title_ids, body_ids = self._wordpieces()
+    fresh = embed_blocks(self._doc_tower(retriever), tf.gather(title_ids, rows),
+                         tf.gather(body_ids, rows))
     tolerance = embedding_tolerance(
         (precision.resolve(self.compute_dtype), self.metadata.get("embedding_dtype", "float32")),
         float(np.max(np.abs(fresh))))
@@ -202,8 +220,7 @@ class IndexRefresher(abc.ABC):
     """Embeds the corpus with the doc tower and publishes it as the version of `step`
     (replacing one of that name), with its doc-embedder snapshot if there is a
     `snapshot_root`."""
-    embeddings = embed_blocks(self._doc_tower(retriever), self.store.title_ids,
-                              self.store.body_ids)
+    embeddings = embed_blocks(self._doc_tower(retriever), *self._wordpieces())
     version = index_publisher.version_for_step(step)
     if self.snapshot_root:
       self._snapshot(step, retriever)
@@ -278,7 +295,7 @@ class IndexRefresher(abc.ABC):
     if self._chief and step is None:
       raise errors.InputError(errors.describe(
           os.path.join(self.index_root, self.version), "the index in use is not named "
-          "step-XXXXXXXX, the only names the chief can send the other workers",
+          "step-<8-digit step>, the only names the chief can send the other workers",
           "Publish it as step-<snapshot step> (pipelines.build_index does)"))
     chosen = distribute.chief_value(self._strategy, _FAILED if failed else step or 0)
     if self._chief:
