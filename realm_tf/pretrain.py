@@ -58,6 +58,11 @@ flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy
 flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical devices.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
+flags.DEFINE_string("dev_data", "", "Held-out questions (JSONL, DPR TSV, pyserini:<name>; "
+                    "never a test set): recall@5/@20 over the corpus at the start and every "
+                    "--eval_every steps, the best checkpoint kept in best/.")
+flags.DEFINE_integer("eval_every", 500, "Steps between --dev_data evaluations.")
+flags.DEFINE_integer("eval_max_examples", 0, "--dev_data questions evaluated (0: all).")
 
 
 # Each flag's setting in the `pretrain` experiment (`realm_tf.experiments`).
@@ -81,7 +86,9 @@ SETTINGS = {
     "checkpoint_every": "trainer.checkpoint_every",
     "keep_checkpoints": "trainer.keep_checkpoints", "keep_indexes": "task.keep_indexes",
     "strategy": "runtime.strategy", "num_cpu_devices": "runtime.num_cpu_devices",
-    "tpu": "runtime.tpu", "seed": "runtime.seed"}
+    "tpu": "runtime.tpu", "seed": "runtime.seed",
+    "dev_data": "task.dev_data", "eval_every": "trainer.eval_every",
+    "eval_max_examples": "trainer.eval_max_examples"}
 
 
 def main(argv):

@@ -19,6 +19,9 @@ from realm_tf.experiments.base_task import EXPERIMENT_FILE
 from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
+from realm_tf.training.train_loop import BEST_DIR
+from realm_tf.training.train_loop import EVAL_LOG
+from realm_tf.training.train_loop import read_step_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The tiny world's towers: 2-layer 32-wide BERT, short inputs, random initialisation.
@@ -120,12 +123,13 @@ def chain(tmp_path_factory):
   runs = {}
   runs["ict"] = registry.build("ict", params_override=(
       f"{data},trainer.model_dir={root / 'ict'},trainer.num_steps=2,trainer.batch_size=4,"
-      "task.model.retriever_head=realm,task.model.projection_size=16"))
+      "task.model.retriever_head=realm,task.model.projection_size=16,"
+      f"task.dev_data={questions},trainer.eval_every=1,trainer.eval_max_examples=6"))
   runs["pretrain"] = registry.build("pretrain", params_override=(
       f"{data},trainer.model_dir={root / 'realm'},task.examples_dir={world},"
       f"task.init.checkpoint={root / 'ict'},trainer.num_steps=2,trainer.batch_size=4,"
       "task.num_candidates=4,task.refresh=sync,task.refresh_every=5,"
-      "task.index_kind=brute_force"))
+      f"task.index_kind=brute_force,task.dev_data={questions},trainer.eval_every=1"))
   runs["open_qa"] = registry.build("open_qa", params_override=(
       f"{data},trainer.model_dir={root / 'qa'},task.train_data={questions},"
       f"task.init.checkpoint={root / 'realm'},trainer.num_steps=2,trainer.batch_size=2,"
@@ -153,6 +157,25 @@ def test_pretraining_starts_from_the_ict_retriever(chain):
   assert realm.structure["retriever"] == ict.structure["retriever"]
   assert realm.retriever_head == "realm" and realm.structure["retriever"]["projection_size"] == 16
   assert runs["pretrain"].task.model.projection_size == 128
+
+
+def test_dev_data_gives_ict_and_pretraining_held_out_recall(chain):
+  """`task.dev_data`: recall@k over the whole corpus at the start and every `eval_every`
+  steps (`eval.jsonl`), the best checkpoint in `best/`."""
+  runs, _ = chain
+  for name in ("ict", "pretrain"):
+    model_dir = runs[name].trainer.model_dir
+    evaluations = read_step_records(os.path.join(model_dir, EVAL_LOG))
+    assert [e["step"] for e in evaluations] == [0, 1, 2], name
+    # 16 blocks: recall@20 is dropped (`retrieval_recall.usable_ks`).
+    assert all(0.0 <= e["recall@5"] <= 1.0 and "recall@20" not in e for e in evaluations), name
+    assert tf.train.latest_checkpoint(os.path.join(model_dir, BEST_DIR)), name
+  with pytest.raises(ValueError, match="empty.jsonl: no questions"):
+    empty = os.path.join(os.path.dirname(runs["ict"].trainer.model_dir), "empty.jsonl")
+    open(empty, "w", encoding="utf-8").close()
+    run_experiment(overrides.override(runs["ict"], {
+        "task.dev_data": empty,
+        "trainer.model_dir": runs["ict"].trainer.model_dir + "_empty"}))
 
 
 def test_fine_tuning_starts_from_the_pretraining_model_dir(chain):

@@ -30,6 +30,8 @@ from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
 from realm_tf.experiments.config import ExperimentConfig
 from realm_tf.models import precision
+from realm_tf.qa import datasets
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
@@ -88,7 +90,8 @@ class Task(abc.ABC):
     strategy: built before any other TensorFlow op (`train_lib.run_experiment`).
     verbose: the loop's progress bar.
     monitor: ICT and pre-training: a `training.recall_monitor.RecallMonitor` run by the loop
-      (held-out recall, `eval.jsonl`, `best/`); Open-QA validates on `task.dev_data`.
+      (held-out recall, `eval.jsonl`, `best/`) instead of one over `task.dev_data`; Open-QA
+      validates on `task.dev_data`.
   """
 
   def __init__(self, config: ExperimentConfig, strategy: tf.distribute.Strategy,
@@ -130,6 +133,20 @@ class Task(abc.ABC):
         model, encoder=dataclasses.replace(model.encoder, vocab_size=self.tokenizer.vocab_size),
         retriever_head=presets.resolve_head(head, self.task.init.bert_weights),
         projection_size=projection_size)
+
+  def recall_monitor(self, store: Corpus) -> Optional[RecallMonitor]:
+    """ICT's and pre-training's held-out recall: the monitor given, else one over
+    `task.dev_data` (the first `trainer.eval_max_examples`) every `trainer.eval_every` steps,
+    else None."""
+    dev_data = self.task.dev_data
+    if self.monitor is not None and dev_data:
+      raise ValueError("pass a recall monitor or set task.dev_data, not both")
+    if self.monitor is not None or not dev_data:
+      return self.monitor
+    trainer, model = self.config.trainer, self.task.model
+    examples = datasets.load_examples(dev_data)[:trainer.eval_max_examples or None]
+    return RecallMonitor(store, examples, self.tokenizer, trainer.eval_every,
+                         query_length=model.query_length, block_length=model.block_length)
 
   def require(self, *names: str) -> None:
     """Raises `errors.InputError` for a `task.<name>` left empty."""

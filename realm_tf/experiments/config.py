@@ -54,7 +54,8 @@ class TrainerConfig:
     retriever_learning_rate: Open-QA's query-tower rate (None: `learning_rate`).
     warmup_steps: linear warm-up (None: min(10000, max(100, num_steps / 10))).
     checkpoint_every, keep_checkpoints: checkpoint cadence and how many are kept.
-    eval_every, eval_max_examples: Open-QA's dev evaluation cadence and size (0: all).
+    eval_every, eval_max_examples: the dev evaluation's cadence and size (0: all): Open-QA's
+      exact match and recall@k, ICT's and pre-training's recall@k (`task.dev_data`).
     log_every: Open-QA's one-line progress cadence (every step goes to `metrics.jsonl`).
   """
   model_dir: str = ""
@@ -83,6 +84,10 @@ class IctTaskConfig:
     init: `bert_weights` of new towers ('', 'minilm', HF safetensors or a TF1 BERT ckpt).
     share_towers: one BERT for queries and blocks.
     remove_prob: probability of removing the pseudo-query from its block.
+    dev_data: held-out questions (ORQA JSONL, DPR TSV or pyserini:<name>; never a test set):
+      their recall@5 and @20 over the whole corpus are measured at the start and every
+      `trainer.eval_every` steps (`eval.jsonl`), the best checkpoint is kept in `best/` and
+      the retriever written at the end is the best one ("": no evaluation).
   """
   corpus: str = ""
   vocab_file: str = ""
@@ -90,6 +95,7 @@ class IctTaskConfig:
   init: InitConfig = InitConfig(bert_weights="minilm")
   share_towers: bool = True
   remove_prob: float = 0.9
+  dev_data: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +123,7 @@ class PretrainTaskConfig:
     keep_indexes: index versions kept.
     embedding_dtype, embedding_jit_compile: the doc tower's precision and XLA when embedding
       the corpus.
+    dev_data: as `IctTaskConfig` (recall through the index the trainer searches).
   """
   corpus: str = ""
   examples_dir: str = ""
@@ -141,6 +148,7 @@ class PretrainTaskConfig:
   keep_indexes: int = 3
   embedding_dtype: str = "auto"
   embedding_jit_compile: bool = False
+  dev_data: str = ""
 
   def __post_init__(self):
     if self.refresh not in ("async", "sync"):

@@ -48,5 +48,5 @@ class IctTask(Task):
         checkpoint_every=trainer.checkpoint_every, keep_checkpoints=trainer.keep_checkpoints,
         seed=self.config.runtime.seed)
     metrics, _ = train_ict(lib_config, retriever, store, self.tokenizer, self.strategy,
-                           verbose=self.verbose, monitor=self.monitor)
+                           verbose=self.verbose, monitor=self.recall_monitor(store))
     return metrics

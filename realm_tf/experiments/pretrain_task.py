@@ -94,5 +94,5 @@ class PretrainTask(Task):
         reader_warmup_steps=task.reader_warmup_steps, seed=self.config.runtime.seed)
     history = RealmPretrainer(lib_config, retriever, reader, store, self.tokenizer,
                               self._refresher(store), self.strategy,
-                              monitor=self.monitor).train(verbose=self.verbose)
+                              monitor=self.recall_monitor(store)).train(verbose=self.verbose)
     return history[-1] if history else {}

@@ -16,10 +16,12 @@ from realm_tf.experiments.config import TrainerConfig
 EXPERIMENTS: Dict[str, ExperimentConfig] = {
     "ict": ExperimentConfig(
         task=IctTaskConfig(),
-        trainer=TrainerConfig(num_steps=1000, batch_size=32, learning_rate=1e-4)),
+        trainer=TrainerConfig(num_steps=1000, batch_size=32, learning_rate=1e-4,
+                              eval_every=100)),
     "pretrain": ExperimentConfig(
         task=PretrainTaskConfig(),
-        trainer=TrainerConfig(num_steps=1000, batch_size=16, learning_rate=3e-5)),
+        trainer=TrainerConfig(num_steps=1000, batch_size=16, learning_rate=3e-5,
+                              eval_every=500)),
     "open_qa": ExperimentConfig(
         task=OpenQATaskConfig(),
         trainer=TrainerConfig(num_steps=10000, batch_size=4, learning_rate=1e-5,
