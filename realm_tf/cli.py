@@ -56,6 +56,16 @@ def define_scann_flags() -> ScannFlags:
                            "ScaNN candidates re-scored exactly per query."))
 
 
+def define_dev_recall_flags(eval_every: int) -> None:
+  """Defines `--dev_data`, `--eval_every` and `--eval_max_examples`: ICT's and pre-training's
+  held-out recall (`task.dev_data` of their experiments)."""
+  flags.DEFINE_string("dev_data", "", "Held-out questions (JSONL, DPR TSV, pyserini:<name>; "
+                      "never a test set): recall@5/@20 over the corpus at the start and every "
+                      "--eval_every steps, the best checkpoint kept in best/.")
+  flags.DEFINE_integer("eval_every", eval_every, "Steps between --dev_data evaluations.")
+  flags.DEFINE_integer("eval_max_examples", 0, "--dev_data questions evaluated (0: all).")
+
+
 class ModelFlags(NamedTuple):
   """The flags of the binaries that load a QA model directory (`ask`, `serve`)."""
   model_dir: flags.FlagHolder

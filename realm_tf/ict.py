@@ -34,11 +34,8 @@ flags.DEFINE_enum("compute_dtype", "auto", cli.COMPUTE_DTYPES,
 flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
-flags.DEFINE_string("dev_data", "", "Held-out questions (JSONL, DPR TSV, pyserini:<name>; "
-                    "never a test set): recall@5/@20 over the corpus at the start and every "
-                    "--eval_every steps, the best checkpoint kept in best/.")
-flags.DEFINE_integer("eval_every", 100, "Steps between --dev_data evaluations.")
-flags.DEFINE_integer("eval_max_examples", 0, "--dev_data questions evaluated (0: all).")
+cli.define_dev_recall_flags(eval_every=100)
+flags.adopt_module_key_flags(cli)  # --dev_data, --eval_every ... in --help
 
 
 # Each flag's setting in the `ict` experiment (`realm_tf.experiments`).

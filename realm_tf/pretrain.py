@@ -37,7 +37,8 @@ flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")
 flags.DEFINE_integer("refresh_every", 500, "Steps between embedder snapshots / rebuilds.")
 flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
 _SCANN = cli.define_scann_flags()
-flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
+cli.define_dev_recall_flags(eval_every=500)
+flags.adopt_module_key_flags(cli)  # the --scann_* and --dev_data flags in --help
 flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. Beam runner).")
 flags.DEFINE_integer("max_builder_failures", 2,
                      "Stop training after this many index builds failed in a row (async).")
@@ -58,11 +59,6 @@ flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy
 flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical devices.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
 flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
-flags.DEFINE_string("dev_data", "", "Held-out questions (JSONL, DPR TSV, pyserini:<name>; "
-                    "never a test set): recall@5/@20 over the corpus at the start and every "
-                    "--eval_every steps, the best checkpoint kept in best/.")
-flags.DEFINE_integer("eval_every", 500, "Steps between --dev_data evaluations.")
-flags.DEFINE_integer("eval_max_examples", 0, "--dev_data questions evaluated (0: all).")
 
 
 # Each flag's setting in the `pretrain` experiment (`realm_tf.experiments`).

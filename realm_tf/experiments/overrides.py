@@ -25,6 +25,7 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf import errors
 from realm_tf import presets
+from realm_tf.training.run_config import flatten
 
 _NONE = ("none", "null")
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
@@ -186,17 +187,6 @@ def from_flags(config: Any, settings: Mapping[str, Union[str, Tuple[str, ...]]])
     if value is not None:
       values.update({key: value for key in (keys if isinstance(keys, tuple) else (keys,))})
   return override(config, values)
-
-
-def flatten(values: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
-  """{"a": {"b": 1}} -> {"a.b": 1}."""
-  flat = {}
-  for key, value in values.items():
-    if isinstance(value, Mapping):
-      flat.update(flatten(value, f"{prefix}{key}."))
-    else:
-      flat[prefix + key] = value
-  return flat
 
 
 def to_dict(config: Any) -> Dict[str, Any]:

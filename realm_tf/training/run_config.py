@@ -10,7 +10,7 @@ variable unrestored (a tower it never held) raises one naming the checkpoint.
 import hashlib
 import json
 import os
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Mapping, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -44,11 +44,12 @@ def reader_structure(reader) -> Dict[str, Any]:
   return {"encoder": encoder_structure(reader.encoder)}
 
 
-def _flat(values: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+def flatten(values: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+  """{"a": {"b": 1}} -> {"a.b": 1}."""
   flat = {}
   for key, value in values.items():
-    if isinstance(value, dict):
-      flat.update(_flat(value, f"{prefix}{key}."))
+    if isinstance(value, Mapping):
+      flat.update(flatten(value, f"{prefix}{key}."))
     else:
       flat[prefix + key] = value
   return flat
@@ -67,8 +68,8 @@ def check(directory: str, config: Dict[str, Any], model_dir: str = "") -> None:
                     "configuration", directory, RUN_CONFIG)
     return
   with tf.io.gfile.GFile(path, "r") as f:
-    saved = _flat(json.load(f))
-  now = _flat(_normalised(config))
+    saved = flatten(json.load(f))
+  now = flatten(_normalised(config))
   diff = [f"{k}: saved {saved.get(k, '(absent)')}, now {now.get(k, '(absent)')}"
           for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
   if diff:
