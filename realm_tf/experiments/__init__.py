@@ -1,6 +1,5 @@
 """Experiments: one config tree per training task and one entry point (`realm-train`).
 
-    config.py        ExperimentConfig(task, trainer, runtime) and the three task configs
     overrides.py     "trainer.num_steps=10,task.model.encoder=tiny" and JSON config files
     registry.py      the registered experiments `ict`, `pretrain`, `open_qa` (the binaries'
                      defaults) and `build(name, config_file, params_override)`
@@ -11,5 +10,6 @@
     train_lib.py     run_experiment(config)
 
 ICT -> pre-training -> Open-QA chain through `task.init.checkpoint`, each pointing at the
-previous stage's `trainer.model_dir`.
+previous stage's `trainer.model_dir`. The config tree, `ExperimentConfig(task, trainer,
+runtime)` and the three task configs, is `realm_tf.experiment_config`, outside this package.
 """

@@ -28,7 +28,7 @@ from realm_tf import pretrained
 from realm_tf import presets
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
-from realm_tf.experiments.config import ExperimentConfig
+from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.models import precision
 from realm_tf.qa import datasets
 from realm_tf.retrieval.corpus import Corpus

@@ -7,11 +7,11 @@ from typing import Dict
 
 from realm_tf import errors
 from realm_tf.experiments import overrides
-from realm_tf.experiments.config import ExperimentConfig
-from realm_tf.experiments.config import IctTaskConfig
-from realm_tf.experiments.config import OpenQATaskConfig
-from realm_tf.experiments.config import PretrainTaskConfig
-from realm_tf.experiments.config import TrainerConfig
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import OpenQATaskConfig
+from realm_tf.experiment_config import PretrainTaskConfig
+from realm_tf.experiment_config import TrainerConfig
 
 EXPERIMENTS: Dict[str, ExperimentConfig] = {
     "ict": ExperimentConfig(

@@ -1,5 +1,8 @@
 """The experiment config tree: runtime / trainer / task, one task config per experiment.
 
+The one config of a training job, built by the tasks of `realm_tf.experiments` (outside that
+package).
+
 Plain frozen dataclasses rather than Model Garden's `official.modeling.hyperparams.Config`:
 the model and weight settings every stage shares are already frozen dataclasses
 (`presets.ModelConfig`, `presets.InitConfig`, `configs.EncoderConfig`,
