@@ -1,7 +1,8 @@
 """The experiment config tree: runtime / trainer / task, one task config per experiment.
 
-The one config of a training job, built by the tasks of `realm_tf.experiments` (outside that
-package).
+The one config of a training job: the tasks of `realm_tf.experiments` build it and the
+libraries they run take it (`training.ict_lib.train_ict`); it sits outside that package, below
+`realm_tf.training` and `realm_tf.qa`, so that the libraries import it without a cycle.
 
 Plain frozen dataclasses rather than Model Garden's `official.modeling.hyperparams.Config`:
 the model and weight settings every stage shares are already frozen dataclasses

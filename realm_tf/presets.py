@@ -24,10 +24,10 @@ import tensorflow as tf
 from realm_tf import checkpoints
 from realm_tf import configs
 from realm_tf import pretrained
+from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
-from realm_tf.training import run_config
 
 ENCODERS = ("tiny", "minilm_l6", "bert_base")
 DEFAULT_ENCODER = "minilm_l6"
@@ -216,7 +216,7 @@ def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
             if tf.io.gfile.isdir(init.checkpoint) else init.checkpoint)
     if not path:
       raise FileNotFoundError(f"no checkpoint in {init.checkpoint}")
-    run_config.restore_checked(tf.train.Checkpoint(retriever=source, reader=reader), path,
+    tf2_checkpoint.restore_checked(tf.train.Checkpoint(retriever=source, reader=reader), path,
                                read=True)
     _copy_towers(source, retriever)
   if init.realm_embedder:

@@ -12,11 +12,15 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf import errors
 from realm_tf import tiny_world
+from realm_tf.checkpoints import tf2_checkpoint
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import TrainerConfig
+from realm_tf.presets import ModelConfig
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training import run_config
-from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
@@ -42,9 +46,11 @@ def _retriever(share_towers=True, num_layers=2):
 
 def _ict(world, model_dir, num_steps, **structure):
   _, store, tok = world
-  return train_ict(IctConfig(model_dir=model_dir, num_steps=num_steps, batch_size=4,
-                             query_length=12, block_length=24, checkpoint_every=1),
-                   _retriever(**structure), store, tok, verbose=False)
+  experiment = ExperimentConfig(
+      task=IctTaskConfig(model=ModelConfig(query_length=12, block_length=24)),
+      trainer=TrainerConfig(model_dir=model_dir, num_steps=num_steps, batch_size=4,
+                            checkpoint_every=1))
+  return train_ict(experiment, _retriever(**structure), store, tok, verbose=False)
 
 
 def _pretrain(world, model_dir, num_steps, **structure):
@@ -108,13 +114,13 @@ def test_restore_verifies_every_model_variable(tmp_path, saved, now):
   target = tf.train.Checkpoint(retriever=_retriever(share_towers=now))
   if saved and not now:
     with pytest.raises(errors.InputError) as error:
-      run_config.restore_checked(target, path)
+      tf2_checkpoint.restore_checked(target, path)
     assert str(error.value).startswith(f"{path}: the checkpoint does not hold every variable "
                                        "of the model, which would stay at its random")
     assert str(error.value).endswith(
         "Restore it into a model of the configuration it was trained with.")
   else:
-    run_config.restore_checked(target, path)
+    tf2_checkpoint.restore_checked(target, path)
 
 
 def test_finetune_resume_with_another_model_config_stops(tmp_path):

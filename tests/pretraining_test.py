@@ -11,12 +11,15 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf import errors
 from realm_tf import tiny_world
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import TrainerConfig
 from realm_tf.models import precision
+from realm_tf.presets import ModelConfig
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.training.candidates import CandidateBuilder
-from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training.pretraining_lib import PretrainingConfig
@@ -254,9 +257,11 @@ def test_ict_learns_with_in_batch_negatives(world, tmp_path):
                                                               projection_size=16))
   retriever.build()
   metrics, history = train_ict(
-      IctConfig(model_dir=str(tmp_path), num_steps=100, batch_size=8, learning_rate=3e-3,
-                query_length=12, block_length=24, checkpoint_every=50), retriever, store, tok,
-      verbose=False)
+      ExperimentConfig(task=IctTaskConfig(model=ModelConfig(query_length=12, block_length=24)),
+                       trainer=TrainerConfig(model_dir=str(tmp_path), num_steps=100,
+                                             batch_size=8, learning_rate=3e-3,
+                                             checkpoint_every=50)),
+      retriever, store, tok, verbose=False)
   losses = [h["loss"] for h in history]
   assert np.mean(losses[-10:]) < min(np.mean(losses[:10]), math.log(8)) - 0.2
   assert os.path.exists(tmp_path / "retriever" / "config.json")

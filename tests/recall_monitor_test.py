@@ -10,14 +10,17 @@ import tensorflow as tf
 
 from realm_tf import configs
 from realm_tf import tiny_world
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import TrainerConfig
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.models.saving import load_model
+from realm_tf.presets import ModelConfig
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.tokenization.featurizers import QueryFeaturizer
-from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import Evaluation
@@ -115,8 +118,11 @@ def test_ict_with_a_monitor_writes_the_best_retriever(world, tmp_path):
   retriever = _retriever()
   monitor = RecallMonitor(store, examples, tok, every_n_steps=4, ks=(1, 3),
                           query_length=16, block_length=24)
-  train_ict(IctConfig(model_dir=str(tmp_path), num_steps=8, batch_size=8, learning_rate=1e-3,
-                      query_length=16, block_length=24, checkpoint_every=4),
+  train_ict(ExperimentConfig(task=IctTaskConfig(model=ModelConfig(query_length=16,
+                                                                  block_length=24)),
+                             trainer=TrainerConfig(model_dir=str(tmp_path), num_steps=8,
+                                                   batch_size=8, learning_rate=1e-3,
+                                                   checkpoint_every=4)),
             retriever, store, tok, verbose=False, monitor=monitor)
   with open(os.path.join(tmp_path, "eval.jsonl")) as f:
     evaluations = [json.loads(line) for line in f]

@@ -6,6 +6,8 @@
     load_realm_embedder(retriever, "cc_news_pretrained/embedder/variables/variables")
     load_realm_encoder(reader, "cc_news_pretrained/bert/variables/variables")
     load_orqa(retriever, reader, "orqa_nq_model_from_realm/export/best_default/checkpoint")
+
+The runs' own TF2 checkpoints are restored with `tf2_checkpoint.restore_checked`.
 """
 import os
 import re

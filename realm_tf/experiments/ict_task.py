@@ -7,7 +7,6 @@ from realm_tf.experiments.base_task import Task
 from realm_tf.keras import keras
 from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.corpus import Corpus
-from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 
 
@@ -37,16 +36,8 @@ class IctTask(Task):
     return Corpus.load(self.task.corpus)
 
   def run(self) -> Dict[str, float]:
-    trainer, model = self.config.trainer, self.task.model
     store = self.build_inputs()
     retriever = self.initialize(self.build_model())
-    lib_config = IctConfig(
-        model_dir=trainer.model_dir, num_steps=trainer.num_steps,
-        batch_size=trainer.batch_size, learning_rate=trainer.learning_rate,
-        warmup_steps=trainer.warmup_steps, query_length=model.query_length,
-        block_length=model.block_length, remove_prob=self.task.remove_prob,
-        checkpoint_every=trainer.checkpoint_every, keep_checkpoints=trainer.keep_checkpoints,
-        seed=self.config.runtime.seed)
-    metrics, _ = train_ict(lib_config, retriever, store, self.tokenizer, self.strategy,
+    metrics, _ = train_ict(self.config, retriever, store, self.tokenizer, self.strategy,
                            verbose=self.verbose, monitor=self.recall_monitor(store))
     return metrics

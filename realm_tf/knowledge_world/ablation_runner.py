@@ -17,6 +17,10 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import configs
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import RuntimeConfig
+from realm_tf.experiment_config import TrainerConfig
 from realm_tf.keras import keras
 from realm_tf.knowledge_world.ablation_config import DESCRIPTIONS
 from realm_tf.knowledge_world.ablation_config import PRETRAINING_RUNS
@@ -40,7 +44,6 @@ from realm_tf.qa.finetune_lib import run_finetuning
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
-from realm_tf.training.ict_lib import IctConfig
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
@@ -114,13 +117,15 @@ class AblationRunner:
     retriever = configs.build_retriever(configs.RetrieverConfig(
         encoder=self.encoder, projection_size=config.projection_size))
     retriever.build()
-    train_ict(IctConfig(model_dir=self._path("ict"), num_steps=config.ict_steps,
-                        batch_size=config.ict_batch_size,
-                        learning_rate=config.ict_learning_rate,
-                        query_length=self.lengths["pretrain_query"],
-                        block_length=self.lengths["block"],
-                        checkpoint_every=config.ict_steps, seed=config.seed),
-              retriever, self.store, self.tokenizer, verbose=False)
+    experiment = ExperimentConfig(
+        task=IctTaskConfig(model=ModelConfig(query_length=self.lengths["pretrain_query"],
+                                             block_length=self.lengths["block"])),
+        trainer=TrainerConfig(model_dir=self._path("ict"), num_steps=config.ict_steps,
+                              batch_size=config.ict_batch_size,
+                              learning_rate=config.ict_learning_rate,
+                              checkpoint_every=config.ict_steps),
+        runtime=RuntimeConfig(seed=config.seed))
+    train_ict(experiment, retriever, self.store, self.tokenizer, verbose=False)
     self.ict_recall = self._recall(retriever)
     self.log(f"[seed {config.seed}] ICT zero-shot recall@{config.recall_k}: "
              f"{self.ict_recall:.3f}")

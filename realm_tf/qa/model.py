@@ -37,6 +37,7 @@ from typing import Dict, Optional, Tuple
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.models import precision
 from realm_tf.models.reader import Reader
@@ -266,7 +267,7 @@ class QAModel:
       raise FileNotFoundError(f"no checkpoint in {directory}")
     retriever, reader = build_models(info.model)
     check_model_dir(directory, info, tokenizer, path, retriever, reader)
-    run_config.restore_checked(model_checkpoint(retriever, reader), path, read=True)
+    tf2_checkpoint.restore_checked(model_checkpoint(retriever, reader), path, read=True)
     model = cls(info, directory, tokenizer, retriever, reader, paths["doc_embedder"], None,
                 None)
     if corpus:

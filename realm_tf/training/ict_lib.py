@@ -6,7 +6,6 @@ batch), so gradients summed over replicas equal the single-device gradient. Ever
 the same global batches (`distribute.distribute_batch`): a multi-worker step is the
 single-worker step on the same batch.
 """
-import dataclasses
 import os
 from typing import Dict, Optional
 
@@ -14,6 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf import distribute
+from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
 from realm_tf.retrieval.corpus import Corpus
@@ -27,21 +27,6 @@ from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
-
-
-@dataclasses.dataclass
-class IctConfig:
-  model_dir: str
-  num_steps: int = 1000
-  batch_size: int = 32
-  learning_rate: float = 1e-4
-  warmup_steps: Optional[int] = None
-  query_length: int = 64
-  block_length: int = 288
-  remove_prob: float = 0.9
-  checkpoint_every: int = 100
-  keep_checkpoints: int = 3
-  seed: int = 0
 
 
 def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
@@ -69,42 +54,49 @@ def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
   return step
 
 
-def train_ict(config: IctConfig, retriever: Retriever, store: Corpus,
+def train_ict(experiment: ExperimentConfig, retriever: Retriever, store: Corpus,
               tokenizer: WordpieceTokenizer, strategy=None, verbose: bool = True,
               monitor: Optional[RecallMonitor] = None):
   """Trains `retriever` (built in `strategy.scope()`) with ICT; writes checkpoints, the final
   retriever (`model_dir/retriever`) and a doc-embedder export (`model_dir/doc_embedder`) (the
   chief of a multi-worker job; the other workers into scratch, `distribute.output_dir`).
 
-  With a `monitor`, held-out recall is measured at the start and every
-  `monitor.every_n_steps` (`TrainLoop`), and the retriever written at the end is the best
-  checkpoint's (the start included: ICT that only loses recall leaves the start).
+  Args:
+    experiment: the run, its task an `IctTaskConfig`: `trainer` (model_dir, the schedule,
+      checkpoints), `task.model`'s query and block lengths, `task.remove_prob`, `runtime.seed`.
+    retriever, store, tokenizer: the towers, the block corpus and its wordpieces.
+    strategy: a `tf.distribute` strategy (default: the current one).
+    verbose: the loop's progress bar.
+    monitor: held-out recall, measured at the start and every `monitor.every_n_steps`
+      (`TrainLoop`); the retriever written at the end is then the best checkpoint's (the
+      start included: ICT that only loses recall leaves the start).
 
   Returns:
     (last metrics, per-step history).
   """
+  trainer, task = experiment.trainer, experiment.task
   strategy = strategy or tf.distribute.get_strategy()
   corpus = IctCorpus(store, tokenizer)
-  if len(corpus) < config.batch_size:
-    raise ValueError(f"ICT needs at least batch_size={config.batch_size} multi-sentence blocks, "
-                     f"the corpus has {len(corpus)}")
+  if len(corpus) < trainer.batch_size:
+    raise ValueError(f"ICT needs at least batch_size={trainer.batch_size} multi-sentence "
+                     f"blocks, the corpus has {len(corpus)}")
   with strategy.scope():
-    optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
-                                                num_train_steps=config.num_steps,
-                                                warmup_steps=config.warmup_steps))
+    optimizer = create_optimizer(OptimizerConfig(learning_rate=trainer.learning_rate,
+                                                num_train_steps=trainer.num_steps,
+                                                warmup_steps=trainer.warmup_steps))
   structure = dict(task="ict", retriever=run_config.retriever_structure(retriever),
                    vocab_fingerprint=run_config.vocab_fingerprint(tokenizer.vocabulary),
                    corpus_fingerprint=store.fingerprint)
-  loop = TrainLoop(config.model_dir, dict(retriever=retriever, optimizer=optimizer),
-                   config.num_steps, checkpoint_every=config.checkpoint_every, verbose=verbose,
-                   max_to_keep=config.keep_checkpoints, run_config=structure,
+  loop = TrainLoop(trainer.model_dir, dict(retriever=retriever, optimizer=optimizer),
+                   trainer.num_steps, checkpoint_every=trainer.checkpoint_every,
+                   verbose=verbose, max_to_keep=trainer.keep_checkpoints, run_config=structure,
                    strategy=strategy)
   start = loop.restore()
-  dataset = corpus.dataset(config.batch_size, seed=config.seed + start,
-                           remove_prob=config.remove_prob, query_length=config.query_length,
-                           block_length=config.block_length)
+  dataset = corpus.dataset(trainer.batch_size, seed=experiment.runtime.seed + start,
+                           remove_prob=task.remove_prob, query_length=task.model.query_length,
+                           block_length=task.model.block_length)
   iterator = iter(dataset)
-  step = tf.function(ict_step(retriever, optimizer, config.batch_size))
+  step = tf.function(ict_step(retriever, optimizer, trainer.batch_size))
 
   def run_step(_) -> Dict[str, tf.Tensor]:
     per_replica = strategy.run(step, args=(distribute.distribute_batch(strategy,
@@ -119,10 +111,10 @@ def train_ict(config: IctConfig, retriever: Retriever, store: Corpus,
     best = loop.best()
     loop.restore_best()
     logging.info("ICT keeps the best checkpoint: %s", best)
-  output = distribute.output_dir(strategy, config.model_dir)
+  output = distribute.output_dir(strategy, trainer.model_dir)
   save_model(retriever, os.path.join(output, "retriever"))
   export_doc_embedder(retriever, os.path.join(output, "doc_embedder"),
                       tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
-                      block_length=config.block_length, snapshot_step=config.num_steps)
+                      block_length=task.model.block_length, snapshot_step=trainer.num_steps)
   distribute.barrier(strategy)  # workers exit together (see RealmPretrainer.train)
   return metrics, loop.history

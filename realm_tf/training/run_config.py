@@ -5,7 +5,8 @@ every restore verifies it and that each model variable was restored.
 the task, the encoder sizes, `share_towers`, the retriever head, the vocabulary and corpus
 fingerprints. A resume whose configuration differs raises `errors.InputError` with a one-line
 diff (`retriever.share_towers: saved False, now True`); a checkpoint that leaves a model
-variable unrestored (a tower it never held) raises one naming the checkpoint.
+variable unrestored (a tower it never held) raises one naming the checkpoint
+(`realm_tf.checkpoints.tf2_checkpoint.restore_checked`, which every restore goes through).
 """
 import hashlib
 import json
@@ -87,23 +88,3 @@ def save(directory: str, config: Dict[str, Any]) -> None:
   with tf.io.gfile.GFile(path + ".tmp", "w") as f:
     json.dump(_normalised(config), f, indent=2, sort_keys=True)
   tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-
-
-def restore_checked(checkpoint: tf.train.Checkpoint, path: str, read: bool = False):
-  """Restores (or, with `read`, reads) `path` into `checkpoint` and verifies that every
-  existing model variable took a value; values the program does not use may stay unread.
-
-  Raises:
-    errors.InputError: a variable of the program is not in the checkpoint.
-  """
-  status = (checkpoint.read(path) if read else checkpoint.restore(path)).expect_partial()
-  try:
-    status.assert_existing_objects_matched()
-  except AssertionError as e:
-    detail = " ".join(str(e).split())
-    raise errors.InputError(errors.describe(
-        path, f"the checkpoint does not hold every variable of the model, which would stay "
-        f"at its random initialisation ({detail[:400]}{'...' if len(detail) > 400 else ''})",
-        "Restore it into a model of the configuration it was trained with")) from e
-  return status
-

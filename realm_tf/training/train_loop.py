@@ -18,10 +18,10 @@ its start logs a warning (`ended_below_start`). Trainers that write more than ch
 
 Checkpoints hold whatever the trainer puts in its `tf.train.Checkpoint` plus the step counter;
 the run's structural configuration (`run_config`) is saved beside the first one, and a resume
-checks it and that every variable was restored (`realm_tf.training.run_config`);
-`CheckpointManager` writes each checkpoint under a new name and only then updates its state
-file, so a `kill -9` at any moment leaves the previous checkpoint intact and the next run
-resumes from it.
+checks it (`realm_tf.training.run_config`) and that every variable was restored
+(`realm_tf.checkpoints.tf2_checkpoint`); `CheckpointManager` writes each checkpoint under a
+new name and only then updates its state file, so a `kill -9` at any moment leaves the
+previous checkpoint intact and the next run resumes from it.
 
 Under MultiWorkerMirroredStrategy (`strategy`) every worker runs the loop; the chief writes
 all of the above into `model_dir`, the others the same files into a scratch directory
@@ -38,6 +38,7 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf import distribute
+from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.keras import keras
 from realm_tf.training import run_config as run_configs
 
@@ -191,7 +192,7 @@ class TrainLoop:
       return None
     # The model alone is verified: a best checkpoint may predate the optimizer's slots.
     models = {k: v for k, v in self._items.items() if not _is_optimizer(v)}
-    run_configs.restore_checked(tf.train.Checkpoint(step=self.step, **models), latest,
+    tf2_checkpoint.restore_checked(tf.train.Checkpoint(step=self.step, **models), latest,
                                 read=True)
     return int(latest.rsplit("-", 1)[-1])
 
@@ -207,7 +208,7 @@ class TrainLoop:
       if self.run_config is not None:
         run_configs.check(self.checkpoint_dir, self.run_config, self.model_dir)
       self._save_run_config = False
-      run_configs.restore_checked(self.checkpoint, latest)
+      tf2_checkpoint.restore_checked(self.checkpoint, latest)
       logging.info("Resumed from %s at step %d", latest, int(self.step.numpy()))
     return int(self.step.numpy())
 

@@ -1,0 +1,27 @@
+"""Object-based (TF2) checkpoints of this package's runs, restored with a check that every
+model variable took a value (a tower the checkpoint never held would stay at its random
+initialisation): every trainer's resume (`realm_tf.training.train_loop`), a pre-training
+checkpoint as Open-QA's initialisation (`realm_tf.presets.initialize`) and QA model
+directories (`realm_tf.qa.model`)."""
+import tensorflow as tf
+
+from realm_tf import errors
+
+
+def restore_checked(checkpoint: tf.train.Checkpoint, path: str, read: bool = False):
+  """Restores (or, with `read`, reads) `path` into `checkpoint` and verifies that every
+  existing model variable took a value; values the program does not use may stay unread.
+
+  Raises:
+    errors.InputError: a variable of the program is not in the checkpoint.
+  """
+  status = (checkpoint.read(path) if read else checkpoint.restore(path)).expect_partial()
+  try:
+    status.assert_existing_objects_matched()
+  except AssertionError as e:
+    detail = " ".join(str(e).split())
+    raise errors.InputError(errors.describe(
+        path, f"the checkpoint does not hold every variable of the model, which would stay "
+        f"at its random initialisation ({detail[:400]}{'...' if len(detail) > 400 else ''})",
+        "Restore it into a model of the configuration it was trained with")) from e
+  return status
