@@ -30,11 +30,14 @@ from realm_tf import presets
 from realm_tf.keras import keras
 from realm_tf.models import precision
 from realm_tf import tiny_world
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import PretrainTaskConfig
+from realm_tf.experiment_config import RuntimeConfig
+from realm_tf.experiment_config import TrainerConfig
 from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
-from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -54,9 +57,11 @@ def pretraining_losses(directory: str, tokenizer, compute_dtype: str):
   refresher = SynchronousRefresher(os.path.join(run_dir, "index"), 10, store,
                                    (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
                                    "brute_force", compute_dtype=compute_dtype)
-  config = PretrainingConfig(model_dir=os.path.join(run_dir, "run"), examples_dir=directory,
-                             num_steps=_STEPS.value, batch_size=4, num_candidates=4,
-                             learning_rate=1e-3, checkpoint_every=10**6, seed=_SEED.value)
+  config = ExperimentConfig(
+      task=PretrainTaskConfig(examples_dir=directory, num_candidates=4),
+      trainer=TrainerConfig(model_dir=os.path.join(run_dir, "run"), num_steps=_STEPS.value,
+                            batch_size=4, learning_rate=1e-3, checkpoint_every=10**6),
+      runtime=RuntimeConfig(seed=_SEED.value))
   history = RealmPretrainer(config, retriever, reader, store, tokenizer, refresher).train(
       verbose=False)
   return np.array([h["loss"] for h in history])

@@ -22,10 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import presets  # pylint: disable=g-import-not-at-top
 from realm_tf.data import formats  # pylint: disable=g-import-not-at-top
+from realm_tf.experiment_config import ExperimentConfig  # pylint: disable=g-import-not-at-top
+from realm_tf.experiment_config import PretrainTaskConfig  # pylint: disable=g-import-not-at-top
+from realm_tf.experiment_config import TrainerConfig  # pylint: disable=g-import-not-at-top
 from realm_tf.retrieval.corpus import Corpus  # pylint: disable=g-import-not-at-top
 from realm_tf.retrieval.index_refresh import SynchronousRefresher  # pylint: disable=g-import-not-at-top
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer  # pylint: disable=g-import-not-at-top
-from realm_tf.training.pretraining_lib import PretrainingConfig  # pylint: disable=g-import-not-at-top
 from realm_tf.training.pretraining_lib import RealmPretrainer  # pylint: disable=g-import-not-at-top
 from realm_tf.training.pretraining_data import masked_query_dataset  # pylint: disable=g-import-not-at-top
 
@@ -64,9 +66,10 @@ def main(argv):
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   refresher = SynchronousRefresher(os.path.join(directory, "index"), 10**9, store, special,
                                    "scann")
-  config = PretrainingConfig(model_dir=os.path.join(directory, "run"), examples_dir=directory,
-                             num_steps=1000, batch_size=_BATCH.value,
-                             num_candidates=_K.value)
+  config = ExperimentConfig(
+      task=PretrainTaskConfig(examples_dir=directory, num_candidates=_K.value),
+      trainer=TrainerConfig(model_dir=os.path.join(directory, "run"), num_steps=1000,
+                            batch_size=_BATCH.value, learning_rate=3e-5))
   trainer = RealmPretrainer(config, retriever, reader, store, tokenizer, refresher)
   started = time.perf_counter()
   refresher.start(0, retriever)

@@ -1,7 +1,8 @@
 """The experiment config tree: runtime / trainer / task, one task config per experiment.
 
 The one config of a training job: the tasks of `realm_tf.experiments` build it and the
-libraries they run take it (`training.ict_lib.train_ict`); it sits outside that package, below
+libraries they run take it (`training.ict_lib.train_ict`,
+`training.pretraining_lib.RealmPretrainer`); it sits outside that package, below
 `realm_tf.training` and `realm_tf.qa`, so that the libraries import it without a cycle.
 
 Plain frozen dataclasses rather than Model Garden's `official.modeling.hyperparams.Config`:
@@ -118,7 +119,13 @@ class PretrainTaskConfig:
       them, the query's own block dropped.
     masking: "salient_span", "random_span" or "random_token".
     max_predictions: masked positions per query.
-    reader_warmup_steps: first steps that train the reader alone.
+    reader_warmup_steps: the first steps train the reader alone; the retriever stays at its
+      warm start (its gradient is zeroed: Adam's update is zero, only AdamW's decoupled weight
+      decay, lr x 0.01 of each weight per step, still applies). While the reader cannot yet
+      use a block, p(y|z,x) hardly depends on z, the retriever gradient p(z|y,x) - p(z|x) is
+      noise, and Adam's normalised steps turn that noise into full-size updates that erode
+      the ICT retriever (the paper's cold-start problem, on the reader's side). 0: joint from
+      step 0.
     refresh: "async" (a background index builder) or "sync".
     refresh_every: steps between doc-embedder snapshots / index rebuilds.
     index_kind, scann: the MIPS index and its ScaNN settings.

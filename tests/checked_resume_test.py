@@ -15,6 +15,7 @@ from realm_tf import tiny_world
 from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import PretrainTaskConfig
 from realm_tf.experiment_config import TrainerConfig
 from realm_tf.presets import ModelConfig
 from realm_tf.qa.finetune_lib import FineTuneConfig
@@ -22,7 +23,6 @@ from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training import run_config
 from realm_tf.training.ict_lib import train_ict
-from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
 ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB))
@@ -60,10 +60,12 @@ def _pretrain(world, model_dir, num_steps, **structure):
   refresher = SynchronousRefresher(os.path.join(model_dir, "index"), 10, store,
                                    (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",
                                    block_length=24)
-  config = PretrainingConfig(model_dir=model_dir, examples_dir=directory, num_steps=num_steps,
-                             batch_size=4, num_candidates=2, query_length=16, block_length=24,
-                             checkpoint_every=1)
-  return RealmPretrainer(config, _retriever(**structure), reader, store, tok,
+  experiment = ExperimentConfig(
+      task=PretrainTaskConfig(examples_dir=directory, num_candidates=2,
+                              model=ModelConfig(query_length=16, block_length=24)),
+      trainer=TrainerConfig(model_dir=model_dir, num_steps=num_steps, batch_size=4,
+                            learning_rate=3e-5, checkpoint_every=1))
+  return RealmPretrainer(experiment, _retriever(**structure), reader, store, tok,
                          refresher).train(verbose=False)
 
 

@@ -13,6 +13,7 @@ from realm_tf import errors
 from realm_tf import tiny_world
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import PretrainTaskConfig
 from realm_tf.experiment_config import TrainerConfig
 from realm_tf.models import precision
 from realm_tf.presets import ModelConfig
@@ -22,7 +23,6 @@ from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.pretraining_data import masked_query_dataset
-from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
 ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB))
@@ -45,11 +45,14 @@ def _models(encoder=ENCODER, seed=0):
   return retriever, reader
 
 
-def _config(model_dir, examples_dir, **overrides):
-  return dataclasses.replace(PretrainingConfig(
-      model_dir=model_dir, examples_dir=examples_dir, num_steps=30, batch_size=8,
-      learning_rate=1e-3, num_candidates=4, query_length=16, block_length=24,
-      checkpoint_every=10), **overrides)
+def _config(model_dir, examples_dir, num_steps=30, query_length=16, **task):
+  """A pre-training experiment; `task`: other `PretrainTaskConfig` settings."""
+  return ExperimentConfig(
+      task=PretrainTaskConfig(**dict(dict(
+          examples_dir=examples_dir, num_candidates=4,
+          model=ModelConfig(query_length=query_length, block_length=24)), **task)),
+      trainer=TrainerConfig(model_dir=model_dir, num_steps=num_steps, batch_size=8,
+                            learning_rate=1e-3, checkpoint_every=10))
 
 
 def test_candidate_selection(world):

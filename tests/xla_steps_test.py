@@ -15,6 +15,10 @@ import tensorflow as tf
 
 from realm_tf import configs
 from realm_tf import tiny_world
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import PretrainTaskConfig
+from realm_tf.experiment_config import TrainerConfig
+from realm_tf.presets import ModelConfig
 from realm_tf.qa import finetune_lib
 from realm_tf.qa import open_qa_step
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
@@ -23,7 +27,6 @@ from realm_tf.training.ict_lib import ict_step
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.pretraining_data import masked_query_dataset
-from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 from realm_tf.training.pretraining_lib import pretraining_step
 
@@ -92,16 +95,18 @@ def test_realm_pretraining_step_compiles_with_xla(world, tmp_path):
   refresher = SynchronousRefresher(str(tmp_path / "index"), 100, store,
                                    (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
                                    kind="brute_force", block_length=24)
-  config = PretrainingConfig(model_dir=str(tmp_path / "run"), examples_dir=directory,
-                             num_steps=10, batch_size=4, learning_rate=1e-3,
-                             num_candidates=4, query_length=16, block_length=24)
+  config = ExperimentConfig(
+      task=PretrainTaskConfig(examples_dir=directory, num_candidates=4,
+                              model=ModelConfig(query_length=16, block_length=24)),
+      trainer=TrainerConfig(model_dir=str(tmp_path / "run"), num_steps=10, batch_size=4,
+                            learning_rate=1e-3))
   trainer = RealmPretrainer(config, retriever, reader, store, tokenizer, refresher)
   batches = []  # the host's step batch: searched candidates and packed reader inputs
   train_step = trainer._train_step  # pylint: disable=protected-access
   trainer._train_step = lambda batch: batches.append(batch) or train_step(batch)  # pylint: disable=protected-access
   refresher.start(0, retriever)
   trainer._step(next(iter(masked_query_dataset(  # pylint: disable=protected-access
-      directory, tokenizer, 4, config.masking, 16, config.max_predictions))))
+      directory, tokenizer, 4, config.task.masking, 16, config.task.max_predictions))))
   step_fn = pretraining_step(retriever, reader, trainer.optimizer, null_document=True)
   _assert_compiles_and_matches(step_fn, batches[0], [retriever, reader], [trainer.optimizer])
 

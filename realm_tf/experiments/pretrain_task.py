@@ -15,7 +15,6 @@ from realm_tf.models.saving import load_model
 from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
-from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
 
@@ -79,20 +78,9 @@ class PretrainTask(Task):
                                  max_builder_failures=task.max_builder_failures, **shared)
 
   def run(self) -> Dict[str, float]:
-    task, trainer = self.task, self.config.trainer
     store = self.build_inputs()
     retriever, reader = self.initialize(self.build_model())
-    lib_config = PretrainingConfig(
-        model_dir=trainer.model_dir, examples_dir=task.examples_dir,
-        num_steps=trainer.num_steps, batch_size=trainer.batch_size,
-        learning_rate=trainer.learning_rate, warmup_steps=trainer.warmup_steps,
-        num_candidates=task.num_candidates, null_document=task.null_document,
-        exclude_source=task.exclude_source, masking=task.masking,
-        query_length=task.model.query_length, block_length=task.model.block_length,
-        max_predictions=task.max_predictions, checkpoint_every=trainer.checkpoint_every,
-        keep_checkpoints=trainer.keep_checkpoints,
-        reader_warmup_steps=task.reader_warmup_steps, seed=self.config.runtime.seed)
-    history = RealmPretrainer(lib_config, retriever, reader, store, self.tokenizer,
+    history = RealmPretrainer(self.config, retriever, reader, store, self.tokenizer,
                               self._refresher(store), self.strategy,
                               monitor=self.recall_monitor(store)).train(verbose=self.verbose)
     return history[-1] if history else {}

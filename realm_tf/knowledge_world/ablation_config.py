@@ -114,7 +114,7 @@ class AblationConfig:
     pretrain_steps, pretrain_batch_size, pretrain_learning_rate, num_candidates,
       refresh_every, stale_factor, reader_warmup_steps: REALM pre-training (K includes the
       null document; the stale variant refreshes every `refresh_every * stale_factor` steps;
-      the first `reader_warmup_steps` train the reader alone, `PretrainingConfig`).
+      the first `reader_warmup_steps` train the reader alone, `PretrainTaskConfig`).
     finetune_steps, finetune_batch_size, finetune_learning_rate, reader_top_k,
       retriever_top_k, eval_every: Open-QA fine-tuning (warm-up over the first 10% of the
       steps; the best dev checkpoint is evaluated on test).

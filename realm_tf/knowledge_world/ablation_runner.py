@@ -19,6 +19,7 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import PretrainTaskConfig
 from realm_tf.experiment_config import RuntimeConfig
 from realm_tf.experiment_config import TrainerConfig
 from realm_tf.keras import keras
@@ -45,7 +46,6 @@ from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training.ict_lib import train_ict
-from realm_tf.training.pretraining_lib import PretrainingConfig
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
 NULL_CORPUS = "null_corpus.jsonl"
@@ -157,17 +157,20 @@ class AblationRunner:
         (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id),
         kind="brute_force", block_length=self.lengths["block"])
     steps = config.bert_steps if bert else config.pretrain_steps
-    history = RealmPretrainer(
-        PretrainingConfig(
-            model_dir=model_dir, examples_dir=self.files.directory, num_steps=steps,
-            batch_size=config.pretrain_batch_size,
-            learning_rate=config.pretrain_learning_rate,
-            num_candidates=num_candidates, null_document=null_document,
-            exclude_source=False, masking=masking,
-            query_length=self.lengths["pretrain_query"], block_length=self.lengths["block"],
-            checkpoint_every=steps, reader_warmup_steps=0 if bert else config.reader_warmup_steps,
-            seed=config.seed),
-        retriever, reader, self.store, self.tokenizer, refresher).train(verbose=False)
+    experiment = ExperimentConfig(
+        task=PretrainTaskConfig(
+            examples_dir=self.files.directory, num_candidates=num_candidates,
+            null_document=null_document, exclude_source=False, masking=masking,
+            model=ModelConfig(query_length=self.lengths["pretrain_query"],
+                              block_length=self.lengths["block"]),
+            reader_warmup_steps=0 if bert else config.reader_warmup_steps),
+        trainer=TrainerConfig(model_dir=model_dir, num_steps=steps,
+                              batch_size=config.pretrain_batch_size,
+                              learning_rate=config.pretrain_learning_rate,
+                              checkpoint_every=steps),
+        runtime=RuntimeConfig(seed=config.seed))
+    history = RealmPretrainer(experiment, retriever, reader, self.store, self.tokenizer,
+                              refresher).train(verbose=False)
     tenth = max(1, len(history) // 10)
     mean = lambda records, key: float(np.mean([h[key] for h in records]))
     tail = history[-tenth:]

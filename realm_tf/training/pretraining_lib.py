@@ -16,7 +16,6 @@ document's prior and posterior share of the retrieval mass (`null_prior`, `null_
 how often the source block is retrieved, index version and staleness, step time.
 Legend: B batch, K candidates, M masked positions, V vocabulary, D embedding dim.
 """
-import dataclasses
 import os
 from typing import Dict, Optional
 
@@ -24,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import distribute
+from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.losses.mlm_marginal_likelihood import marginal_mlm_loss
 from realm_tf.losses.mlm_marginal_likelihood import marginal_token_log_probs
 from realm_tf.losses.retrieval_utility import retrieval_utility
@@ -42,36 +42,6 @@ from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
-
-
-@dataclasses.dataclass
-class PretrainingConfig:
-  """REALM pre-training settings.
-
-  `reader_warmup_steps`: the first steps train the reader alone; the retriever stays at its
-  warm start (its gradient is zeroed: Adam's update is zero, only AdamW's decoupled weight
-  decay, lr x 0.01 of each weight per step, still applies). While the reader cannot
-  yet use a block, p(y|z,x) hardly depends on z, the retriever gradient p(z|y,x) - p(z|x) is
-  noise, and Adam's normalised steps turn that noise into full-size updates that erode the
-  ICT retriever (the paper's cold-start problem, on the reader's side). 0: joint from step 0.
-  """
-  model_dir: str
-  examples_dir: str
-  num_steps: int = 1000
-  batch_size: int = 16
-  learning_rate: float = 3e-5
-  warmup_steps: Optional[int] = None
-  num_candidates: int = 8
-  null_document: bool = True
-  exclude_source: bool = True
-  masking: str = "salient_span"
-  query_length: int = 96
-  block_length: int = 288
-  max_predictions: int = 10
-  checkpoint_every: int = 100
-  keep_checkpoints: int = 3
-  reader_warmup_steps: int = 0
-  seed: int = 0
 
 
 def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_document: bool):
@@ -141,7 +111,10 @@ class RealmPretrainer:
   """Runs REALM pre-training under a `tf.distribute` strategy with an index refresher.
 
   Args:
-    config: the run's settings.
+    experiment: the run, its task a `PretrainTaskConfig`: `trainer` (model_dir, the schedule,
+      checkpoints), `task.examples_dir`, the candidates (`num_candidates`, `null_document`,
+      `exclude_source`), `masking`, `max_predictions`, `reader_warmup_steps`, `task.model`'s
+      query and block lengths, `runtime.seed`.
     retriever, reader: built inside `strategy.scope()`.
     store: the block corpus; row order must match the refresher's indexes.
     tokenizer: the wordpieces the candidates' `Featurizer` packs with.
@@ -151,29 +124,30 @@ class RealmPretrainer:
       start and every `monitor.every_n_steps` (`TrainLoop`: `eval.jsonl`, `best/`).
   """
 
-  def __init__(self, config: PretrainingConfig, retriever: Retriever, reader: Reader,
+  def __init__(self, experiment: ExperimentConfig, retriever: Retriever, reader: Reader,
                store: Corpus, tokenizer: WordpieceTokenizer, refresher, strategy=None,
                monitor: Optional[RecallMonitor] = None):
-    self.config = config
+    self.experiment = experiment
+    task, trainer = experiment.task, experiment.trainer
     self.monitor = monitor
     self.retriever, self.reader, self.store = retriever, reader, store
     self.refresher = refresher
     self.strategy = strategy or tf.distribute.get_strategy()
     self.tokenizer = tokenizer
     self.candidates = CandidateBuilder(
-        store, Featurizer(tokenizer, config.query_length, config.block_length),
-        config.num_candidates, config.null_document, config.exclude_source)
+        store, Featurizer(tokenizer, task.model.query_length, task.model.block_length),
+        task.num_candidates, task.null_document, task.exclude_source)
     with self.strategy.scope():
-      self.optimizer = create_optimizer(OptimizerConfig(learning_rate=config.learning_rate,
-                                                        num_train_steps=config.num_steps,
-                                                        warmup_steps=config.warmup_steps))
+      self.optimizer = create_optimizer(OptimizerConfig(learning_rate=trainer.learning_rate,
+                                                        num_train_steps=trainer.num_steps,
+                                                        warmup_steps=trainer.warmup_steps))
     # A host value (collectives do not carry strings): each worker sets it to the same version.
     self.index_version = tf.Variable("", trainable=False, name="index_version")
-    self.loop = TrainLoop(config.model_dir, dict(retriever=retriever, reader=reader,
-                                                 optimizer=self.optimizer,
-                                                 index_version=self.index_version),
-                          config.num_steps, checkpoint_every=config.checkpoint_every,
-                          max_to_keep=config.keep_checkpoints, strategy=self.strategy,
+    self.loop = TrainLoop(trainer.model_dir, dict(retriever=retriever, reader=reader,
+                                                  optimizer=self.optimizer,
+                                                  index_version=self.index_version),
+                          trainer.num_steps, checkpoint_every=trainer.checkpoint_every,
+                          max_to_keep=trainer.keep_checkpoints, strategy=self.strategy,
                           run_config=dict(
                               task="pretrain", retriever=run_config.retriever_structure(retriever),
                               reader=run_config.reader_structure(reader),
@@ -181,7 +155,7 @@ class RealmPretrainer:
                                   tokenizer.vocabulary),
                               corpus_fingerprint=store.fingerprint))
     self._train_step = tf.function(pretraining_step(retriever, reader, self.optimizer,
-                                                    config.null_document))
+                                                    task.null_document))
     self._embed_query = tf.function(lambda f: retriever.embed_query(f, training=False))
 
   def _source_rows(self, block_ids: np.ndarray) -> np.ndarray:
@@ -215,7 +189,8 @@ class RealmPretrainer:
         "masked_lm_weights": batch["masked_lm_weights"],
         "normalizer": tf.fill([size], total_weight),
         "train_retriever": tf.fill(
-            [size], int(self.optimizer.iterations.numpy()) >= self.config.reader_warmup_steps)}
+            [size],
+            int(self.optimizer.iterations.numpy()) >= self.experiment.task.reader_warmup_steps)}
     sums = strategy.run(self._train_step,
                         args=(distribute.distribute_batch(strategy, step_batch),))
     sums = {k: float(strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None))
@@ -244,9 +219,10 @@ class RealmPretrainer:
     self.refresher.start(start, self.retriever, resume_version=self.index_version.numpy().decode(),
                          strategy=self.strategy)
     self.index_version.assign(self.refresher.version)
+    task = self.experiment.task
     data = iter(masked_query_dataset(
-        self.config.examples_dir, self.tokenizer, self.config.batch_size, self.config.masking,
-        self.config.query_length, self.config.max_predictions, seed=self.config.seed + start))
+        task.examples_dir, self.tokenizer, self.experiment.trainer.batch_size, task.masking,
+        task.model.query_length, task.max_predictions, seed=self.experiment.runtime.seed + start))
 
     def after_step(step: int):
       if self.refresher.maybe_refresh(step, self.retriever):
@@ -261,7 +237,7 @@ class RealmPretrainer:
                     evaluation=evaluation)
     finally:
       self.refresher.close()
-    output = distribute.output_dir(self.strategy, self.config.model_dir)
+    output = distribute.output_dir(self.strategy, self.experiment.trainer.model_dir)
     save_model(self.retriever, os.path.join(output, "retriever"))
     save_model(self.reader, os.path.join(output, "reader"))
     # Workers exit together: one gone early reads as a crash to the others' coordination
