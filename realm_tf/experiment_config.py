@@ -114,6 +114,10 @@ class PretrainTaskConfig:
       pre-training run's `retriever/` and `reader/`); `bert_weights` of the towers it does
       not hold.
     retriever_dir, reader_dir: saved towers to start from, instead of `init.checkpoint`'s.
+    reader_seed: the initialiser seed of a new reader (none saved), set just before it is
+      built: the same reader initialisation whatever the retriever and `runtime.seed` (the
+      knowledge-world ablations' readers); None: the stream `runtime.seed` starts before the
+      retriever is built.
     share_towers: one BERT for queries and blocks (new retrievers).
     num_candidates, null_document, exclude_source: K candidates, the null document among
       them, the query's own block dropped.
@@ -143,6 +147,7 @@ class PretrainTaskConfig:
   init: InitConfig = InitConfig(bert_weights="minilm")
   retriever_dir: str = ""
   reader_dir: str = ""
+  reader_seed: Optional[int] = None
   share_towers: bool = True
   num_candidates: int = 8
   null_document: bool = True

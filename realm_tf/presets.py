@@ -104,11 +104,14 @@ def build_retriever(encoder: configs.EncoderConfig, share_towers: bool = True,
 
 
 def build_reader(encoder: configs.EncoderConfig, bert_weights: str = "",
-                 saved_dir: str = "") -> Reader:
-  """A saved reader, or a new one with `load_reader_weights(bert_weights)`."""
+                 saved_dir: str = "", span_hidden_size: int = 256,
+                 max_span_width: int = 10) -> Reader:
+  """A saved reader, or a new one with `load_reader_weights(bert_weights)` and the span head
+  of `span_hidden_size`, `max_span_width` (`ModelConfig`'s)."""
   if saved_dir:
     return load_model(saved_dir)
-  reader = configs.build_reader(configs.ReaderConfig(encoder=encoder))
+  reader = configs.build_reader(configs.ReaderConfig(
+      encoder=encoder, span_hidden_size=span_hidden_size, max_span_width=max_span_width))
   reader.build()
   load_reader_weights(reader, bert_weights)
   return reader

@@ -16,6 +16,7 @@ from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
 from realm_tf.experiments.base_task import previous_run
 from realm_tf.experiments.base_task import EXPERIMENT_FILE
+from realm_tf.experiments.pretrain_task import PretrainTask
 from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
@@ -185,6 +186,28 @@ def test_fine_tuning_starts_from_the_pretraining_model_dir(chain):
   assert model.info.model.projection_size == 16
   with open(os.path.join(runs["open_qa"].trainer.model_dir, "metrics.jsonl")) as f:
     assert [json.loads(line)["step"] for line in f] == [1, 2]
+
+
+def test_a_new_pretraining_reader_has_its_own_seed_and_span_head(chain, tmp_path):
+  """`task.reader_seed`: a new reader's initialisation whatever `runtime.seed` (None: the
+  stream `runtime.seed` starts); its span head is `task.model`'s."""
+  runs, _ = chain
+
+  def new_reader(seed, reader_seed):
+    config = overrides.override(runs["pretrain"], {
+        "task.init.checkpoint": "", "runtime.seed": seed, "task.reader_seed": reader_seed,
+        "task.retriever_dir": os.path.join(runs["ict"].trainer.model_dir, "retriever"),
+        "task.model.span_hidden_size": 8, "trainer.model_dir": str(tmp_path / "realm")})
+    _, reader = PretrainTask(config, tf.distribute.get_strategy(), verbose=False).build_model()
+    return reader
+
+  readers = [new_reader(seed, reader_seed) for seed, reader_seed in (
+      (1, 7), (2, 7), (1, None), (2, None))]
+  assert all(r.span_scorer.span_hidden_size == 8 for r in readers)
+  weights = [np.concatenate([w.ravel() for w in r.get_weights()]) for r in readers]
+  np.testing.assert_array_equal(weights[0], weights[1])
+  assert not np.array_equal(weights[2], weights[3])
+  assert not np.array_equal(weights[0], weights[2])
 
 
 def test_realm_train_binary_prints_the_final_config(tmp_path):

@@ -33,7 +33,8 @@ class PretrainTask(Task):
     return self.previous.saved(tower)
 
   def build_model(self) -> Tuple[Retriever, Reader]:
-    """The previous stage's saved towers, loaded whole, and new ones for the others."""
+    """The previous stage's saved towers, loaded whole, and new ones for the others (a new
+    reader with `task.model`'s span head, initialised from `task.reader_seed` when set)."""
     model = self.model_config()
     keras.utils.set_random_seed(self.config.runtime.seed)
     with self.scope():
@@ -42,8 +43,14 @@ class PretrainTask(Task):
                                            projection_size=model.projection_size,
                                            head=model.retriever_head))
       reader = (load_model(self.saved("reader")) if self.saved("reader") else
-                presets.build_reader(model.encoder))
+                self._new_reader(model))
     return retriever, reader
+
+  def _new_reader(self, model: presets.ModelConfig) -> Reader:
+    if self.task.reader_seed is not None:
+      keras.utils.set_random_seed(self.task.reader_seed)
+    return presets.build_reader(model.encoder, span_hidden_size=model.span_hidden_size,
+                                max_span_width=model.max_span_width)
 
   def initialize(self, model: Tuple[Retriever, Reader]) -> Tuple[Retriever, Reader]:
     """`init.bert_weights` into the new towers (the saved ones keep their weights)."""

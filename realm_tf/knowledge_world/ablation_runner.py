@@ -4,8 +4,18 @@
 fine-tunes every system; `run_seeds` runs seeds as parallel processes (one intra-op thread
 each), reusing a seed whose directory holds a finished result with the same settings
 (`ablation_result`).
+
+Every stage is an experiment (`realm_tf.experiments`): the registered `ict`, `pretrain` or
+`open_qa` config with the seed's world, towers and schedule put in by `dataclasses.replace`,
+run by `run_experiment` (float32, `runtime.seed` = the seed). Pre-training runs sync-refresh a
+brute-force index and start from the ICT retriever (`task.retriever_dir`) and either the reader
+of the run before (`task.reader_dir`) or, for "bert" and "bert_pairs" (K = 1, never
+refreshed), a new reader initialised from `seed + 1` (`task.reader_seed`: the same reader
+initialisation in every run). Fine-tuning starts from a checkpoint of the system's retriever
+and reader (`task.init.checkpoint`).
 """
 import concurrent.futures
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -16,13 +26,9 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import configs
 from realm_tf.experiment_config import ExperimentConfig
-from realm_tf.experiment_config import IctTaskConfig
-from realm_tf.experiment_config import PretrainTaskConfig
-from realm_tf.experiment_config import RuntimeConfig
-from realm_tf.experiment_config import TrainerConfig
-from realm_tf.keras import keras
+from realm_tf.experiments import registry
+from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.knowledge_world.ablation_config import DESCRIPTIONS
 from realm_tf.knowledge_world.ablation_config import PRETRAINING_RUNS
 from realm_tf.knowledge_world.ablation_config import SYSTEMS
@@ -40,13 +46,9 @@ from realm_tf.presets import ModelConfig
 from realm_tf.qa import datasets
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
-from realm_tf.qa.finetune_lib import FineTuneConfig
-from realm_tf.qa.finetune_lib import run_finetuning
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
-from realm_tf.retrieval.index_refresh import SynchronousRefresher
-from realm_tf.training.ict_lib import train_ict
-from realm_tf.training.pretraining_lib import RealmPretrainer
+from realm_tf.training.train_loop import read_step_records
 
 NULL_CORPUS = "null_corpus.jsonl"
 # The QA system's stand-in for the null document: one block without content. (A block with an
@@ -95,9 +97,17 @@ class AblationRunner:
     self.tokenizer = self.files.tokenizer()
     self.store = self.files.store()
     self.lengths = _lengths(self.files)
-    self.encoder = self.config.encoder(
+    encoder = self.config.encoder(
         self.tokenizer.vocab_size, max(self.lengths["qa_reader"],
                                        self.lengths["pretrain_query"] + self.lengths["block"]))
+    # Open-QA's towers; ICT and pre-training read the longer X sentences as queries.
+    self.model = ModelConfig(encoder=encoder, projection_size=self.config.projection_size,
+                             span_hidden_size=self.config.span_hidden_size,
+                             query_length=self.lengths["qa_query"],
+                             block_length=self.lengths["block"],
+                             reader_length=self.lengths["qa_reader"])
+    self.pretrain_model = dataclasses.replace(self.model,
+                                              query_length=self.lengths["pretrain_query"])
     self.test = datasets.load_examples(self.files.test)
     with open(self._path(NULL_CORPUS), "w", encoding="utf-8") as f:
       f.write(json.dumps({"id": 0, "title": "", "text": NULL_TEXT}) + "\n")
@@ -105,72 +115,65 @@ class AblationRunner:
              f"vocabulary {self.tokenizer.vocab_size}, lengths {self.lengths}")
     return self.files
 
-  def _recall(self, retriever) -> float:
-    return zero_shot_recall(retriever, self.store, self.tokenizer, self.test,
+  def _recall(self, retriever_dir: str) -> float:
+    return zero_shot_recall(load_model(retriever_dir), self.store, self.tokenizer, self.test,
                             self.config.recall_k, self.lengths["qa_query"],
                             self.lengths["block"])
+
+  def _experiment(self, name: str, model_dir: str, trainer: Dict[str, object],
+                  **task) -> ExperimentConfig:
+    """The registered experiment `name` training into `model_dir` on this seed's world, with
+    the `trainer` settings and the `task` settings (`ExperimentConfig`'s fields)."""
+    base = registry.get(name)
+    return dataclasses.replace(
+        base, task=dataclasses.replace(base.task, vocab_file=self.files.vocab_file, **task),
+        trainer=dataclasses.replace(base.trainer, model_dir=model_dir, **trainer),
+        runtime=dataclasses.replace(base.runtime, seed=self.config.seed,
+                                    compute_dtype="float32"))
 
   def train_ict(self) -> float:
     """ICT warm-start; returns its zero-shot recall@k."""
     config = self.config
-    keras.utils.set_random_seed(config.seed)
-    retriever = configs.build_retriever(configs.RetrieverConfig(
-        encoder=self.encoder, projection_size=config.projection_size))
-    retriever.build()
-    experiment = ExperimentConfig(
-        task=IctTaskConfig(model=ModelConfig(query_length=self.lengths["pretrain_query"],
-                                             block_length=self.lengths["block"])),
-        trainer=TrainerConfig(model_dir=self._path("ict"), num_steps=config.ict_steps,
-                              batch_size=config.ict_batch_size,
-                              learning_rate=config.ict_learning_rate,
-                              checkpoint_every=config.ict_steps),
-        runtime=RuntimeConfig(seed=config.seed))
-    train_ict(experiment, retriever, self.store, self.tokenizer, verbose=False)
-    self.ict_recall = self._recall(retriever)
+    run_experiment(self._experiment(
+        "ict", self._path("ict"), dict(num_steps=config.ict_steps,
+                                       batch_size=config.ict_batch_size,
+                                       learning_rate=config.ict_learning_rate,
+                                       checkpoint_every=config.ict_steps),
+        corpus=self.files.directory, model=self.pretrain_model, init=InitConfig()),
+        verbose=False)
+    self.ict_recall = self._recall(self._path("ict", "retriever"))
     self.log(f"[seed {config.seed}] ICT zero-shot recall@{config.recall_k}: "
              f"{self.ict_recall:.3f}")
     return self.ict_recall
-
-  def _fresh_reader(self):
-    keras.utils.set_random_seed(self.config.seed + 1)  # the same reader init in every run
-    reader = configs.build_reader(configs.ReaderConfig(
-        encoder=self.encoder, span_hidden_size=self.config.span_hidden_size))
-    reader.build()
-    return reader
 
   def pretrain(self, run: str) -> Dict[str, float]:
     """One pre-training run of `PRETRAINING_RUNS` (after the run its reader starts from)."""
     config = self.config
     masking, start = PRETRAINING_RUNS[run]
     bert = start is None
-    if bert:  # K = 1: the null document alone ("bert") or the ICT top block ("bert_pairs")
-      num_candidates, null_document, every = 1, run == "bert", config.bert_steps + 1
+    if bert:  # K = 1: the null document alone ("bert") or the ICT top block ("bert_pairs");
+      # a new reader, the same initialisation in every run; the index is never refreshed.
+      steps = config.bert_steps
+      settings = dict(reader_seed=config.seed + 1, num_candidates=1,
+                      null_document=run == "bert", refresh_every=steps + 1)
     else:
-      num_candidates, null_document = config.num_candidates, True
-      every = config.refresh_every * (config.stale_factor if run == "realm_stale_index" else 1)
+      steps = config.pretrain_steps
+      settings = dict(reader_dir=self._path("pretrain", start, "reader"),
+                      num_candidates=config.num_candidates, null_document=True,
+                      refresh_every=config.refresh_every * (
+                          config.stale_factor if run == "realm_stale_index" else 1),
+                      reader_warmup_steps=config.reader_warmup_steps)
     model_dir = self._path("pretrain", run)
-    retriever = load_model(self._path("ict", "retriever"))
-    reader = (self._fresh_reader() if bert else
-              load_model(self._path("pretrain", start, "reader")))
-    refresher = SynchronousRefresher(
-        os.path.join(model_dir, "index"), every, self.store,
-        (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id),
-        kind="brute_force", block_length=self.lengths["block"])
-    steps = config.bert_steps if bert else config.pretrain_steps
-    experiment = ExperimentConfig(
-        task=PretrainTaskConfig(
-            examples_dir=self.files.directory, num_candidates=num_candidates,
-            null_document=null_document, exclude_source=False, masking=masking,
-            model=ModelConfig(query_length=self.lengths["pretrain_query"],
-                              block_length=self.lengths["block"]),
-            reader_warmup_steps=0 if bert else config.reader_warmup_steps),
-        trainer=TrainerConfig(model_dir=model_dir, num_steps=steps,
-                              batch_size=config.pretrain_batch_size,
-                              learning_rate=config.pretrain_learning_rate,
-                              checkpoint_every=steps),
-        runtime=RuntimeConfig(seed=config.seed))
-    history = RealmPretrainer(experiment, retriever, reader, self.store, self.tokenizer,
-                              refresher).train(verbose=False)
+    run_experiment(self._experiment(
+        "pretrain", model_dir, dict(num_steps=steps, batch_size=config.pretrain_batch_size,
+                                    learning_rate=config.pretrain_learning_rate,
+                                    checkpoint_every=steps),
+        corpus=self.files.directory, examples_dir=self.files.directory,
+        model=self.pretrain_model, init=InitConfig(),
+        retriever_dir=self._path("ict", "retriever"), exclude_source=False, masking=masking,
+        refresh="sync", index_kind="brute_force", embedding_dtype="float32", **settings),
+        verbose=False)
+    history = read_step_records(os.path.join(model_dir, "metrics.jsonl"))
     tenth = max(1, len(history) // 10)
     mean = lambda records, key: float(np.mean([h[key] for h in records]))
     tail = history[-tenth:]
@@ -179,7 +182,7 @@ class AblationRunner:
       summary.update({key: mean(tail, key) for key in (
           "retrieval_utility", "null_prior", "null_posterior", "source_retrieved")})
       summary["null_prior_first"] = mean(history[:tenth], "null_prior")
-      summary["recall"] = self._recall(retriever)
+      summary["recall"] = self._recall(os.path.join(model_dir, "retriever"))
     self.log(f"[seed {config.seed}] pre-training {run}: " +
              " ".join(f"{k}={v:.3f}" for k, v in summary.items()))
     return summary
@@ -202,23 +205,18 @@ class AblationRunner:
     if tf.io.gfile.exists(model_dir):
       tf.io.gfile.rmtree(model_dir)
     corpus = self._path(NULL_CORPUS) if variant == "no_retrieval" else self.files.directory
-    run_finetuning(FineTuneConfig(
-        model_dir=model_dir, corpus=corpus, train_data=self.files.train,
-        vocab_file=self.files.vocab_file, dev_data=self.files.dev,
-        model=ModelConfig(encoder=self.encoder, projection_size=config.projection_size,
-                          span_hidden_size=config.span_hidden_size,
-                          query_length=self.lengths["qa_query"],
-                          block_length=self.lengths["block"],
-                          reader_length=self.lengths["qa_reader"]),
+    steps = config.finetune_steps
+    run_experiment(self._experiment(
+        "open_qa", model_dir, dict(num_steps=steps, batch_size=config.finetune_batch_size,
+                                   learning_rate=config.finetune_learning_rate,
+                                   warmup_steps=max(1, steps // 10),
+                                   eval_every=config.eval_every, checkpoint_every=steps,
+                                   keep_checkpoints=1, log_every=max(1, steps // 4)),
+        corpus=corpus, train_data=self.files.train, dev_data=self.files.dev, model=self.model,
         init=InitConfig(checkpoint=self._init_checkpoint(variant)),
-        batch_size=config.finetune_batch_size, num_train_steps=config.finetune_steps,
-        learning_rate=config.finetune_learning_rate,
-        warmup_steps=max(1, config.finetune_steps // 10), reader_top_k=config.reader_top_k,
+        reader_top_k=config.reader_top_k,
         retriever_top_k=max(config.reader_top_k, config.retriever_top_k),
-        index_kind="brute_force", eval_every_steps=config.eval_every,
-        checkpoint_every_steps=config.finetune_steps, keep_checkpoints=1,
-        log_every_steps=max(1, config.finetune_steps // 4), seed=config.seed),
-        log=lambda message: None)
+        index_kind="brute_force", embedding_dtype="float32"), verbose=False)
     model = QAModel.load(find_model_dir(model_dir))
     result = evaluate(model.system(k=config.reader_top_k), self.test,
                       EvalConfig(recall_ks=(config.recall_k,)),
