@@ -31,10 +31,10 @@ from realm_tf.keras import keras
 from realm_tf.models import precision
 from realm_tf import tiny_world
 from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import OpenQATaskConfig
 from realm_tf.experiment_config import PretrainTaskConfig
 from realm_tf.experiment_config import RuntimeConfig
 from realm_tf.experiment_config import TrainerConfig
-from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
@@ -71,12 +71,15 @@ def finetuning_losses(directory: str, compute_dtype: str):
   """Per-step Open-QA fine-tuning losses on the tiny QA world in `compute_dtype`."""
   world = tiny_world.write_qa_world(os.path.join(directory, "world"))
   model = tiny_world.model_config()
-  config = FineTuneConfig(
-      model_dir=os.path.join(directory, compute_dtype), corpus=world.corpus,
-      train_data=world.train, vocab_file=world.vocab_file, dev_data="", model=model,
-      batch_size=4, num_train_steps=_STEPS.value, learning_rate=3e-3, warmup_steps=3,
-      retriever_top_k=24, index_kind="brute_force", eval_every_steps=10**6,
-      checkpoint_every_steps=10**6, log_every_steps=10**6, seed=_SEED.value)
+  config = ExperimentConfig(
+      task=OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
+                            vocab_file=world.vocab_file, dev_data="", model=model,
+                            retriever_top_k=24, index_kind="brute_force",
+                            embedding_dtype="float32"),
+      trainer=TrainerConfig(model_dir=os.path.join(directory, compute_dtype), batch_size=4,
+                            num_steps=_STEPS.value, learning_rate=3e-3, warmup_steps=3,
+                            eval_every=10**6, checkpoint_every=10**6, log_every=10**6),
+      runtime=RuntimeConfig(seed=_SEED.value, compute_dtype="float32"))
   keras.utils.set_random_seed(_SEED.value)
   with precision.policy_scope(compute_dtype):
     tuner = FineTuner(config, log=lambda message: None)

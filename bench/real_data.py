@@ -181,13 +181,16 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
   `realm_tf.qa.finetune_lib` (resumable), evaluated on dev like a user's model."""
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
+  from realm_tf.experiment_config import ExperimentConfig
+  from realm_tf.experiment_config import OpenQATaskConfig
+  from realm_tf.experiment_config import RuntimeConfig
+  from realm_tf.experiment_config import TrainerConfig
   from realm_tf.presets import InitConfig
   from realm_tf.presets import ModelConfig
   from realm_tf.presets import encoder_config
   from realm_tf.qa import datasets
   from realm_tf.qa.evaluate_lib import EvalConfig
   from realm_tf.qa.evaluate_lib import evaluate
-  from realm_tf.qa.finetune_lib import FineTuneConfig
   from realm_tf.qa.finetune_lib import run_finetuning
   from realm_tf.qa.model import QAModel
   from realm_tf.qa.model import find_model_dir
@@ -197,24 +200,27 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
   datasets.write_jsonl(ctx.train, train_path)
   tokenizer = pretrained.minilm_tokenizer()
   query_length = _FT_QUERY_LENGTH.value
-  config = FineTuneConfig(
-      model_dir=os.path.join(run_dir, "model"),
-      corpus=os.path.join(ctx.cache_dir, "corpus", "blocks"), train_data=train_path,
-      vocab_file=os.path.join(pretrained.minilm_dir(), "vocab.txt"),
-      model=ModelConfig(encoder=encoder_config("minilm_l6", tokenizer.vocab_size),
-                        retriever_head="sentence", query_length=query_length,
-                        block_length=ctx.block_length,
-                        reader_length=query_length + ctx.block_length),
-      init=InitConfig(bert_weights="minilm"), batch_size=_FT_BATCH.value,
-      num_train_steps=_FT_STEPS.value, learning_rate=_FT_LR.value,
-      retriever_learning_rate=_FT_RETRIEVER_LR.value, reader_top_k=_READ_K.value,
-      retriever_top_k=1000, index_kind="brute_force", checkpoint_every_steps=50,
-      keep_checkpoints=1, log_every_steps=25, seed=seed)
+  config = ExperimentConfig(
+      task=OpenQATaskConfig(
+          corpus=os.path.join(ctx.cache_dir, "corpus", "blocks"), train_data=train_path,
+          vocab_file=os.path.join(pretrained.minilm_dir(), "vocab.txt"),
+          model=ModelConfig(encoder=encoder_config("minilm_l6", tokenizer.vocab_size),
+                            retriever_head="sentence", query_length=query_length,
+                            block_length=ctx.block_length,
+                            reader_length=query_length + ctx.block_length),
+          init=InitConfig(bert_weights="minilm"), reader_top_k=_READ_K.value,
+          retriever_top_k=1000, index_kind="brute_force", embedding_dtype="float32"),
+      trainer=TrainerConfig(
+          model_dir=os.path.join(run_dir, "model"), batch_size=_FT_BATCH.value,
+          num_steps=_FT_STEPS.value, learning_rate=_FT_LR.value,
+          retriever_learning_rate=_FT_RETRIEVER_LR.value, checkpoint_every=50,
+          keep_checkpoints=1, log_every=25),
+      runtime=RuntimeConfig(seed=seed, compute_dtype="float32"))
   started = time.perf_counter()
   run_finetuning(config, log=lambda message: print(message, flush=True))
   train_seconds = time.perf_counter() - started
   started = time.perf_counter()
-  model = QAModel.load(find_model_dir(config.model_dir))
+  model = QAModel.load(find_model_dir(config.trainer.model_dir))
   result = evaluate(model.system(k=_READ_K.value), ctx.dev, EvalConfig(recall_ks=ctx.ks))
   return dict(seed=seed, **result.metrics, train_seconds=train_seconds,
               eval_seconds=time.perf_counter() - started)

@@ -2,8 +2,9 @@
 
 The one config of a training job: the tasks of `realm_tf.experiments` build it and the
 libraries they run take it (`training.ict_lib.train_ict`,
-`training.pretraining_lib.RealmPretrainer`); it sits outside that package, below
-`realm_tf.training` and `realm_tf.qa`, so that the libraries import it without a cycle.
+`training.pretraining_lib.RealmPretrainer`, `qa.finetune_lib.FineTuner`); it sits outside that
+package, below `realm_tf.training` and `realm_tf.qa`, so that the libraries import it without
+a cycle.
 
 Plain frozen dataclasses rather than Model Garden's `official.modeling.hyperparams.Config`:
 the model and weight settings every stage shares are already frozen dataclasses
@@ -22,6 +23,7 @@ settings). The registered experiments (`realm_tf.experiments.registry`) hold the
 import dataclasses
 from typing import Optional, Tuple, Union
 
+from realm_tf.evaluation.qa_example import dataset_spec
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.presets import InitConfig
 from realm_tf.presets import ModelConfig
@@ -53,15 +55,19 @@ class TrainerConfig:
   Attributes:
     model_dir: checkpoints, `metrics.jsonl`, summaries, `experiment.json` and the task's
       outputs.
-    num_steps: training steps (Open-QA: 0 writes the initialisation as a QA model).
+    num_steps: training steps (Open-QA: 0 writes the initialisation as a QA model, evaluated
+      on dev when given: the "before fine-tuning" figures).
     batch_size: global batch, across replicas.
-    learning_rate: peak learning rate (`training.optimizer`).
-    retriever_learning_rate: Open-QA's query-tower rate (None: `learning_rate`).
+    learning_rate: peak learning rate (`training.optimizer`; docs/training.md, "Optimizer").
+    retriever_learning_rate: Open-QA's query-tower peak rate (None: `learning_rate`), its own
+      AdamW, so that the tower that must not forget its retrieval geometry can move slower
+      than the reader, which learns its span head from scratch.
     warmup_steps: linear warm-up (None: min(10000, max(100, num_steps / 10))).
     checkpoint_every, keep_checkpoints: checkpoint cadence and how many are kept.
     eval_every, eval_max_examples: the dev evaluation's cadence and size (0: all): Open-QA's
       exact match and recall@k, ICT's and pre-training's recall@k (`task.dev_data`).
-    log_every: Open-QA's one-line progress cadence (every step goes to `metrics.jsonl`).
+    log_every: Open-QA's one-line progress cadence (every step's metrics go to
+      `metrics.jsonl` and TensorBoard).
   """
   model_dir: str = ""
   num_steps: int = 1000
@@ -74,6 +80,17 @@ class TrainerConfig:
   eval_every: int = 1000
   eval_max_examples: int = 0
   log_every: int = 100
+
+  def __post_init__(self):
+    if self.num_steps < 0:
+      raise ValueError(f"num_steps must be >= 0, got {self.num_steps}")
+    for name in ("batch_size", "eval_every", "checkpoint_every", "keep_checkpoints",
+                 "log_every"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    if self.retriever_learning_rate is not None and self.retriever_learning_rate < 0:
+      raise ValueError(f"retriever_learning_rate must be >= 0, got "
+                       f"{self.retriever_learning_rate}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,22 +190,24 @@ class PretrainTaskConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OpenQATaskConfig:
-  """Open-QA fine-tuning (`qa.finetune_lib`; the fields of `qa.finetune_config`).
+  """Open-QA fine-tuning (`qa.finetune_lib`).
 
   Attributes:
     corpus: the knowledge corpus: blocks-*.tfrecord directory, JSONL or DPR TSV.
     train_data, dev_data: questions (ORQA JSONL, DPR TSV or pyserini:<name>); dev: model
-      selection ("": none).
+      selection ("": none; `best/` is then the last step).
     vocab_file: as `IctTaskConfig` ("": MiniLM's uncased vocabulary).
     dataset: "nq", "wq" or "curatedtrec" (string or regex answers).
     model: the three towers; `retriever_head` "auto": the head of `init.checkpoint`'s run,
       else of `init.bert_weights`.
     init: the pre-trained weights; `checkpoint` may be a REALM pre-training model directory.
-    reader_top_k, retriever_top_k, max_gold_spans: k blocks read, K in the retriever loss, A
-      gold spans per block.
-    index_kind, scann: the document index.
-    index_refresh_steps: refresh the index every that many steps (0: frozen).
-    embedding_dtype: the doc-embedder export's precision when embedding the index.
+    reader_top_k, retriever_top_k, max_gold_spans: k blocks read, K in the retriever loss
+      (reference 5000; capped at the corpus size), A gold spans per block.
+    index_kind, scann: the document index ("scann" or "brute_force") and ScaNN's settings.
+    index_refresh_steps: refresh the index every that many steps (0: frozen; needs a
+      pre-trained retriever with shared towers).
+    embedding_dtype: the doc tower's precision when embedding the index (and of its
+      export), recorded in the index manifest's metadata.
   """
   corpus: str = ""
   train_data: str = ""
@@ -204,6 +223,21 @@ class OpenQATaskConfig:
   scann: ScannSettings = ScannSettings()
   index_refresh_steps: int = 0
   embedding_dtype: str = "auto"
+
+  def __post_init__(self):
+    for name in ("reader_top_k", "retriever_top_k", "max_gold_spans"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    if self.retriever_top_k < self.reader_top_k:
+      raise ValueError(f"retriever_top_k {self.retriever_top_k} must be >= reader_top_k "
+                       f"{self.reader_top_k}")
+    if self.index_refresh_steps < 0:
+      raise ValueError(f"index_refresh_steps must be >= 0, got {self.index_refresh_steps}")
+    if self.index_refresh_steps and self.init.checkpoint and not (
+        self.init.checkpoint_share_towers):
+      raise ValueError("index refresh snapshots the query tower into the doc tower, which "
+                       "needs a pre-trained retriever with shared towers")
+    dataset_spec(self.dataset)
 
 
 TaskConfig = Union[IctTaskConfig, PretrainTaskConfig, OpenQATaskConfig]

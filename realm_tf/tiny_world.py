@@ -34,7 +34,10 @@ import tensorflow as tf
 
 from realm_tf import presets
 from realm_tf.data import formats
-from realm_tf.qa.finetune_lib import FineTuneConfig
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import OpenQATaskConfig
+from realm_tf.experiment_config import RuntimeConfig
+from realm_tf.experiment_config import TrainerConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -226,10 +229,14 @@ def model_config() -> presets.ModelConfig:
 def write_untrained_model(world: QAWorld, model_dir: str) -> str:
   """The untrained `model_config()` model written as a QA model directory (0 fine-tuning
   steps: the directory and its best/), for the tests of what loads and answers."""
-  FineTuner(FineTuneConfig(model_dir=model_dir, corpus=world.corpus, train_data=world.train,
-                           vocab_file=world.vocab_file, model=model_config(),
-                           num_train_steps=0, retriever_top_k=24, index_kind="brute_force"),
-            log=lambda message: None).run()
+  experiment = ExperimentConfig(
+      task=OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
+                            vocab_file=world.vocab_file, model=model_config(),
+                            retriever_top_k=24, index_kind="brute_force",
+                            embedding_dtype="float32"),
+      trainer=TrainerConfig(model_dir=model_dir, num_steps=0, batch_size=4),
+      runtime=RuntimeConfig(compute_dtype="float32"))
+  FineTuner(experiment, log=lambda message: None).run()
   return model_dir
 
 

@@ -15,10 +15,11 @@ from realm_tf import tiny_world
 from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiment_config import IctTaskConfig
+from realm_tf.experiment_config import OpenQATaskConfig
+from realm_tf.experiment_config import RuntimeConfig
 from realm_tf.experiment_config import PretrainTaskConfig
 from realm_tf.experiment_config import TrainerConfig
 from realm_tf.presets import ModelConfig
-from realm_tf.qa.finetune_lib import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training import run_config
@@ -127,13 +128,16 @@ def test_restore_verifies_every_model_variable(tmp_path, saved, now):
 
 def test_finetune_resume_with_another_model_config_stops(tmp_path):
   world = tiny_world.write_qa_world(str(tmp_path / "world"))
-  values = dict(model_dir=str(tmp_path / "model"), corpus=world.corpus,
-                train_data=world.train, vocab_file=world.vocab_file,
-                model=tiny_world.model_config(), batch_size=2, num_train_steps=1,
-                retriever_top_k=8, index_kind="brute_force", checkpoint_every_steps=1)
-  FineTuner(FineTuneConfig(**values), log=lambda _: None).loop.save()
-  other = dataclasses.replace(values["model"], span_hidden_size=4)
+  task = OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
+                          vocab_file=world.vocab_file, model=tiny_world.model_config(),
+                          retriever_top_k=8, index_kind="brute_force", embedding_dtype="float32")
+  trainer = TrainerConfig(model_dir=str(tmp_path / "model"), batch_size=2, num_steps=1,
+                          learning_rate=1e-5, checkpoint_every=1)
+  runtime = RuntimeConfig(compute_dtype="float32")
+  FineTuner(ExperimentConfig(task, trainer, runtime), log=lambda _: None).loop.save()
+  other = dataclasses.replace(task.model, span_hidden_size=4)
   with pytest.raises(errors.InputError, match=r"run_config.json: this run's configuration "
                      r"differs .*\(model.span_hidden_size: saved \d+, now 4\)"):
-    FineTuner(FineTuneConfig(**dict(values, model=other, num_train_steps=2)),
+    FineTuner(ExperimentConfig(dataclasses.replace(task, model=other),
+                               dataclasses.replace(trainer, num_steps=2), runtime),
               log=lambda _: None)

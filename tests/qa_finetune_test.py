@@ -12,13 +12,16 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf.evaluation import has_answer
 from realm_tf.evaluation.qa_example import QAExample
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import OpenQATaskConfig
+from realm_tf.experiment_config import RuntimeConfig
+from realm_tf.experiment_config import TrainerConfig
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.presets import InitConfig
 from realm_tf.presets import build_models
 from realm_tf.qa import open_qa_step
 from realm_tf import tiny_world
-from realm_tf.qa.finetune_config import FineTuneConfig
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import QAModel
@@ -37,15 +40,21 @@ def tensorboard_scalars(directory):
   return scalars
 
 
-def tiny_config(world, model_dir, **overrides) -> FineTuneConfig:
-  values = dict(model_dir=model_dir, corpus=world.corpus, train_data=world.train,
-                vocab_file=world.vocab_file, dev_data=world.dev,
-                model=tiny_world.model_config(),
-                batch_size=4, num_train_steps=60, learning_rate=3e-3, warmup_steps=3,
-                retriever_top_k=24, index_kind="brute_force", eval_every_steps=30,
-                checkpoint_every_steps=20, log_every_steps=10)
-  values.update(overrides)
-  return FineTuneConfig(**values)
+def tiny_config(world, model_dir, **overrides) -> ExperimentConfig:
+  """The tiny world's Open-QA experiment; `overrides`: settings of its task, trainer or
+  runtime, by name."""
+  parts = dict(
+      task=dict(corpus=world.corpus, train_data=world.train, vocab_file=world.vocab_file,
+                dev_data=world.dev, model=tiny_world.model_config(), retriever_top_k=24,
+                index_kind="brute_force", embedding_dtype="float32"),
+      trainer=dict(model_dir=model_dir, batch_size=4, num_steps=60, learning_rate=3e-3,
+                   warmup_steps=3, eval_every=30, checkpoint_every=20, log_every=10),
+      runtime=dict(compute_dtype="float32"))
+  kinds = dict(task=OpenQATaskConfig, trainer=TrainerConfig, runtime=RuntimeConfig)
+  for name, value in overrides.items():
+    part, = [p for p, kind in kinds.items() if name in kind.__dataclass_fields__]
+    parts[part][name] = value
+  return ExperimentConfig(**{part: kinds[part](**values) for part, values in parts.items()})
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +78,13 @@ def test_loss_decreases(trained):
   assert result.step == 60 and len(result.losses) == 60
   assert np.all(np.isfinite(result.losses))
   assert after.mean() < 0.75 * before.mean(), (before, after)
-  with open(os.path.join(tuner.config.model_dir, "metrics.jsonl")) as f:
+  with open(os.path.join(tuner.experiment.trainer.model_dir, "metrics.jsonl")) as f:
     log = [json.loads(line) for line in f]
   assert [r["step"] for r in log] == list(range(1, 61))  # TrainLoop's per-step records
   assert {"loss", "retriever_loss", "reader_loss", "learning_rate/optimizer",
           "learning_rate/retriever_optimizer"} <= set(log[0])
   np.testing.assert_allclose([r["loss"] for r in log], result.losses, rtol=1e-6)
-  scalars = tensorboard_scalars(os.path.join(tuner.config.model_dir, "train"))
+  scalars = tensorboard_scalars(os.path.join(tuner.experiment.trainer.model_dir, "train"))
   assert sorted(scalars["loss"]) == list(range(1, 61))
   np.testing.assert_allclose(scalars["loss"][60], result.losses[-1], rtol=1e-5)
   assert scalars["learning_rate/optimizer"][10] == pytest.approx(
@@ -91,13 +100,14 @@ def test_best_dev_checkpoint_and_model_directory(trained):
   assert sorted(result.dev_metrics) == [30, 60]
   best = max(m["exact_match"] for m in result.dev_metrics.values())
   assert result.best_exact_match == best
-  info = ModelInfo.read(os.path.join(tuner.config.model_dir, "best"))
+  model_dir = tuner.experiment.trainer.model_dir
+  info = ModelInfo.read(os.path.join(model_dir, "best"))
   assert info.metrics["exact_match"] == best and info.step in (30, 60)
   assert info.doc_index == "../index/step-00000000" and info.dataset == "nq"
-  model = QAModel.load(os.path.join(tuner.config.model_dir, "best"))
+  model = QAModel.load(os.path.join(model_dir, "best"))
   assert model.info.step == info.step and len(model.corpus) == len(tiny_world.BLOCKS)
   np.testing.assert_array_equal(model.doc_index.embeddings, tuner.doc_index.embeddings)
-  latest = QAModel.load(tuner.config.model_dir)
+  latest = QAModel.load(model_dir)
   for got, want in zip(latest.reader.variables, tuner.reader.variables):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
@@ -115,8 +125,9 @@ def test_doc_tower_is_frozen(trained):
 def test_resume_continues_from_the_latest_checkpoint(trained, world):
   tuner, _, _, _, _ = trained
   messages = []
-  resumed = FineTuner(dataclasses.replace(tuner.config, num_train_steps=62, eval_every_steps=100),
-                      log=messages.append)
+  experiment = tuner.experiment
+  resumed = FineTuner(dataclasses.replace(experiment, trainer=dataclasses.replace(
+      experiment.trainer, num_steps=62, eval_every=100)), log=messages.append)
   assert int(resumed.step.numpy()) == 60 and resumed.best_exact_match == tuner.best_exact_match
   assert any("resumed from" in m for m in messages)
   result = resumed.run()
@@ -126,10 +137,10 @@ def test_resume_continues_from_the_latest_checkpoint(trained, world):
 
 def test_a_restart_reuses_the_matching_index_and_rebuilds_another(trained):
   tuner, _, _, _, _ = trained
-  version_dir = os.path.join(tuner.config.model_dir, "index", "step-00000000")
+  version_dir = os.path.join(tuner.experiment.trainer.model_dir, "index", "step-00000000")
   manifest = os.path.join(version_dir, "manifest.json")
   written = os.stat(manifest).st_mtime_ns
-  restarted = FineTuner(tuner.config, log=lambda message: None)
+  restarted = FineTuner(tuner.experiment, log=lambda message: None)
   assert restarted.refresher.version == "step-00000000"
   assert os.stat(manifest).st_mtime_ns == written  # reused, not rebuilt
   np.testing.assert_array_equal(restarted.doc_index.embeddings, tuner.doc_index.embeddings)
@@ -138,7 +149,7 @@ def test_a_restart_reuses_the_matching_index_and_rebuilds_another(trained):
   index_publisher.publish(BruteForceIndex(np.ones_like(tuner.doc_index.embeddings)),
                           os.path.dirname(version_dir), "step-00000000",
                           restarted.refresher.metadata)
-  rebuilt = FineTuner(tuner.config, log=lambda message: None)
+  rebuilt = FineTuner(tuner.experiment, log=lambda message: None)
   assert rebuilt.refresher.matches_doc_tower(rebuilt.retriever)
   np.testing.assert_allclose(rebuilt.doc_index.embeddings, tuner.doc_index.embeddings,
                              atol=1e-5)
@@ -176,8 +187,9 @@ def test_answer_in_no_block_gives_zero_loss_and_finite_weights(trained):
 
 
 def test_index_refresh_swaps_in_the_snapshot_index_under_a_strategy(world, tmp_path):
-  config = tiny_config(world, str(tmp_path / "refresh"), dev_data="", num_train_steps=4,
-                       index_refresh_steps=3, checkpoint_every_steps=2, keep_checkpoints=1)
+  config = tiny_config(world, str(tmp_path / "refresh"), dev_data="", num_steps=4,
+                       index_refresh_steps=3, checkpoint_every=2, keep_checkpoints=1)
+  model_dir = config.trainer.model_dir
   # Also the tf.distribute path (one replica here; the same code runs on several).
   tuner = FineTuner(config, strategy=tf.distribute.MirroredStrategy(["CPU:0"]),
                     log=lambda message: None)
@@ -188,14 +200,14 @@ def test_index_refresh_swaps_in_the_snapshot_index_under_a_strategy(world, tmp_p
   np.testing.assert_array_equal(tuner.block_embeddings.numpy(), tuner.doc_index.embeddings)
   assert tuner.refresher.matches_doc_tower(tuner.retriever)
   names = {os.path.join(root, name) for root in ("index", "doc_embedder")
-           for name in os.listdir(os.path.join(config.model_dir, root))}
+           for name in os.listdir(os.path.join(model_dir, root))}
   assert {"index/step-00000003", "doc_embedder/step-00000003"} <= names  # the refresh at step 3
   assert "index/step-00000000" not in names  # no kept checkpoint uses the initial index any more
   assert "doc_embedder/step-00000000" not in names
-  info = ModelInfo.read(os.path.join(config.model_dir, "best"))  # no dev: the last step
+  info = ModelInfo.read(os.path.join(model_dir, "best"))  # no dev: the last step
   assert info.step == 4 and info.doc_index == "../index/step-00000003"
-  assert QAModel.load(config.model_dir).doc_index.snapshot_step == 3
-  scalars = tensorboard_scalars(os.path.join(config.model_dir, "train"))
+  assert QAModel.load(model_dir).doc_index.snapshot_step == 3
+  scalars = tensorboard_scalars(os.path.join(model_dir, "train"))
   assert scalars["index_version"] == {1: 0, 2: 0, 3: 0, 4: 3}
   assert scalars["index_staleness"] == {1: 0, 2: 1, 3: 2, 4: 0}
 
@@ -205,7 +217,7 @@ def test_zero_steps_writes_the_pretrained_model_and_tf2_init(world, tmp_path):
                                                          share_towers=True)
   path = tf.train.Checkpoint(retriever=pretrained_retriever, reader=pretrained_reader).write(
       str(tmp_path / "pretrained" / "ckpt"))
-  config = tiny_config(world, str(tmp_path / "zero"), num_train_steps=0, dev_data="",
+  config = tiny_config(world, str(tmp_path / "zero"), num_steps=0, dev_data="",
                        init=InitConfig(checkpoint=path))
   tuner = FineTuner(config, log=lambda message: None)
   for tower in (tuner.retriever.query_encoder, tuner.retriever.doc_encoder):
@@ -215,13 +227,13 @@ def test_zero_steps_writes_the_pretrained_model_and_tf2_init(world, tmp_path):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
   result = tuner.run()
   assert result.step == 0 and result.losses == [] and result.dev_metrics == {}
-  assert ModelInfo.read(os.path.join(config.model_dir, "best")).step == 0
+  assert ModelInfo.read(os.path.join(config.trainer.model_dir, "best")).step == 0
 
 
 def test_per_tower_learning_rates(world, tmp_path):
   """retriever_learning_rate=0 holds the query tower while the reader trains."""
   tuner = FineTuner(tiny_config(world, str(tmp_path / "towers"), dev_data="",
-                                num_train_steps=3, retriever_learning_rate=0.0),
+                                num_steps=3, retriever_learning_rate=0.0),
                     log=lambda message: None)
   query_tower = [v.numpy() for v in open_qa_step.query_tower_variables(tuner.retriever)]
   reader = [v.numpy() for v in open_qa_step.reader_variables(tuner.reader)]
@@ -273,7 +285,7 @@ def test_bfloat16_step_losses_track_float32(world, tmp_path):
 
   def tuner(compute_dtype):
     return FineTuner(tiny_config(world, str(tmp_path / compute_dtype), dev_data="",
-                                 num_train_steps=3, compute_dtype=compute_dtype,
+                                 num_steps=3, compute_dtype=compute_dtype,
                                  embedding_dtype=compute_dtype),
                      log=lambda message: None)
 

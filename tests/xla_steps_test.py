@@ -16,7 +16,9 @@ import tensorflow as tf
 from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import OpenQATaskConfig
 from realm_tf.experiment_config import PretrainTaskConfig
+from realm_tf.experiment_config import RuntimeConfig
 from realm_tf.experiment_config import TrainerConfig
 from realm_tf.presets import ModelConfig
 from realm_tf.qa import finetune_lib
@@ -116,11 +118,13 @@ def test_finetuning_step_compiles_with_xla(tmp_path):
   model = tiny_world.model_config()
   model = dataclasses.replace(model, encoder=dataclasses.replace(
       model.encoder, dropout_rate=0.0, attention_dropout_rate=0.0))
-  tuner = finetune_lib.FineTuner(finetune_lib.FineTuneConfig(
-      model_dir=str(tmp_path / "model"), corpus=world.corpus, train_data=world.train,
-      vocab_file=world.vocab_file, model=model, batch_size=4, num_train_steps=10,
-      learning_rate=1e-3, warmup_steps=0, retriever_top_k=24, index_kind="brute_force"),
-      log=lambda message: None)
+  tuner = finetune_lib.FineTuner(ExperimentConfig(
+      task=OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
+                            vocab_file=world.vocab_file, model=model, retriever_top_k=24,
+                            index_kind="brute_force", embedding_dtype="float32"),
+      trainer=TrainerConfig(model_dir=str(tmp_path / "model"), batch_size=4, num_steps=10,
+                            learning_rate=1e-3, warmup_steps=0, checkpoint_every=1000),
+      runtime=RuntimeConfig(compute_dtype="float32")), log=lambda message: None)
   prepared = tuner.prepare_batch(tuner.train_examples[:4])
   batch = {name: tf.constant(value) for name, value in prepared.items()}
   step_fn = open_qa_step.make_replica_step(tuner.retriever, tuner.reader, tuner.optimizer,

@@ -1,5 +1,6 @@
 """`QAExample`: one Open-QA question with its gold answers, what every question set loads
-(`realm_tf.qa.datasets`) and every recall or exact-match evaluation reads."""
+(`realm_tf.qa.datasets`) and every recall or exact-match evaluation reads; `DATASETS`: the
+benchmarks and how their answers are matched."""
 import dataclasses
 from typing import Tuple
 
@@ -18,3 +19,24 @@ class QAExample:
   answers: Tuple[str, ...]
   match: str = "string"
   source: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  """A benchmark: its display name and how its answers are matched."""
+  name: str
+  match: str  # "string" or "regex"
+
+
+DATASETS = {
+    "nq": DatasetSpec("NaturalQuestions-Open", "string"),
+    "wq": DatasetSpec("WebQuestions", "string"),
+    "curatedtrec": DatasetSpec("CuratedTrec", "regex"),
+}
+
+
+def dataset_spec(dataset: str) -> DatasetSpec:
+  """The `DatasetSpec` of "nq", "wq" or "curatedtrec"."""
+  if dataset not in DATASETS:
+    raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(DATASETS)}")
+  return DATASETS[dataset]

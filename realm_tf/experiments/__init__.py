@@ -11,5 +11,6 @@
 
 ICT -> pre-training -> Open-QA chain through `task.init.checkpoint`, each pointing at the
 previous stage's `trainer.model_dir`. The config tree, `ExperimentConfig(task, trainer,
-runtime)` and the three task configs, is `realm_tf.experiment_config`, outside this package.
+runtime)` and the three task configs, is `realm_tf.experiment_config`, outside this package:
+the libraries the tasks run take it too.
 """

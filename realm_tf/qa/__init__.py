@@ -7,7 +7,8 @@ Modules: `datasets` (NQ-Open / WebQuestions / CuratedTrec, ORQA JSONL, DPR TSV, 
 `doc_index` (frozen block embeddings + MIPS index),
 `supervision` (has-answer and gold spans), `model` (model directories; their configs and initial
 weights: `realm_tf.presets`),
-`finetune_lib` (AdamW from `realm_tf.training.optimizer`), `evaluate_lib`, `ask_lib`.
+`finetune_lib` (takes an Open-QA `realm_tf.experiment_config.ExperimentConfig`; AdamW from
+`realm_tf.training.optimizer`), `evaluate_lib`, `ask_lib`.
 
 The names below are imported on first use, so light entry points do not pay for TensorFlow.
 """
@@ -24,7 +25,6 @@ _EXPORTS = {
     "EvalConfig": "evaluate_lib",
     "compute_metrics": "evaluate_lib",
     "evaluate": "evaluate_lib",
-    "FineTuneConfig": "finetune_lib",
     "run_finetuning": "finetune_lib",
     "QAModel": "model",
 }

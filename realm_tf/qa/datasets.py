@@ -24,7 +24,6 @@ through paths of the form `pyserini:nq-dev`.
 """
 import ast
 import csv
-import dataclasses
 import importlib.util
 import io
 import json
@@ -40,6 +39,7 @@ from realm_tf.errors import MalformedRecordError
 from realm_tf.evaluation import InvalidAnswerPattern
 from realm_tf.evaluation import regex_match
 from realm_tf.evaluation.qa_example import QAExample
+from realm_tf.evaluation.qa_example import dataset_spec
 
 PYSERINI_PREFIX = "pyserini:"
 PYSERINI_JAR = os.path.join("resources", "jars", "anserini-0.21.0-fatjar.jar")
@@ -54,27 +54,6 @@ FORMATS = ("auto", "jsonl", "tsv")
 # The query tower reads its first 64 wordpieces (ORQA) and ignores the rest; 10,000 characters
 # are far more than any question, and bound the tokenizer's work per question.
 MAX_QUESTION_CHARS = 10000
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetSpec:
-  """A benchmark: its display name and how its answers are matched."""
-  name: str
-  match: str  # "string" or "regex"
-
-
-DATASETS = {
-    "nq": DatasetSpec("NaturalQuestions-Open", "string"),
-    "wq": DatasetSpec("WebQuestions", "string"),
-    "curatedtrec": DatasetSpec("CuratedTrec", "regex"),
-}
-
-
-def dataset_spec(dataset: str) -> DatasetSpec:
-  """The `DatasetSpec` of "nq", "wq" or "curatedtrec"."""
-  if dataset not in DATASETS:
-    raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(DATASETS)}")
-  return DATASETS[dataset]
 
 
 def normalize_question(question: str) -> str:

@@ -19,15 +19,15 @@ from the latest; every step's metrics in `metrics.jsonl` and TensorBoard (`<mode
 `loss`, `retriever_loss`, `reader_loss`, `retrieved_answer`, `read_answer`, `index_version`,
 the step of the doc tower the index was built from, `index_staleness`, `step_time_s`,
 `learning_rate/optimizer` (reader) and `learning_rate/retriever_optimizer` (query tower));
-with dev data, every `eval_every_steps` and at the last step dev exact match and recall@k
+with dev data, every `trainer.eval_every` steps and at the last step dev exact match and recall@k
 (`eval.jsonl`, TensorBoard `eval/...`) and the best checkpoint by exact match in
 `<model_dir>/best/` (without dev data `best/` is the last step). Each checkpoint gets
 `model.json` beside it, and `best/` its own (`realm_tf.qa.model`, which loads them).
 
-Index refresh (`index_refresh_steps > 0`, off by default; the paper's footnote 3 suggests it
-may help): every that many steps the doc tower becomes a snapshot of the current query tower
-(as REALM's shared towers would be), the corpus is re-embedded by it and the index and
-block-embedding matrix are swapped in, synchronously, by pre-training's refresher
+Index refresh (`task.index_refresh_steps > 0`, off by default; the paper's footnote 3
+suggests it may help): every that many steps the doc tower becomes a snapshot of the current
+query tower (as REALM's shared towers would be), the corpus is re-embedded by it and the index
+and block-embedding matrix are swapped in, synchronously, by pre-training's refresher
 (`retrieval.index_refresh.SynchronousRefresher`, set up by `realm_tf.qa.index_snapshots`:
 versions `index/step-<S>/` with their doc embedders `doc_embedder/step-<S>/`). It needs a
 pre-trained retriever with shared towers.
@@ -49,6 +49,8 @@ import tensorflow as tf
 
 from realm_tf import distribute
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiment_config import TrainerConfig
 from realm_tf.keras import keras
 from realm_tf.models import precision
 from realm_tf.models.reader import Reader
@@ -59,7 +61,6 @@ from realm_tf.qa import datasets
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
-from realm_tf.qa.finetune_config import FineTuneConfig
 from realm_tf.qa.index_snapshots import SNAPSHOT_VARIABLE
 from realm_tf.qa.index_snapshots import checkpoint_versions
 from realm_tf.qa.index_snapshots import snapshot_dirs
@@ -80,6 +81,7 @@ from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
+from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
@@ -103,61 +105,74 @@ def _saved_at(manager: tf.train.CheckpointManager, step: int) -> bool:
   return bool(manager.latest_checkpoint) and manager.latest_checkpoint.endswith(f"-{step}")
 
 
+def _optimizer_config(trainer: TrainerConfig, tower: str = "reader") -> OptimizerConfig:
+  """The schedule of the "reader" or the "retriever" (query tower) optimizer."""
+  rate = trainer.learning_rate
+  if tower == "retriever" and trainer.retriever_learning_rate is not None:
+    rate = trainer.retriever_learning_rate
+  return OptimizerConfig(learning_rate=rate, num_train_steps=max(1, trainer.num_steps),
+                         warmup_steps=trainer.warmup_steps)
+
+
 class FineTuner:
-  """Runs Open-QA fine-tuning for a `FineTuneConfig` (see the module docstring).
+  """Runs Open-QA fine-tuning of an experiment (see the module docstring).
 
   Args:
-    config: the run.
+    experiment: the run, its task an `OpenQATaskConfig` with what the Open-QA task resolves
+      (`experiments.open_qa_task.OpenQATask.resolved`): `task.vocab_file` set, `task.model`
+      for that vocabulary with a "realm" or "sentence" head, `task.init.checkpoint` a
+      checkpoint (prefix or directory), not a model directory.
     strategy: a `tf.distribute.Strategy` (default: the current one).
     log: called with one-line progress messages.
     build_model: () -> (retriever, reader), called in the strategy's scope and precision
-      (default: `presets.build_models(config.model)`; an Open-QA task's `build_model`).
+      (default: `presets.build_models(task.model)`; an Open-QA task's `build_model`).
     initialize: (retriever, reader) -> loads a fresh run's initial weights (default:
-      `presets.initialize` of `config.init`; an Open-QA task's `initialize`).
+      `presets.initialize` of `task.init`; an Open-QA task's `initialize`).
   """
 
-  def __init__(self, config: FineTuneConfig, strategy: Optional[tf.distribute.Strategy] = None,
+  def __init__(self, experiment: ExperimentConfig,
+               strategy: Optional[tf.distribute.Strategy] = None,
                log: Callable[[str], None] = logging.info,
                build_model: Optional[Callable[[], Tuple[Retriever, Reader]]] = None,
                initialize: Optional[Callable[[Tuple[Retriever, Reader]], object]] = None):
-    build_model = build_model or (lambda: build_models(config.model))
-    initialize = initialize or (
-        lambda models: initialize_models(*models, config.model, config.init))
-    self.config = config
+    task, trainer = experiment.task, experiment.trainer
+    build_model = build_model or (lambda: build_models(task.model))
+    initialize = initialize or (lambda models: initialize_models(*models, task.model, task.init))
+    self.experiment = experiment
     self.strategy = strategy or tf.distribute.get_strategy()
     self.log = log
-    if config.batch_size % self.strategy.num_replicas_in_sync:
-      raise ValueError(f"batch_size {config.batch_size} is not a multiple of the "
+    if trainer.batch_size % self.strategy.num_replicas_in_sync:
+      raise ValueError(f"batch_size {trainer.batch_size} is not a multiple of the "
                        f"{self.strategy.num_replicas_in_sync} replicas")
-    keras.utils.set_random_seed(config.seed)
-    self.dataset = datasets.dataset_of(config.train_data, config.dataset)
-    self.train_examples = datasets.load_examples(config.train_data, self.dataset)
-    self.dev_examples = (datasets.load_examples(config.dev_data, self.dataset)
-                         if config.dev_data else [])
-    self.corpus = Corpus.load(config.corpus)
-    self.tokenizer = WordpieceTokenizer.from_vocab_file(config.vocab_file)
-    if self.tokenizer.vocab_size != config.model.encoder.vocab_size:
-      raise ValueError(f"vocabulary {config.vocab_file} has {self.tokenizer.vocab_size} "
-                       f"wordpieces, the encoder {config.model.encoder.vocab_size}")
-    self.featurizer = Featurizer(self.tokenizer, config.model.query_length,
-                                 config.model.block_length, config.model.reader_length)
-    self.num_retrieved = min(config.retriever_top_k, len(self.corpus))
-    self.num_read = min(config.reader_top_k, self.num_retrieved)
+    keras.utils.set_random_seed(experiment.runtime.seed)
+    self.dataset = datasets.dataset_of(task.train_data, task.dataset)
+    self.train_examples = datasets.load_examples(task.train_data, self.dataset)
+    self.dev_examples = (datasets.load_examples(task.dev_data, self.dataset)
+                         if task.dev_data else [])
+    self.corpus = Corpus.load(task.corpus)
+    self.tokenizer = WordpieceTokenizer.from_vocab_file(task.vocab_file)
+    if self.tokenizer.vocab_size != task.model.encoder.vocab_size:
+      raise ValueError(f"vocabulary {task.vocab_file} has {self.tokenizer.vocab_size} "
+                       f"wordpieces, the encoder {task.model.encoder.vocab_size}")
+    self.featurizer = Featurizer(self.tokenizer, task.model.query_length,
+                                 task.model.block_length, task.model.reader_length)
+    self.num_retrieved = min(task.retriever_top_k, len(self.corpus))
+    self.num_read = min(task.reader_top_k, self.num_retrieved)
 
-    with self.strategy.scope(), precision.policy_scope(config.compute_dtype):
+    with self.strategy.scope(), precision.policy_scope(experiment.runtime.compute_dtype):
       self.retriever, self.reader = build_model()
-      self.optimizer = create_optimizer(config.optimizer_config("reader"))
-      self.retriever_optimizer = create_optimizer(config.optimizer_config("retriever"))
+      self.optimizer = create_optimizer(_optimizer_config(trainer, "reader"))
+      self.retriever_optimizer = create_optimizer(_optimizer_config(trainer, "retriever"))
       self.doc_snapshot_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name=SNAPSHOT_VARIABLE)
     models = {"retriever": self.retriever, "reader": self.reader,
               SNAPSHOT_VARIABLE: self.doc_snapshot_step}
     self.loop = TrainLoop(
-        config.model_dir, dict(models, optimizer=self.optimizer,
-                               retriever_optimizer=self.retriever_optimizer),
-        config.num_train_steps, checkpoint_every=config.checkpoint_every_steps,
-        max_to_keep=config.keep_checkpoints, verbose=False, strategy=self.strategy,
-        run_config=dict(task="finetune", dataset=self.dataset, model=config.model.to_dict(),
+        trainer.model_dir, dict(models, optimizer=self.optimizer,
+                                retriever_optimizer=self.retriever_optimizer),
+        trainer.num_steps, checkpoint_every=trainer.checkpoint_every,
+        max_to_keep=trainer.keep_checkpoints, verbose=False, strategy=self.strategy,
+        run_config=dict(task="finetune", dataset=self.dataset, model=task.model.to_dict(),
                         vocab_fingerprint=run_config.vocab_fingerprint(
                             self.tokenizer.vocabulary),
                         corpus_fingerprint=self.corpus.fingerprint),
@@ -175,17 +190,17 @@ class FineTuner:
       self.log(f"resumed from {latest} at step {self._step()}")
     else:
       initialize((self.retriever, self.reader))
-      if not config.init.checkpoint or config.init.checkpoint_share_towers:
+      if not task.init.checkpoint or task.init.checkpoint_share_towers:
         snapshot_query_tower(self.retriever)  # shared pre-trained towers: the same doc tower.
 
-    self.refresher = start_refresher(self.output_dir, self.corpus, self.tokenizer, config,
+    self.refresher = start_refresher(self.output_dir, self.corpus, self.tokenizer, task,
                                      self.retriever, self._snapshot(), self._checkpoints())
     self.doc_index = DocIndex.from_index(self.refresher.index, self.refresher.metadata)
     with tf.device("CPU:0"):
       self.block_embeddings = tf.Variable(self.doc_index.embeddings, trainable=False,
                                           name="block_embeddings")
     self._replica_step = make_replica_step(self.retriever, self.reader, self.optimizer,
-                                           self.block_embeddings, config.batch_size,
+                                           self.block_embeddings, trainer.batch_size,
                                            self.retriever_optimizer)
     self._system = None
     self._embed_fn = tf.function(self._embed_questions, reduce_retracing=True)
@@ -225,7 +240,7 @@ class FineTuner:
   def _info(self, step: int, prefix: str = "",
             metrics: Optional[Dict[str, float]] = None) -> ModelInfo:
     index_name, embedder_name = snapshot_dirs(self._snapshot())
-    return ModelInfo(model=self.config.model, corpus=prefix + CORPUS,
+    return ModelInfo(model=self.experiment.task.model, corpus=prefix + CORPUS,
                      corpus_fingerprint=self.corpus.fingerprint,
                      doc_index=prefix + index_name, doc_embedder=prefix + embedder_name,
                      dataset=self.dataset, vocab_file=prefix + VOCAB, step=step,
@@ -253,13 +268,13 @@ class FineTuner:
 
   def _examples(self, step: int) -> List[datasets.QAExample]:
     """The deterministic batch of `step` (epochs reshuffled by seed, resumable by step)."""
-    count, batch = len(self.train_examples), self.config.batch_size
+    count, batch = len(self.train_examples), self.experiment.trainer.batch_size
     picked = []
     for position in range(step * batch, (step + 1) * batch):
       epoch = position // count
       if epoch not in self._epoch_orders:
         self._epoch_orders = {epoch: np.random.default_rng(
-            [self.config.seed, epoch]).permutation(count)}
+            [self.experiment.runtime.seed, epoch]).permutation(count)}
       picked.append(self.train_examples[self._epoch_orders[epoch][position % count]])
     return picked
 
@@ -274,7 +289,8 @@ class FineTuner:
       numpy arrays: "query_*" [B, Lq], "rows" int64 [B, K] (-1: missing), "has_answer" bool
       [B, K], "reader_*" int32 [B, k, Lr], "gold_starts" / "gold_ends" int32 [B, k, A].
     """
-    batch, k, length = len(examples), self.num_read, self.config.model.reader_length
+    task = self.experiment.task
+    batch, k, length = len(examples), self.num_read, task.model.reader_length
     features, query_ids, query_emb = self._embed_fn(tf.constant([e.question for e in examples]))
     _, rows = self.doc_index.index.search(query_emb, self.num_retrieved)
     rows = rows.numpy()
@@ -296,7 +312,7 @@ class FineTuner:
       s, e = gold_spans(reader["input_word_ids"][b * k:(b + 1) * k],
                         reader["block_mask"][b * k:(b + 1) * k],
                         [[tokens[a] for a in block] for block in strings[b]],
-                        self.config.model.max_span_width, self.config.max_gold_spans)
+                        task.model.max_span_width, task.max_gold_spans)
       starts.append(s)
       ends.append(e)
     prepared = {f"query_{n}": features[n].numpy() for n in QUERY_FEATURES}
@@ -323,7 +339,7 @@ class FineTuner:
             for name, value in sums.items()}
 
   def _distribute(self, prepared: Dict[str, np.ndarray]):
-    per_replica = self.config.batch_size // self.strategy.num_replicas_in_sync
+    per_replica = self.experiment.trainer.batch_size // self.strategy.num_replicas_in_sync
 
     def value_fn(context):
       begin = context.replica_id_in_sync_group * per_replica
@@ -339,9 +355,8 @@ class FineTuner:
 
   def _train_at(self, step: int) -> Dict[str, float]:
     """The loop's step `step` (0-based): index refresh on schedule, then `train_step`."""
-    config = self.config
-    if config.index_refresh_steps and step and step % config.index_refresh_steps == 0 and (
-        self._snapshot() != step):
+    trainer, refresh_steps = self.experiment.trainer, self.experiment.task.index_refresh_steps
+    if refresh_steps and step and step % refresh_steps == 0 and self._snapshot() != step:
       self._refresh_index(step)
     stats = self.train_step(self._examples(step))
     if not np.isfinite(stats["loss"]):
@@ -349,7 +364,7 @@ class FineTuner:
     self._losses_run.append(stats["loss"])
     stats.update(index_version=float(self._snapshot()),
                  index_staleness=float(step - self._snapshot()))
-    if (step + 1) % config.log_every_steps == 0 or step + 1 == config.num_train_steps:
+    if (step + 1) % trainer.log_every == 0 or step + 1 == trainer.num_steps:
       self.log(f"step {step + 1} " + " ".join(f"{k}={v:.4g}" for k, v in stats.items()))
     return stats
 
@@ -359,14 +374,14 @@ class FineTuner:
     """The retrieve-and-read system with the current weights and index."""
     if self._system is None:
       self._system = make_system(self.retriever, self.reader, self.tokenizer,
-                                 self.config.model, self.corpus, self.doc_index,
+                                 self.experiment.task.model, self.corpus, self.doc_index,
                                  k=self.num_read)
     return self._system
 
   def evaluate_dev(self) -> Dict[str, float]:
     """Dev metrics (exact match, recall@k) with the current weights and index."""
     return evaluate(self.system(), self.dev_examples,
-                    EvalConfig(max_examples=self.config.eval_max_examples)).metrics
+                    EvalConfig(max_examples=self.experiment.trainer.eval_max_examples)).metrics
 
   def _validate(self) -> Dict[str, float]:
     """The loop's periodic evaluation: `evaluate_dev`, kept in this run's result."""
@@ -375,17 +390,17 @@ class FineTuner:
     return metrics
 
   def run(self) -> FineTuneResult:
-    """Trains up to `num_train_steps`, evaluating, checkpointing and refreshing on schedule.
+    """Trains up to `trainer.num_steps`, evaluating, checkpointing and refreshing on schedule.
 
     Raises:
       distribute.WorkerLostError: another worker of a multi-worker job stopped.
     """
-    config = self.config
+    trainer = self.experiment.trainer
     self._losses_run, self._dev_metrics = [], {}
     evaluation = None
     if self.dev_examples:  # 0 steps: the pre-trained model's figures
-      evaluation = Evaluation(self._validate, config.eval_every_steps, "exact_match",
-                              at_start=config.num_train_steps == 0)
+      evaluation = Evaluation(self._validate, trainer.eval_every, "exact_match",
+                              at_start=trainer.num_steps == 0)
     self.loop.run(self._train_at, evaluation=evaluation)
     step = self._step()
     if not self.dev_examples and not _saved_at(self.loop.best_manager, step):
@@ -396,7 +411,8 @@ class FineTuner:
     return FineTuneResult(step, self._losses_run, self._dev_metrics, self.best_exact_match)
 
 
-def run_finetuning(config: FineTuneConfig, strategy: Optional[tf.distribute.Strategy] = None,
+def run_finetuning(experiment: ExperimentConfig,
+                   strategy: Optional[tf.distribute.Strategy] = None,
                    log: Callable[[str], None] = logging.info) -> FineTuneResult:
-  """Builds a `FineTuner` for `config` and runs it."""
-  return FineTuner(config, strategy, log).run()
+  """Builds a `FineTuner` for `experiment` and runs it."""
+  return FineTuner(experiment, strategy, log).run()

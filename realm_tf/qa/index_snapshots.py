@@ -13,9 +13,9 @@ from typing import Iterable, Set, Tuple
 
 import tensorflow as tf
 
+from realm_tf.experiment_config import OpenQATaskConfig
 from realm_tf.mips import index_publisher
 from realm_tf.models import precision
-from realm_tf.qa.finetune_config import FineTuneConfig
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -38,7 +38,7 @@ def snapshot_query_tower(retriever) -> None:
 
 
 def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenizer,
-                    config: FineTuneConfig, retriever, snapshot: int,
+                    task: OpenQATaskConfig, retriever, snapshot: int,
                     checkpoints: Iterable[str]) -> SynchronousRefresher:
   """The refresher of a fine-tuning run writing into model directory `directory` (each worker
   its own), started on the doc tower of step `snapshot` (its version reused if it matches the
@@ -47,10 +47,10 @@ def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenize
   with the doc tower in `embedding_dtype` into an `index_kind` index (`scann` settings); it
   keeps one version besides the pinned ones."""
   refresher = SynchronousRefresher(
-      os.path.join(directory, INDEX_ROOT), config.index_refresh_steps, corpus,
-      (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), config.index_kind,
-      config.model.block_length, compute_dtype=precision.resolve(config.embedding_dtype),
-      keep_versions=1, scann=config.scann, snapshot_root=os.path.join(directory, EMBEDDER_ROOT),
+      os.path.join(directory, INDEX_ROOT), task.index_refresh_steps, corpus,
+      (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), task.index_kind,
+      task.model.block_length, compute_dtype=precision.resolve(task.embedding_dtype),
+      keep_versions=1, scann=task.scann, snapshot_root=os.path.join(directory, EMBEDDER_ROOT),
       tokenizer=tokenizer)
   refresher.retain(checkpoint_versions(checkpoints))
   refresher.start(snapshot, retriever, index_publisher.version_for_step(snapshot),
