@@ -5,14 +5,12 @@ fine-tunes every system; `run_seeds` runs seeds as parallel processes (one intra
 each), reusing a seed whose directory holds a finished result with the same settings
 (`ablation_result`).
 
-Every stage is an experiment (`realm_tf.experiments`): the registered `ict`, `pretrain` or
-`open_qa` config with the seed's world, towers and schedule put in by `dataclasses.replace`,
-run by `run_experiment` (float32, `runtime.seed` = the seed). Pre-training runs sync-refresh a
-brute-force index and start from the ICT retriever (`task.retriever_dir`) and either the reader
-of the run before (`task.reader_dir`) or, for "bert" and "bert_pairs" (K = 1, never
-refreshed), a new reader initialised from `seed + 1` (`task.reader_seed`: the same reader
-initialisation in every run). Fine-tuning starts from a checkpoint of the system's retriever
-and reader (`task.init.checkpoint`).
+Every stage is a registered experiment (`ict`, `pretrain`, `open_qa`) with the seed's world,
+towers and schedule (`dataclasses.replace`), run by `run_experiment` in float32. Pre-training
+sync-refreshes a brute-force index, from the ICT retriever (`task.retriever_dir`) and the
+previous run's reader (`task.reader_dir`) or, K = 1 ("bert", "bert_pairs"), a new reader from
+`task.reader_seed` = seed + 1 (one initialisation for every run); fine-tuning from a checkpoint
+of the system's retriever and reader (`task.init.checkpoint`).
 """
 import concurrent.futures
 import dataclasses
@@ -151,8 +149,7 @@ class AblationRunner:
     config = self.config
     masking, start = PRETRAINING_RUNS[run]
     bert = start is None
-    if bert:  # K = 1: the null document alone ("bert") or the ICT top block ("bert_pairs");
-      # a new reader, the same initialisation in every run; the index is never refreshed.
+    if bert:  # K = 1: the null document ("bert") or the ICT top block; never refreshed
       steps = config.bert_steps
       settings = dict(reader_seed=config.seed + 1, num_candidates=1,
                       null_document=run == "bert", refresh_every=steps + 1)
