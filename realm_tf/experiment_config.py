@@ -147,6 +147,12 @@ class PretrainTaskConfig:
       noise, and Adam's normalised steps turn that noise into full-size updates that erode
       the ICT retriever (the paper's cold-start problem, on the reader's side). 0: joint from
       step 0.
+    mlm_warmup_steps: steps of masked-LM warm-up of the reader (its MLM head and BERT) on the
+      corpus blocks before REALM (`training.mlm_warmup`, in `<model_dir>/mlm_warmup`), for a
+      new reader whose `init.bert_weights` have no MLM head (all-MiniLM-L6-v2): without it
+      REALM starts with an untrained head (MLM accuracy 0). 300: where MiniLM's held-out MLM
+      accuracy levels off (0.17, BENCHMARKS.md §11). Skipped for a saved reader and for
+      weights with a head (Google BERT, REALM); 0: never.
     refresh: "async" (a background index builder) or "sync".
     refresh_every: steps between doc-embedder snapshots / index rebuilds.
     index_kind, scann: the MIPS index and its ScaNN settings.
@@ -172,6 +178,7 @@ class PretrainTaskConfig:
   masking: str = "salient_span"
   max_predictions: int = 10
   reader_warmup_steps: int = 0
+  mlm_warmup_steps: int = 300
   refresh: str = "async"
   refresh_every: int = 500
   index_kind: str = "scann"

@@ -80,12 +80,12 @@ def load_bert_weights(encoder, bert_weights: str) -> None:
     checkpoints.load_bert_checkpoint(encoder, path)
 
 
-def load_reader_weights(reader: Reader, bert_weights: str) -> None:
+def load_reader_weights(reader: Reader, bert_weights: str) -> bool:
   """Loads `bert_weights` into the reader's BERT, and its MLM head (transform, LayerNorm,
   output bias) when that checkpoint has one (Google BERT, REALM); without one
-  (all-MiniLM-L6-v2) the head keeps its initialisation and the decoder is tied."""
-  if bert_weights:
-    checkpoints.load_bert_reader(reader, _weights_path(bert_weights))
+  (all-MiniLM-L6-v2) the head keeps its initialisation and the decoder is tied (warm it up
+  with `training.mlm_warmup`). Returns whether an MLM head was loaded."""
+  return bool(bert_weights) and checkpoints.load_bert_reader(reader, _weights_path(bert_weights))
 
 
 def build_retriever(encoder: configs.EncoderConfig, share_towers: bool = True,

@@ -27,6 +27,9 @@ flags.DEFINE_bool("share_towers", True, "One BERT for queries and blocks (new re
 flags.DEFINE_integer("num_steps", 1000, "Training steps.")
 flags.DEFINE_integer("batch_size", 16, "Global batch.")
 flags.DEFINE_float("learning_rate", 3e-5, "Peak learning rate.")
+flags.DEFINE_integer("mlm_warmup_steps", 300,
+                     "Steps of MLM-head warm-up on the corpus blocks before REALM, for a new "
+                     "reader whose --init_weights have no MLM head (MiniLM); 0: none.")
 flags.DEFINE_integer("num_candidates", 8, "K, null document included.")
 flags.DEFINE_bool("null_document", True, "Put the null document among the candidates.")
 flags.DEFINE_bool("exclude_source", True, "Drop the query's own block (trivial retrieval).")
@@ -70,7 +73,8 @@ SETTINGS = {
     "dropout": ("task.model.encoder.dropout_rate", "task.model.encoder.attention_dropout_rate"),
     "retriever_head": "task.model.retriever_head", "share_towers": "task.share_towers",
     "num_steps": "trainer.num_steps", "batch_size": "trainer.batch_size",
-    "learning_rate": "trainer.learning_rate", "num_candidates": "task.num_candidates",
+    "learning_rate": "trainer.learning_rate", "mlm_warmup_steps": "task.mlm_warmup_steps",
+    "num_candidates": "task.num_candidates",
     "null_document": "task.null_document", "exclude_source": "task.exclude_source",
     "masking": "task.masking", "query_length": "task.model.query_length",
     "block_length": "task.model.block_length", "refresh": "task.refresh",

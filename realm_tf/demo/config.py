@@ -34,6 +34,8 @@ class DemoConfig:
     dev_percent: share of the answerable questions held out for dev (by hash).
     eval_questions: dev questions evaluated (0: all).
     ict_steps, ict_batch_size, ict_learning_rate: ICT (in-batch negatives).
+    mlm_warmup_steps: MLM-head warm-up of the MiniLM reader on the corpus blocks before REALM
+      (`training.mlm_warmup`; MiniLM has no MLM head; 0: none).
     pretrain_steps, pretrain_batch_size, pretrain_learning_rate, num_candidates,
       refresh_every: REALM pre-training (K candidates with the null document; a doc-embedder
       snapshot for the asynchronous index builder every `refresh_every` steps).
@@ -55,6 +57,7 @@ class DemoConfig:
   ict_steps: int = 20
   ict_batch_size: int = 16
   ict_learning_rate: float = 1e-4
+  mlm_warmup_steps: int = 20
   pretrain_steps: int = 24
   pretrain_batch_size: int = 2
   pretrain_learning_rate: float = 3e-5
@@ -77,6 +80,8 @@ class DemoConfig:
                  "pretrain_batch_size", "finetune_batch_size", "k", "refresh_every"):
       if getattr(self, name) < 1:
         raise InvalidConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+    if self.mlm_warmup_steps < 0:
+      raise InvalidConfigError(f"mlm_warmup_steps must be >= 0, got {self.mlm_warmup_steps}")
     if not 0 < self.dev_percent < 100:
       raise InvalidConfigError(f"dev_percent must be in 1..99, got {self.dev_percent}")
     if self.query_length + self.block_length > 512:

@@ -35,6 +35,9 @@ _ICT_BATCH = flags.DEFINE_integer("ict_batch_size", _DEFAULTS.ict_batch_size,
                                   "ICT batch (in-batch negatives).")
 _ICT_LR = flags.DEFINE_float("ict_learning_rate", _DEFAULTS.ict_learning_rate,
                              "ICT peak learning rate.")
+_MLM_WARMUP_STEPS = flags.DEFINE_integer("mlm_warmup_steps", _DEFAULTS.mlm_warmup_steps,
+                                         "MLM-head warm-up steps of the reader before REALM "
+                                         "(0: none).")
 _PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", _DEFAULTS.pretrain_steps,
                                        "REALM pre-training steps.")
 _PRETRAIN_BATCH = flags.DEFINE_integer("pretrain_batch_size", _DEFAULTS.pretrain_batch_size,
@@ -70,7 +73,8 @@ def config_from_flags() -> DemoConfig:
       block_length=_BLOCK_LENGTH.value, query_length=_QUERY_LENGTH.value,
       dev_percent=_DEV_PERCENT.value, eval_questions=_EVAL_QUESTIONS.value,
       ict_steps=_ICT_STEPS.value, ict_batch_size=_ICT_BATCH.value,
-      ict_learning_rate=_ICT_LR.value, pretrain_steps=_PRETRAIN_STEPS.value,
+      ict_learning_rate=_ICT_LR.value, mlm_warmup_steps=_MLM_WARMUP_STEPS.value,
+      pretrain_steps=_PRETRAIN_STEPS.value,
       pretrain_batch_size=_PRETRAIN_BATCH.value, pretrain_learning_rate=_PRETRAIN_LR.value,
       num_candidates=_NUM_CANDIDATES.value, refresh_every=_REFRESH_EVERY.value,
       finetune_steps=_FINETUNE_STEPS.value, finetune_batch_size=_FINETUNE_BATCH.value,

@@ -36,6 +36,14 @@ def _arrow(figures: Dict[str, Any], key: str, digits: int = 3) -> str:
   return f"{figures[f'{key}_first']:.{digits}f} -> {figures[f'{key}_last']:.{digits}f}"
 
 
+def _mlm_warmup(f: Dict[str, Any]) -> str:
+  """The reader's MLM-head warm-up before REALM, when it ran."""
+  if "mlm_warmup_steps" not in f:
+    return ""
+  return (f"MLM-head warm-up {f['mlm_warmup_steps']} steps, held-out MLM accuracy "
+          f"{_arrow(f, 'mlm_warmup_accuracy')}; then ")
+
+
 def _dev_recall(f: Dict[str, Any]) -> str:
   return (f"dev recall@5 {f['dev_recall@5_start']:.3f} -> {f['dev_recall@5_end']:.3f} "
           f"(best {f['dev_recall@5_best']:.3f} at step {f['best_step']}, kept)")
@@ -66,7 +74,8 @@ _DESCRIBE: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "ict": lambda f: (f"{f['steps']} steps x {f['batch_size']}, loss {_arrow(f, 'loss')}, "
                       f"in-batch accuracy {_arrow(f, 'accuracy')}, {_dev_recall(f)} "
                       f"-> {f['path']}"),
-    "pretrain": lambda f: (f"{f['steps']} steps x {f['batch_size']} (K={f['num_candidates']}),"
+    "pretrain": lambda f: (_mlm_warmup(f) +
+                           f"{f['steps']} steps x {f['batch_size']} (K={f['num_candidates']}),"
                            f" loss {_arrow(f, 'loss')}, MLM accuracy "
                            f"{_arrow(f, 'mlm_accuracy')}, retrieval utility "
                            f"{_arrow(f, 'retrieval_utility')} nats, "

@@ -4,7 +4,8 @@
                Wikipedia articles -> blocks -> pre-training examples, and the NQ-open dev
                questions the blocks answer (`data_stages`)
     ict        ICT warm-start of the retriever (the `ict` experiment) -> ict/
-    pretrain   REALM pre-training from ict/, asynchronous index refresh (the `pretrain`
+    pretrain   REALM pre-training from ict/, after the MLM-head warm-up of the MiniLM
+               reader (realm/mlm_warmup/), asynchronous index refresh (the `pretrain`
                experiment) -> realm/
     evaluate_before, evaluate_after
                exact match and recall@k on the dev questions (`qa.evaluate_lib`), before and
@@ -61,6 +62,7 @@ from realm_tf.evaluation.bm25 import Bm25Index
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
 from realm_tf.experiments.open_qa_task import OpenQATask
+from realm_tf.experiments.pretrain_task import WARMUP_DIR
 from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.export import export_hub_lib
 from realm_tf.mips import index_publisher
@@ -71,6 +73,7 @@ from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
+from realm_tf.training.mlm_warmup import METRIC as MLM_WARMUP_METRIC
 from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import EVAL_LOG
 
@@ -184,7 +187,7 @@ class Demo(DataStages):
         "trainer.learning_rate": config.pretrain_learning_rate,
         "trainer.checkpoint_every": _checkpoint_every(config.pretrain_steps),
         "task.num_candidates": config.num_candidates, "task.refresh_every": config.refresh_every,
-        "task.embedding_dtype": "float32"})
+        "task.mlm_warmup_steps": config.mlm_warmup_steps, "task.embedding_dtype": "float32"})
     model_dir = experiment.trainer.model_dir
     index_root = os.path.join(model_dir, "index")
     with LogProgress(os.path.join(model_dir, "metrics.jsonl"), config.pretrain_steps,
@@ -193,6 +196,11 @@ class Demo(DataStages):
       run_experiment(experiment, verbose=False, monitor=self._monitor(config.refresh_every))
     records = read_step_log(os.path.join(model_dir, "metrics.jsonl"))
     figures = trends(records, ("loss", "mlm_accuracy", "retrieval_utility"))
+    warmup = read_step_log(os.path.join(model_dir, WARMUP_DIR, EVAL_LOG))
+    if warmup:  # the reader's MLM head warmed up before REALM
+      figures.update(mlm_warmup_steps=warmup[-1]["step"],
+                     mlm_warmup_accuracy_first=warmup[0][MLM_WARMUP_METRIC],
+                     mlm_warmup_accuracy_last=warmup[-1][MLM_WARMUP_METRIC])
     versions = index_publisher.list_versions(index_root)
     figures.update(batch_size=config.pretrain_batch_size, num_candidates=config.num_candidates,
                    indexes_published=len(versions), index_versions=versions,

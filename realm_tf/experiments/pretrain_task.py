@@ -1,9 +1,12 @@
 """The REALM pre-training task (`training.pretraining_lib`): starts from the previous stage's
 saved towers (an ICT run's `retriever/`, a pre-training run's `retriever/` and `reader/`) and
-BERT weights for the towers it does not hold; refreshes its MIPS index synchronously or with
+BERT weights for the towers it does not hold, warms a new reader's MLM head up when those
+weights have none (`training.mlm_warmup`); refreshes its MIPS index synchronously or with
 the asynchronous builder (`retrieval.index_refresh`, `retrieval.async_refresh`)."""
 import os
 from typing import Dict, Tuple
+
+from absl import logging
 
 from realm_tf import errors
 from realm_tf import presets
@@ -15,11 +18,18 @@ from realm_tf.models.saving import load_model
 from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
+from realm_tf.training.mlm_warmup import MlmWarmup
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
 
+WARMUP_DIR = "mlm_warmup"
+
+
 class PretrainTask(Task):
-  """REALM pre-training; writes `model_dir/retriever`, `model_dir/reader` and the indexes."""
+  """REALM pre-training, after the MLM-head warm-up of a new reader without one
+  (`warm_up_reader`, in `model_dir/mlm_warmup`); writes `model_dir/retriever`,
+  `model_dir/reader` and the indexes."""
+  mlm_head_loaded = False  # `initialize`: a new reader's BERT weights brought an MLM head
 
   def saved(self, tower: str) -> str:
     """The saved `tower` to start from: `task.<tower>_dir`, else `init.checkpoint`'s."""
@@ -53,7 +63,8 @@ class PretrainTask(Task):
                                 max_span_width=model.max_span_width)
 
   def initialize(self, model: Tuple[Retriever, Reader]) -> Tuple[Retriever, Reader]:
-    """`init.bert_weights` into the new towers (the saved ones keep their weights)."""
+    """`init.bert_weights` into the new towers (the saved ones keep their weights); sets
+    `mlm_head_loaded`: whether a new reader's weights brought an MLM head."""
     retriever, reader = model
     bert_weights = self.task.init.bert_weights
     with self.scope():
@@ -62,8 +73,30 @@ class PretrainTask(Task):
                                          retriever.doc_encoder)}.values():
           presets.load_bert_weights(tower, bert_weights)
       if not self.saved("reader"):
-        presets.load_reader_weights(reader, bert_weights)
+        self.mlm_head_loaded = presets.load_reader_weights(reader, bert_weights)
     return retriever, reader
+
+  def warm_up_reader(self, reader: Reader, store: Corpus) -> None:
+    """`task.mlm_warmup_steps` of MLM-head warm-up (`training.mlm_warmup`) for a new reader
+    whose BERT weights had no MLM head; logs why it is skipped otherwise, and the held-out MLM
+    accuracy REALM starts from."""
+    steps, bert_weights = self.task.mlm_warmup_steps, self.task.init.bert_weights
+    if not steps:
+      return
+    if self.saved("reader"):
+      logging.info("MLM warm-up skipped: the reader is a saved one (%s)", self.saved("reader"))
+      return
+    if not bert_weights or self.mlm_head_loaded:
+      logging.info("MLM warm-up skipped: %s", f"{bert_weights} has an MLM head" if bert_weights
+                   else "the reader has no BERT weights (task.init.bert_weights)")
+      return
+    warmup = MlmWarmup(reader, store, self.tokenizer,
+                       os.path.join(self.config.trainer.model_dir, WARMUP_DIR), steps,
+                       seed=self.config.runtime.seed, strategy=self.strategy)
+    accuracy = warmup.train(verbose=self.verbose)
+    logging.info("reader MLM accuracy at the start of REALM: %.4f (masked wordpieces of %d "
+                 "held-out blocks; %.4f before %d steps of MLM warm-up)", accuracy["end"],
+                 len(warmup.held_out_rows), accuracy["start"], steps)
 
   def build_inputs(self) -> Corpus:
     self.require("corpus", "examples_dir")
@@ -87,6 +120,7 @@ class PretrainTask(Task):
   def run(self) -> Dict[str, float]:
     store = self.build_inputs()
     retriever, reader = self.initialize(self.build_model())
+    self.warm_up_reader(reader, store)
     history = RealmPretrainer(self.config, retriever, reader, store, self.tokenizer,
                               self._refresher(store), self.strategy,
                               monitor=self.recall_monitor(store)).train(verbose=self.verbose)
