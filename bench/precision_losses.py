@@ -7,8 +7,8 @@ data, once per dtype:
   pre-training  REALM steps (tiny BERT towers, K = 4, B = 4, brute-force index refreshed every
                 10 steps in the same dtype) over a synthetic corpus with real-Wikipedia block
                 lengths (bench/training_step_bench.py's `synthetic_world`);
-  fine-tuning   Open-QA steps (`FineTuner`) on the tiny QA world (`realm_tf.tiny_world`,
-                the README's tiny model), no dev evaluation.
+  fine-tuning   Open-QA steps (`FineTuner`) on the tiny world's Open-QA files
+                (`realm_tf.tiny_world`, the README's tiny model), no dev evaluation.
 Reported per run: the largest and the mean absolute per-step loss difference, the largest
 difference of 10-step mean losses and that of the last 10 steps, all relative to the float32
 run's first loss.
@@ -68,13 +68,13 @@ def pretraining_losses(directory: str, tokenizer, compute_dtype: str):
 
 
 def finetuning_losses(directory: str, compute_dtype: str):
-  """Per-step Open-QA fine-tuning losses on the tiny QA world in `compute_dtype`."""
-  world = tiny_world.write_qa_world(os.path.join(directory, "world"))
+  """Per-step Open-QA fine-tuning losses on the tiny world's Open-QA files in `compute_dtype`."""
+  world = tiny_world.write_open_qa(os.path.join(directory, "world"))
   model = tiny_world.model_config()
   config = ExperimentConfig(
       task=OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
                             vocab_file=world.vocab_file, dev_data="", model=model,
-                            retriever_top_k=24, index_kind="brute_force",
+                            retriever_top_k=16, index_kind="brute_force",
                             embedding_dtype="float32"),
       trainer=TrainerConfig(model_dir=os.path.join(directory, compute_dtype), batch_size=4,
                             num_steps=_STEPS.value, learning_rate=3e-3, warmup_steps=3,

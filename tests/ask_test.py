@@ -20,12 +20,12 @@ from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
-QUESTION = "who wrote hamlet?"
+QUESTION = tiny_world.QUESTIONS[0][0]  # "ada lives in the city of"
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_qa_world(str(tmp_path_factory.mktemp("world")))
+  return tiny_world.write_open_qa(str(tmp_path_factory.mktemp("world")))
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_corpus_swap_without_retraining(world, model_dir, asker):
       swapped.model.doc_embedder.embed_texts(new.titles, new.texts), atol=1e-6)
   answer = swapped.ask(QUESTION)
   assert all(2000 <= e.block_id < 3000 for e in answer.evidence)
-  assert "Christopher Marlowe" in new.texts[0] and "Shakespeare" not in " ".join(new.texts)
+  assert "Ada lives in Lima." in new.texts[0] and "Ada lives in Doha." not in " ".join(new.texts)
   # The fine-tuned towers are unchanged: same query embedding, same reader weights.
   for got, want in zip(swapped.model.reader.variables, asker.model.reader.variables):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
@@ -125,7 +125,7 @@ def test_precomputed_embeddings_are_checked_against_the_doc_embedder(world, mode
   assert good.corpus_fingerprint == new.fingerprint
   # Another model's doc embedder (same vocabulary and sizes): a clear error from `ask`.
   other_retriever, _ = build_models(tiny_world.model_config())
-  tokenizer = WordpieceTokenizer(tiny_world.qa_vocabulary())
+  tokenizer = WordpieceTokenizer(list(tiny_world.VOCAB))
   other_path = export_doc_embedder(other_retriever, str(tmp_path / "other_embedder"),
                                    tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
                                    block_length=32, tokenizer=tokenizer)
@@ -137,7 +137,7 @@ def test_precomputed_embeddings_are_checked_against_the_doc_embedder(world, mode
   with pytest.raises(EmbeddingMismatchError, match="dimension 8, but the doc embedder"):
     index_corpus(embedder, new, str(tmp_path / "dim"))
   _write_pipeline_embeddings(str(tmp_path / "short"), Corpus.load(world.corpus), own)
-  with pytest.raises(EmbeddingMismatchError, match="24 blocks without an embedding"):
+  with pytest.raises(EmbeddingMismatchError, match="16 blocks without an embedding"):
     index_corpus(embedder, new, str(tmp_path / "short"))
   with pytest.raises(EmbeddingMismatchError, match="built for another corpus"):
     index_corpus(embedder, new, os.path.join(model_dir, "index", "step-00000000"))
@@ -189,7 +189,7 @@ def test_cli_behaviour_question_or_interactive(asker):
   output.clear()
   ask_lib.answer_or_interact(asker, [QUESTION], [], output.append)
   direct = "".join(output)
-  assert interactive.startswith("question> Q: who wrote hamlet?")
-  assert direct.startswith("Q: who wrote hamlet?\nA: ") and direct.split("\n")[1] in interactive
+  assert interactive.startswith(f"question> Q: {QUESTION}")
+  assert direct.startswith(f"Q: {QUESTION}\nA: ") and direct.split("\n")[1] in interactive
   with pytest.raises(ValueError, match="question 1: empty question"):
     ask_lib.answer_or_interact(asker, [" "], [], output.append)

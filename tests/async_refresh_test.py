@@ -16,9 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_path,
                                                                            monkeypatch):
   monkeypatch.setenv("PYTHONPATH", ROOT)
-  store, tok = tiny_world.write_people(str(tmp_path / "corpus"))
+  store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
   retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)),
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
       projection_size=8))
   retriever.build()
   refresher = AsynchronousRefresher(

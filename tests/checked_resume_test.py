@@ -26,14 +26,14 @@ from realm_tf.training import run_config
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
-ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB))
+ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
 FIX = "Resume with the original flags, or train into a new --model_dir than"
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("world"))
-  store, tokenizer = tiny_world.write_people(directory)
+  store, tokenizer = tiny_world.write_pipeline(directory)
   return directory, store, tokenizer
 
 
@@ -127,7 +127,7 @@ def test_restore_verifies_every_model_variable(tmp_path, saved, now):
 
 
 def test_finetune_resume_with_another_model_config_stops(tmp_path):
-  world = tiny_world.write_qa_world(str(tmp_path / "world"))
+  world = tiny_world.write_open_qa(str(tmp_path / "world"))
   task = OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
                           vocab_file=world.vocab_file, model=tiny_world.model_config(),
                           retriever_top_k=8, index_kind="brute_force", embedding_dtype="float32")

@@ -114,12 +114,9 @@ def test_missing_settings_are_named(tmp_path):
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
   """ICT -> pre-training -> Open-QA, each `init.checkpoint` the previous `model_dir`."""
-  world, vocab = tiny_world.write_people_and_vocab(tmp_path_factory.mktemp("world"))
+  world, vocab = tiny_world.write_pipeline_and_vocab(tmp_path_factory.mktemp("world"))
   root = tmp_path_factory.mktemp("runs")
-  questions = root / "train.jsonl"
-  questions.write_text("".join(json.dumps({"question": f"where does {n} live ?",
-                                           "answer": ["paris"]}) + "\n"
-                               for n in tiny_world.NAMES[:8]))
+  questions = tiny_world.write_open_qa(str(root / "open_qa")).train  # 12, about the blocks
   data = f"{TINY},task.corpus={world},task.vocab_file={vocab}"
   runs = {}
   runs["ict"] = registry.build("ict", params_override=(

@@ -18,7 +18,7 @@ from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 from realm_tf.retrieval.index_refresh import IndexBuilderError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NUM_BLOCKS = 16  # tiny_world.write_people's corpus
+NUM_BLOCKS = 16  # tiny_world.write_pipeline's corpus
 
 # Builder scripts, run as `python -c SCRIPT <index_root> <version>`.
 FAIL = """
@@ -53,7 +53,7 @@ class ScriptedRefresher(AsynchronousRefresher):
   embedder is covered by async_refresh_test."""
 
   def __init__(self, tmp_path, scripts, **kwargs):
-    store, tok = tiny_world.write_people(str(tmp_path / "corpus"))
+    store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
     super().__init__(str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
                      corpus_dir=str(tmp_path / "corpus"),
                      snapshot_root=str(tmp_path / "snapshots"), kind="brute_force", **kwargs)
@@ -176,9 +176,9 @@ def test_close_reports_a_failed_builder_and_terminates_a_running_one(tmp_path, c
 
 @pytest.mark.slow
 def test_a_mistyped_builder_flag_is_reported_with_the_real_builder(tmp_path, caplog):
-  store, tok = tiny_world.write_people(str(tmp_path / "corpus"))
+  store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
   retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)),
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
       projection_size=8))
   retriever.build()
   refresher = AsynchronousRefresher(

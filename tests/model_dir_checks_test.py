@@ -13,12 +13,12 @@ from realm_tf import tiny_world
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 
-QUESTION = "who invented the telephone?"
+QUESTION = tiny_world.QUESTIONS[-1][0]
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_qa_world(str(tmp_path_factory.mktemp("world")))
+  return tiny_world.write_open_qa(str(tmp_path_factory.mktemp("world")))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ CASES = {
         span_hidden_size=7)), "best/model.json: the model it describes (136 variables) does "
                               "not fit the checkpoint "),
     "vocab_cut_in_half": (lambda root, best: _halve(os.path.join(root, "vocab.txt")),
-                          "vocab.txt: 62 wordpieces, but the embedding table of the checkpoint "),
+                          "vocab.txt: 23 wordpieces, but the embedding table of the checkpoint "),
     "vocab_edited": (lambda root, best: _swap_lines(os.path.join(root, "vocab.txt")),
                      "vocab.txt: not the vocabulary the model was fine-tuned with"),
     "vocab_file_absolute": (lambda root, best: _edit_info(best, _set("vocab_file", "/etc/passwd")),

@@ -23,7 +23,7 @@ TIMEOUT_S = 900
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_people_and_vocab(tmp_path_factory.mktemp("world"))
+  return tiny_world.write_pipeline_and_vocab(tmp_path_factory.mktemp("world"))
 
 
 def _free_ports(count):
@@ -221,14 +221,14 @@ def _finetune_command(world, model_dir, *extra):
           f"--corpus={world.corpus}", f"--train_data={world.train}",
           f"--vocab_file={world.vocab_file}", "--encoder=tiny",
           "--dropout=0", *sizes, "--batch_size=4", "--learning_rate=3e-3",
-          "--warmup_steps=1", "--retriever_top_k=24", "--index_kind=brute_force",
+          "--warmup_steps=1", "--retriever_top_k=16", "--index_kind=brute_force",
           "--log_every=1", "--checkpoint_every=2", "--seed=3", "--compute_dtype=float32",
           "--embedding_dtype=float32", *extra]
 
 
 @pytest.mark.slow
 def test_finetuning_two_workers_match_one_and_only_the_chief_writes(tmp_path):
-  world = tiny_world.write_qa_world(str(tmp_path / "world"))
+  world = tiny_world.write_open_qa(str(tmp_path / "world"))
   _run_single(_finetune_command(world, tmp_path / "single", "--num_steps=4"))
   _run_multi_worker(_finetune_command(world, tmp_path / "multi", "--num_steps=4"),
                     tmp_path / "logs")

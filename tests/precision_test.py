@@ -18,12 +18,12 @@ from realm_tf.signatures.doc_embedder import export_doc_embedder
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  store, tok = tiny_world.write_people(str(tmp_path_factory.mktemp("world")))
+  store, tok = tiny_world.write_pipeline(str(tmp_path_factory.mktemp("world")))
   tf.keras.utils.set_random_seed(0)
   # A wide init, so that blocks get distinct embeddings (narrow random towers give every
   # block nearly the same [CLS] vector, and nearest neighbours would be noise).
   encoder = dataclasses.replace(
-      configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)), initializer_range=0.2)
+      configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)), initializer_range=0.2)
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
                                                               projection_size=8))
   retriever.build()
@@ -104,7 +104,7 @@ def test_auto_resolves_to_this_machines_choice():
 def test_policy_scope_builds_mixed_bfloat16_towers_and_restores_the_policy():
   with precision.policy_scope("bfloat16") as dtype:
     retriever = configs.build_retriever(configs.RetrieverConfig(
-        encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)),
+        encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
         projection_size=8))
     retriever.build()
   assert dtype == "bfloat16"

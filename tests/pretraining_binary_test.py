@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_people_and_vocab(tmp_path_factory.mktemp("world"))
+  return tiny_world.write_pipeline_and_vocab(tmp_path_factory.mktemp("world"))
 
 
 def _command(world, model_dir, *extra):

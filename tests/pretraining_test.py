@@ -25,13 +25,13 @@ from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
-ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB))
+ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("world"))
-  store, tokenizer = tiny_world.write_people(directory)
+  store, tokenizer = tiny_world.write_pipeline(directory)
   return directory, store, tokenizer
 
 

@@ -21,12 +21,11 @@ from realm_tf.tokenization.featurizers import BlockFeaturizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = "## Open-QA: fine-tune, evaluate, export, ask"
-QUESTIONS = ["who wrote hamlet?", "what is the capital of japan?",
-             "who invented the telephone?"]
-TITLES = ["Hamlet", "Tokyo", ""]
-TEXTS = ["Hamlet is a tragedy written by William Shakespeare.", "Tokyo is the capital of Japan.",
-         "Neil Armstrong walked on the Moon in 1969."]
-MASKED = ["[MASK] wrote hamlet?", "what is the [MASK] of [MASK]?", "no mask here"]
+QUESTIONS = ["ada lives in the city of", "bob works as a", "kim lives in the city of"]
+TITLES = ["ada", "bob", ""]
+TEXTS = ["Ada lives in Doha. Ada works as a tailor.", "Bob lives in Kyiv. Bob works as a nurse.",
+         "Pam lives in Doha. Pam works as a pilot."]
+MASKED = ["[MASK] lives in the city of doha .", "the [MASK] is [MASK] .", "no mask here"]
 
 # Runs in a fresh interpreter that cannot import realm_tf at all.
 FRESH_PROCESS = textwrap.dedent("""
@@ -153,7 +152,8 @@ def test_readme_chain_trains_evaluates_exports_and_asks(chain, model):
   assert os.path.exists(os.path.join(model_dir, "best", "model.json"))
   with open(os.path.join(qa_dir, "metrics.json")) as f:
     metrics = json.load(f)
-  assert set(metrics) == {"exact_match", "recall@1", "recall@5", "recall@20", "num_questions"}
+  # 16 blocks: recall@20 and recall@100 are dropped (`retrieval_recall.usable_ks`).
+  assert set(metrics) == {"exact_match", "recall@1", "recall@5", "num_questions"}
   records = read_predictions(os.path.join(qa_dir, "predictions.jsonl"))
   assert len(records) == metrics["num_questions"] == 12
   assert np.mean([r["exact_match"] for r in records]) == pytest.approx(metrics["exact_match"])
@@ -165,13 +165,13 @@ def test_readme_chain_trains_evaluates_exports_and_asks(chain, model):
   hub_answer = stdout.split(os.path.join(qa_dir, "hub", "realm_qa") + "\n", 1)[1].split("\n")[0]
   assert model.system().answer(QUESTIONS[:1])[0].answer == hub_answer
   # `ask --corpus` read the swapped corpus (Appendix C): its evidence has the new block ids
-  # (2000, 2007, ...) and, where the Hamlet block is among it, the updated fact.
-  swapped = stdout[stdout.rindex("Q: who wrote hamlet?"):]
+  # (2000, 2001, ...) and, where Ada's block is among it, the updated fact.
+  swapped = stdout[stdout.rindex("Q: ada lives in the city of"):]
   answer = re.search(r"^A: (.*)$", swapped, re.M).group(1)
   evidence = re.findall(r"^ [ *]\[[0-9.]+\] #(\d+) (.*)$", swapped, re.M)
   assert len(evidence) == 5 and all(2000 <= int(block_id) < 3000 for block_id, _ in evidence)
-  assert "William Shakespeare" not in swapped
-  assert all("Christopher Marlowe" in text for _, text in evidence if text.startswith("Hamlet"))
+  assert "Ada lives in Doha." not in swapped
+  assert all("Ada lives in Lima." in text for _, text in evidence if text.startswith("Ada "))
   assert answer
 
 
@@ -233,8 +233,7 @@ def test_exports_reload_in_a_fresh_process_with_the_keras_outputs(chain, model, 
              for i in range(3) for p, w in zip(positions[i], weights[i]) if w)
   masked_ids = [model.tokenizer.id_to_token(int(i)) for i in out["mlm_input_word_ids"][1]
                 if i > 0]
-  assert masked_ids[:9] == ["[CLS]", "what", "is", "the", "[MASK]", "of", "[MASK]", "?",
-                            "[SEP]"]
+  assert masked_ids[:7] == ["[CLS]", "the", "[MASK]", "is", "[MASK]", ".", "[SEP]"]
   mlm_features = {n: out["mlm_" + n] for n in ("input_word_ids", "input_mask",
                                                "input_type_ids")}
   np.testing.assert_allclose(out["mlm_mlm_logits"],

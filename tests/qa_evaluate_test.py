@@ -47,17 +47,17 @@ def test_curatedtrec_regex_metrics():
 
 @pytest.fixture(scope="module")
 def system():
-  tokenizer = WordpieceTokenizer(tiny_world.qa_vocabulary())
+  tokenizer = WordpieceTokenizer(list(tiny_world.VOCAB))
   encoder = configs.EncoderConfig.tiny(vocab_size=tokenizer.vocab_size)
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
                                                               projection_size=8))
   reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
-  titles = [title for title, _ in tiny_world.BLOCKS]
-  texts = [text for _, text in tiny_world.BLOCKS]
+  records = tiny_world.corpus_records()
+  titles, texts = [r["title"] for r in records], [r["text"] for r in records]
   embeddings = embed_texts(DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id,
                                     tokenizer.pad_id, block_length=32, bucket=1),
                            tokenizer, titles, texts, batch_size=32)
-  ids = [1000 + 7 * i for i in range(len(titles))]
+  ids = [r["id"] for r in records]
   return RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), titles,
                          texts, k=3, query_length=16, block_length=32, reader_length=48,
                          block_ids=ids, batch_size=5)
@@ -66,14 +66,14 @@ def system():
 def test_evaluate_writes_predictions_with_provenance(system, tmp_path):
   examples = [QAExample(q, a) for q, a in tiny_world.QUESTIONS]
   path = str(tmp_path / "predictions.jsonl")
-  result = evaluate(system, examples, EvalConfig(recall_ks=(1, 3, 20, 100)), path)
+  result = evaluate(system, examples, EvalConfig(recall_ks=(1, 3, 16, 100)), path)
   records = read_predictions(path)
   assert records == result.records and len(records) == len(examples)
-  # recall@100 > 24 blocks is dropped; recall@24 would be 1.
-  assert set(result.metrics) == {"exact_match", "recall@1", "recall@3", "recall@20",
+  # recall@100 > 16 blocks is dropped; recall@16 (every block) is kept.
+  assert set(result.metrics) == {"exact_match", "recall@1", "recall@3", "recall@16",
                                  "num_questions"}
-  _, rows = system.retrieve([e.question for e in examples], 20)
-  for k in (1, 3, 20):
+  _, rows = system.retrieve([e.question for e in examples], 16)
+  for k in (1, 3, 16):
     assert result.metrics[f"recall@{k}"] == pytest.approx(np.mean(
         [any(has_answer(system.bodies[r], e.answers) for r in row[:k])
          for e, row in zip(examples, rows)]))

@@ -45,7 +45,7 @@ def tiny_config(world, model_dir, **overrides) -> ExperimentConfig:
   runtime, by name."""
   parts = dict(
       task=dict(corpus=world.corpus, train_data=world.train, vocab_file=world.vocab_file,
-                dev_data=world.dev, model=tiny_world.model_config(), retriever_top_k=24,
+                dev_data=world.dev, model=tiny_world.model_config(), retriever_top_k=16,
                 index_kind="brute_force", embedding_dtype="float32"),
       trainer=dict(model_dir=model_dir, batch_size=4, num_steps=60, learning_rate=3e-3,
                    warmup_steps=3, eval_every=30, checkpoint_every=20, log_every=10),
@@ -59,7 +59,7 @@ def tiny_config(world, model_dir, **overrides) -> ExperimentConfig:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_qa_world(str(tmp_path_factory.mktemp("world")))
+  return tiny_world.write_open_qa(str(tmp_path_factory.mktemp("world")))
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,9 @@ def test_loss_decreases(trained):
   tuner, result, _, before, after = trained
   assert result.step == 60 and len(result.losses) == 60
   assert np.all(np.isfinite(result.losses))
+  # after / before on the tiny world's Open-QA files, seeds 0-5 (`runtime.seed`; the
+  # test runs seed 0): 0.49, 0.42, 0.46, 0.61, 0.60, 0.55 (mean 0.52, worst 0.61): 0.75 leaves
+  # 0.14 over the worst seed for other CPUs' float differences.
   assert after.mean() < 0.75 * before.mean(), (before, after)
   with open(os.path.join(tuner.experiment.trainer.model_dir, "metrics.jsonl")) as f:
     log = [json.loads(line) for line in f]
@@ -105,7 +108,7 @@ def test_best_dev_checkpoint_and_model_directory(trained):
   assert info.metrics["exact_match"] == best and info.step in (30, 60)
   assert info.doc_index == "../index/step-00000000" and info.dataset == "nq"
   model = QAModel.load(os.path.join(model_dir, "best"))
-  assert model.info.step == info.step and len(model.corpus) == len(tiny_world.BLOCKS)
+  assert model.info.step == info.step and len(model.corpus) == len(tiny_world.PEOPLE)
   np.testing.assert_array_equal(model.doc_index.embeddings, tuner.doc_index.embeddings)
   latest = QAModel.load(model_dir)
   for got, want in zip(latest.reader.variables, tuner.reader.variables):
@@ -158,7 +161,7 @@ def test_a_restart_reuses_the_matching_index_and_rebuilds_another(trained):
 def test_prepare_batch_supervision(trained):
   tuner, _, batch, _, _ = trained
   examples = tuner.train_examples[:8]
-  assert batch["rows"].shape == (8, 24) and batch["reader_input_word_ids"].shape == (8, 5, 48)
+  assert batch["rows"].shape == (8, 16) and batch["reader_input_word_ids"].shape == (8, 5, 48)
   assert batch["gold_starts"].shape == (8, 5, 32)
   for b, example in enumerate(examples):
     expected = [has_answer(tuner.corpus.texts[r], example.answers) for r in batch["rows"][b]]

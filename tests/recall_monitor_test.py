@@ -26,12 +26,12 @@ from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
 
-ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB))
+ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  store, tok = tiny_world.write_people(str(tmp_path_factory.mktemp("world")))
+  store, tok = tiny_world.write_pipeline(str(tmp_path_factory.mktemp("world")))
   # "who works as a <job>": answered by the blocks of the entities with that job.
   jobs = sorted({text.split()[-1].rstrip(".") for text in store.texts})
   examples = [QAExample(f"who works as a {job}", (store.titles[row].title(),))

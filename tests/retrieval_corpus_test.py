@@ -105,7 +105,7 @@ def test_jsonl_writer_round_trip(tmp_path):
 
 
 def test_wordpieces_are_stored_for_the_pipeline_vocabulary_else_tokenized(tmp_path):
-  corpus, tok = tiny_world.write_people(str(tmp_path / "world"))
+  corpus, tok = tiny_world.write_pipeline(str(tmp_path / "world"))
   assert corpus.stored_wordpieces_match(tok)
   titles, bodies = corpus.wordpieces(tok)
   assert titles is corpus.title_ids and bodies is corpus.body_ids
@@ -117,7 +117,7 @@ def test_wordpieces_are_stored_for_the_pipeline_vocabulary_else_tokenized(tmp_pa
   assert titles.dtype == bodies.dtype == tf.int64
   assert titles.to_list() == corpus.title_ids.to_list()
   assert bodies.to_list() == corpus.body_ids.to_list()
-  other = WordpieceTokenizer(tiny_world.PEOPLE_VOCAB[:5] + tiny_world.PEOPLE_VOCAB[5:][::-1])
+  other = WordpieceTokenizer(tiny_world.VOCAB[:5] + tiny_world.VOCAB[5:][::-1])
   assert not corpus.stored_wordpieces_match(other)
   titles, bodies = corpus.wordpieces(other)
   assert titles.to_list() == other(tf.constant(corpus.titles)).to_list()

@@ -22,9 +22,9 @@ BODIES = ["the cat sat on the mat .", "the dog sat .", "paris is in france .",
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  store, tok = tiny_world.write_people(str(tmp_path_factory.mktemp("world")))
+  store, tok = tiny_world.write_pipeline(str(tmp_path_factory.mktemp("world")))
   retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)),
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
       projection_size=8))
   retriever.build()
   return store, tok, retriever

@@ -28,7 +28,7 @@ def test_each_field_and_the_pairing_of_ids_with_blocks_counts():
 
 def test_shard_and_jsonl_corpora_and_streamed_shards_agree(tmp_path):
   corpus_dir = str(tmp_path / "corpus")
-  store, _ = tiny_world.write_people(corpus_dir)
+  store, _ = tiny_world.write_pipeline(corpus_dir)
   expected = corpus_fingerprint(store.block_ids, store.titles, store.texts)
   assert store.fingerprint == expected
   assert Corpus.load(corpus_dir).fingerprint == expected

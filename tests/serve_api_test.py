@@ -65,8 +65,9 @@ def test_answers_equal_askers(client, service):
     response = client.post("/v1/ask", json={"question": question})
     assert response.status_code == 200, response.text
     assert_same_answer(response.json(), service.asker.ask(question), 5)
-  reply = client.post("/v1/ask", json={"question": "who wrote hamlet?", "top_k": 3}).json()
-  assert_same_answer(reply, service.model.system(k=3).answer(["who wrote hamlet?"])[0], 3)
+  question = serve_helpers.QUESTIONS[0]
+  reply = client.post("/v1/ask", json={"question": question, "top_k": 3}).json()
+  assert_same_answer(reply, service.model.system(k=3).answer([question])[0], 3)
 
 
 def test_page_health_and_info(client, service):
@@ -76,7 +77,7 @@ def test_page_health_and_info(client, service):
   assert client.get("/healthz").json() == {"status": "ok"}
   info = client.get("/v1/info").json()
   assert info["corpus"]["fingerprint"] == service.model.corpus.fingerprint
-  assert info["corpus"]["num_blocks"] == 24 and info["default_top_k"] == 5
+  assert info["corpus"]["num_blocks"] == 16 and info["default_top_k"] == 5
   assert info["index"]["kind"] == "brute_force" and info["index"]["version"]
   assert info["config"] == service.model.config.to_dict()
 
@@ -117,9 +118,9 @@ BAD_REQUESTS = [
     ("question not a string", _json({"question": 7}), 400, "must be a string"),
     ("missing question", _json({"top_k": 2}), 400, "must be a string"),
     ("unknown field", _json({"question": "who?", "k": 2}), 400, "unknown field"),
-    ("top_k zero", _json({"question": "who?", "top_k": 0}), 400, "outside 1..24"),
-    ("top_k negative", _json({"question": "who?", "top_k": -3}), 400, "outside 1..24"),
-    ("top_k above the index", _json({"question": "who?", "top_k": 25}), 400, "outside 1..24"),
+    ("top_k zero", _json({"question": "who?", "top_k": 0}), 400, "outside 1..16"),
+    ("top_k negative", _json({"question": "who?", "top_k": -3}), 400, "outside 1..16"),
+    ("top_k above the index", _json({"question": "who?", "top_k": 17}), 400, "outside 1..16"),
     ("top_k not an integer", _json({"question": "who?", "top_k": "5"}), 400, "an integer"),
     ("top_k boolean", _json({"question": "who?", "top_k": True}), 400, "an integer"),
     ("top_k float", _json({"question": "who?", "top_k": 2.5}), 400, "an integer"),
@@ -139,7 +140,7 @@ def test_bad_input_gets_one_line_json_and_the_server_keeps_serving(client, body,
   reply = response.json()
   assert list(reply) == ["error"] and "\n" not in reply["error"]
   assert reply["error"].startswith("/v1/ask: ") and message in reply["error"]
-  assert client.post("/v1/ask", json={"question": "who wrote hamlet?"}).status_code == 200
+  assert client.post("/v1/ask", json={"question": serve_helpers.QUESTIONS[0]}).status_code == 200
 
 
 def test_body_over_the_limit_without_content_length(client):
@@ -250,8 +251,9 @@ def test_binary_serves_on_loopback(service):
       except httpx.TransportError:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    reply = httpx.post(url + "/v1/ask", json={"question": "who wrote hamlet?"}, timeout=600)
-    assert_same_answer(reply.json(), service.asker.ask("who wrote hamlet?"), 5)
+    question = serve_helpers.QUESTIONS[0]
+    reply = httpx.post(url + "/v1/ask", json={"question": question}, timeout=600)
+    assert_same_answer(reply.json(), service.asker.ask(question), 5)
   finally:
     process.send_signal(signal.SIGINT)
     process.communicate(timeout=900)

@@ -12,7 +12,7 @@ from realm_tf.serving.server import BackgroundServer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "tests", "artifacts")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-QUESTION = "who wrote hamlet?"
+QUESTION = serve_helpers.QUESTIONS[0]
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,12 @@ from realm_tf.serving.batcher import Batcher
 from realm_tf.serving.service import AskService
 from realm_tf.serving.validation import Limits
 
-QUESTIONS = ["who wrote hamlet?", "what is the capital of france?",
-             "who painted the mona lisa?", "who walked on the moon in 1969?"]
+QUESTIONS = [question for question, _ in tiny_world.QUESTIONS[:4]]
 
 
 def build_model_dir(directory: str) -> str:
   """The (untrained) tiny-world model written as a QA model directory, as in ask_test."""
-  world = tiny_world.write_qa_world(directory + "/world")
+  world = tiny_world.write_open_qa(directory + "/world")
   return tiny_world.write_untrained_model(world, directory + "/model")
 
 

@@ -32,7 +32,7 @@ from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training.pretraining_lib import RealmPretrainer
 from realm_tf.training.pretraining_lib import pretraining_step
 
-ENCODER = dataclasses.replace(configs.EncoderConfig.tiny(vocab_size=len(tiny_world.PEOPLE_VOCAB)),
+ENCODER = dataclasses.replace(configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
                               dropout_rate=0.0, attention_dropout_rate=0.0,
                               initializer_range=0.2)
 RTOL = 1e-4
@@ -77,7 +77,7 @@ def _assert_compiles_and_matches(step_fn, batch, models, optimizers):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("world"))
-  store, tokenizer = tiny_world.write_people(directory)
+  store, tokenizer = tiny_world.write_pipeline(directory)
   return directory, store, tokenizer
 
 
@@ -114,13 +114,13 @@ def test_realm_pretraining_step_compiles_with_xla(world, tmp_path):
 
 
 def test_finetuning_step_compiles_with_xla(tmp_path):
-  world = tiny_world.write_qa_world(str(tmp_path / "world"))
+  world = tiny_world.write_open_qa(str(tmp_path / "world"))
   model = tiny_world.model_config()
   model = dataclasses.replace(model, encoder=dataclasses.replace(
       model.encoder, dropout_rate=0.0, attention_dropout_rate=0.0))
   tuner = finetune_lib.FineTuner(ExperimentConfig(
       task=OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
-                            vocab_file=world.vocab_file, model=model, retriever_top_k=24,
+                            vocab_file=world.vocab_file, model=model, retriever_top_k=16,
                             index_kind="brute_force", embedding_dtype="float32"),
       trainer=TrainerConfig(model_dir=str(tmp_path / "model"), batch_size=4, num_steps=10,
                             learning_rate=1e-3, warmup_steps=0, checkpoint_every=1000),
