@@ -26,7 +26,7 @@ from realm_tf.training.mlm_warmup import MlmWarmup
 from realm_tf.training.train_loop import EVAL_LOG
 from realm_tf.training.train_loop import read_step_records
 
-TOKENIZER = tiny_world.people_tokenizer()
+TOKENIZER = tiny_world.tokenizer()
 ENCODER = configs.EncoderConfig.tiny(vocab_size=TOKENIZER.vocab_size)
 SETTINGS = dict(batch_size=8, learning_rate=1e-2, block_length=24, max_predictions=4,
                 held_out_blocks=32)
@@ -123,7 +123,7 @@ def test_a_corpus_too_small_to_hold_blocks_out_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  directory, vocab = tiny_world.write_people_and_vocab(tmp_path_factory.mktemp("world"))
+  directory, vocab = tiny_world.write_pipeline_and_vocab(tmp_path_factory.mktemp("world"))
   weights = {}
   for head in (True, False):  # Google BERT TF1 checkpoints of the tiny size, with(out) a head
     reader = _reader(seed=5)
