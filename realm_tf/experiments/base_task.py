@@ -10,8 +10,9 @@ ICT run's `retriever/`); `initialize(model)` loads the initial weights: the prev
 checkpoint (Open-QA from a pre-training run, `previous_run`) or BERT weights;
 `build_inputs()` (ICT, pre-training) loads the corpus (Open-QA's fine-tuner loads its
 questions and corpus itself); `run()` trains through the task's library (`ict_lib`,
-`pretraining_lib`, `finetune_lib`), whose steps, checkpoints, resume, summaries, periodic
-validation and best checkpoint are the loop's.
+`pretraining_lib`, `finetune_lib`), which takes the experiment config itself (Open-QA's with
+the values the task resolves, `OpenQATask.resolved`) and whose steps, checkpoints, resume,
+summaries, periodic validation and best checkpoint are the loop's.
 """
 import abc
 import contextlib

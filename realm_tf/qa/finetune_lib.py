@@ -50,7 +50,6 @@ import tensorflow as tf
 from realm_tf import distribute
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.experiment_config import ExperimentConfig
-from realm_tf.experiment_config import TrainerConfig
 from realm_tf.keras import keras
 from realm_tf.models import precision
 from realm_tf.models.reader import Reader
@@ -105,15 +104,6 @@ def _saved_at(manager: tf.train.CheckpointManager, step: int) -> bool:
   return bool(manager.latest_checkpoint) and manager.latest_checkpoint.endswith(f"-{step}")
 
 
-def _optimizer_config(trainer: TrainerConfig, tower: str = "reader") -> OptimizerConfig:
-  """The schedule of the "reader" or the "retriever" (query tower) optimizer."""
-  rate = trainer.learning_rate
-  if tower == "retriever" and trainer.retriever_learning_rate is not None:
-    rate = trainer.retriever_learning_rate
-  return OptimizerConfig(learning_rate=rate, num_train_steps=max(1, trainer.num_steps),
-                         warmup_steps=trainer.warmup_steps)
-
-
 class FineTuner:
   """Runs Open-QA fine-tuning of an experiment (see the module docstring).
 
@@ -159,10 +149,13 @@ class FineTuner:
     self.num_retrieved = min(task.retriever_top_k, len(self.corpus))
     self.num_read = min(task.reader_top_k, self.num_retrieved)
 
+    schedule = dict(num_train_steps=max(1, trainer.num_steps), warmup_steps=trainer.warmup_steps)
+    query_rate = trainer.retriever_learning_rate  # the query tower's (None: the reader's)
     with self.strategy.scope(), precision.policy_scope(experiment.runtime.compute_dtype):
       self.retriever, self.reader = build_model()
-      self.optimizer = create_optimizer(_optimizer_config(trainer, "reader"))
-      self.retriever_optimizer = create_optimizer(_optimizer_config(trainer, "retriever"))
+      self.optimizer = create_optimizer(OptimizerConfig(trainer.learning_rate, **schedule))
+      self.retriever_optimizer = create_optimizer(OptimizerConfig(
+          trainer.learning_rate if query_rate is None else query_rate, **schedule))
       self.doc_snapshot_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name=SNAPSHOT_VARIABLE)
     models = {"retriever": self.retriever, "reader": self.reader,
