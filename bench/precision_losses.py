@@ -2,8 +2,9 @@
 
   python bench/precision_losses.py --num_steps=100
 
-Each run builds its towers under `models.precision.policy_scope(dtype)` with the same seed and
-data, once per dtype:
+Each run builds its towers in one dtype (pre-training under `models.precision.policy_scope`,
+fine-tuning through `runtime.compute_dtype`, which the fine-tuner builds its towers under) with
+the same seed and data, once per dtype:
   pre-training  REALM steps (tiny BERT towers, K = 4, B = 4, brute-force index refreshed every
                 10 steps in the same dtype) over a synthetic corpus with real-Wikipedia block
                 lengths (bench/training_step_bench.py's `synthetic_world`);
@@ -79,11 +80,9 @@ def finetuning_losses(directory: str, compute_dtype: str):
       trainer=TrainerConfig(model_dir=os.path.join(directory, compute_dtype), batch_size=4,
                             num_steps=_STEPS.value, learning_rate=3e-3, warmup_steps=3,
                             eval_every=10**6, checkpoint_every=10**6, log_every=10**6),
-      runtime=RuntimeConfig(seed=_SEED.value, compute_dtype="float32"))
+      runtime=RuntimeConfig(seed=_SEED.value, compute_dtype=compute_dtype))
   keras.utils.set_random_seed(_SEED.value)
-  with precision.policy_scope(compute_dtype):
-    tuner = FineTuner(config, log=lambda message: None)
-  return np.array(tuner.run().losses)
+  return np.array(FineTuner(config, log=lambda message: None).run().losses)
 
 
 def _windows(losses: np.ndarray, size: int = 10) -> np.ndarray:
