@@ -151,7 +151,7 @@ def _task(tmp_path, world, bert_weights, reader_dir=""):
 
 
 def test_pretraining_warms_up_a_new_reader_without_an_mlm_head(tmp_path, world, caplog):
-  caplog.set_level(logging.INFO)
+  caplog.set_level(logging.INFO, logger="absl")  # absl.logging may sit at WARNING
   task, reader = _task(tmp_path, world, world[2][False])
   task.warm_up_reader(reader, task.build_inputs())
   evaluations = read_step_records(os.path.join(tmp_path, WARMUP_DIR, EVAL_LOG))
@@ -165,7 +165,7 @@ def test_pretraining_warms_up_a_new_reader_without_an_mlm_head(tmp_path, world, 
 @pytest.mark.parametrize("has_head, saved, reason", [
     (True, False, "has an MLM head"), (False, True, "the reader is a saved one")])
 def test_pretraining_skips_the_warm_up(tmp_path, world, caplog, has_head, saved, reason):
-  caplog.set_level(logging.INFO)
+  caplog.set_level(logging.INFO, logger="absl")  # absl.logging may sit at WARNING
   task, reader = _task(tmp_path, world, world[2][has_head], world[3] if saved else "")
   task.warm_up_reader(reader, task.build_inputs())
   assert f"MLM warm-up skipped: {world[2][has_head] if has_head else ''}" in caplog.text
