@@ -220,7 +220,7 @@ def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
     if not path:
       raise FileNotFoundError(f"no checkpoint in {init.checkpoint}")
     tf2_checkpoint.restore_checked(tf.train.Checkpoint(retriever=source, reader=reader), path,
-                               read=True)
+                                   read=True)
     _copy_towers(source, retriever)
   if init.realm_embedder:
     checkpoints.load_realm_embedder(retriever, init.realm_embedder)
