@@ -171,3 +171,14 @@ def test_pretraining_skips_the_warm_up(tmp_path, world, caplog, has_head, saved,
   assert f"MLM warm-up skipped: {world[2][has_head] if has_head else ''}" in caplog.text
   assert reason in caplog.text
   assert not os.path.exists(os.path.join(tmp_path, WARMUP_DIR))
+
+
+def test_resumed_pretraining_does_not_warm_up_again(tmp_path, world, caplog):
+  caplog.set_level(logging.INFO, logger="absl")  # absl.logging may sit at WARNING
+  task, reader = _task(tmp_path, world, world[2][False])
+  tf.train.Checkpoint(reader=reader).write(os.path.join(tmp_path, "checkpoints", "ckpt-3"))
+  with open(os.path.join(tmp_path, "checkpoints", "checkpoint"), "w") as f:
+    f.write('model_checkpoint_path: "ckpt-3"\n')
+  task.warm_up_reader(reader, task.build_inputs())
+  assert "MLM warm-up skipped: REALM pre-training resumes from" in caplog.text
+  assert not os.path.exists(os.path.join(tmp_path, WARMUP_DIR))

@@ -6,6 +6,7 @@ the asynchronous builder (`retrieval.index_refresh`, `retrieval.async_refresh`).
 import os
 from typing import Dict, Tuple
 
+import tensorflow as tf
 from absl import logging
 
 from realm_tf import errors
@@ -78,10 +79,15 @@ class PretrainTask(Task):
 
   def warm_up_reader(self, reader: Reader, store: Corpus) -> None:
     """`task.mlm_warmup_steps` of MLM-head warm-up (`training.mlm_warmup`) for a new reader
-    whose BERT weights had no MLM head; logs why it is skipped otherwise, and the held-out MLM
+    whose BERT weights had no MLM head, before REALM's first step (a resumed run restores its
+    reader from REALM's checkpoint); logs why it is skipped otherwise, and the held-out MLM
     accuracy REALM starts from."""
     steps, bert_weights = self.task.mlm_warmup_steps, self.task.init.bert_weights
     if not steps:
+      return
+    checkpoints = os.path.join(self.config.trainer.model_dir, "checkpoints")
+    if tf.train.latest_checkpoint(checkpoints):  # REALM's checkpoint restores the reader
+      logging.info("MLM warm-up skipped: REALM pre-training resumes from %s", checkpoints)
       return
     if self.saved("reader"):
       logging.info("MLM warm-up skipped: the reader is a saved one (%s)", self.saved("reader"))
