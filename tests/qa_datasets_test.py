@@ -98,6 +98,16 @@ def test_unknown_dataset_and_empty_file(tmp_path):
     datasets.load_examples("pyserini:nope")
 
 
+def test_lines_end_at_newline_only(tmp_path):
+  # U+0085 and U+2028 are line breaks to `str.splitlines`, not to DPR TSV or JSONL files.
+  text = "who was\x85 first\t['A']\r\nwhat\u2028 next\t['B']\n\nbad line\n"
+  with pytest.raises(MalformedRecordError, match=r"q\.tsv:4: expected 2 tab-separated"):
+    datasets.load_examples(_write(tmp_path / "q.tsv", text), "nq")
+  good = datasets.load_examples(_write(tmp_path / "ok.tsv", text.rsplit("bad", 1)[0]), "nq")
+  assert [e.answers for e in good] == [("A",), ("B",)]
+  assert [e.source.rsplit(":", 1)[1] for e in good] == ["1", "2"]
+
+
 def test_write_jsonl_round_trip(tmp_path):
   examples = [datasets.QAExample("q1?", ("a", "é")), datasets.QAExample("q2?", ("b",))]
   datasets.write_jsonl(examples, str(tmp_path / "out.jsonl"))
@@ -119,3 +129,6 @@ def test_pyserini_question_sets():
   curated = datasets.load_pyserini_topics("curated-test")
   assert len(curated) == 694 and all(e.match == "regex" for e in curated)
   assert curated[0].answers[0].startswith(r"20\s?,?\s?(32|40)0")
+  trivia = datasets.load_examples("pyserini:trivia-dev")
+  assert len(trivia) == 8837  # line 478 holds U+0085 inside its question
+  assert trivia[477].source.endswith(":478") and "\x85" not in trivia[477].question

@@ -31,12 +31,13 @@ class DatasetSpec:
 DATASETS = {
     "nq": DatasetSpec("NaturalQuestions-Open", "string"),
     "wq": DatasetSpec("WebQuestions", "string"),
+    "trivia": DatasetSpec("TriviaQA", "string"),
     "curatedtrec": DatasetSpec("CuratedTrec", "regex"),
 }
 
 
 def dataset_spec(dataset: str) -> DatasetSpec:
-  """The `DatasetSpec` of "nq", "wq" or "curatedtrec"."""
+  """The `DatasetSpec` of "nq", "wq", "trivia" or "curatedtrec"."""
   if dataset not in DATASETS:
     raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(DATASETS)}")
   return DATASETS[dataset]

@@ -25,7 +25,6 @@ through paths of the form `pyserini:nq-dev`.
 import ast
 import csv
 import importlib.util
-import io
 import json
 import os
 import unicodedata
@@ -47,6 +46,7 @@ PYSERINI_JAR = os.path.join("resources", "jars", "anserini-0.21.0-fatjar.jar")
 PYSERINI_TOPICS = {
     "nq-dev": ("topics-and-qrels/topics.dpr.nq.dev.txt", "nq"),
     "nq-test": ("topics-and-qrels/topics.dpr.nq.test.txt", "nq"),
+    "trivia-dev": ("topics-and-qrels/topics.dpr.trivia.dev.txt", "trivia"),
     "wq-test": ("topics-and-qrels/topics.dpr.wq.test.txt", "wq"),
     "curated-test": ("topics-and-qrels/topics.dpr.curated.test.txt", "curatedtrec"),
 }
@@ -167,7 +167,9 @@ def parse_examples(text: str, path: str, match: str, file_format: str = "auto") 
   """Parses a whole question-set file's text (see `load_examples`)."""
   if file_format not in FORMATS:
     raise ValueError(f"file_format must be one of {FORMATS}, got {file_format!r}")
-  lines = io.StringIO(text).read().splitlines()
+  # Lines end at "\n" only: `str.splitlines` would also split inside a question at U+0085 or
+  # U+2028 (TriviaQA dev has them), misnumbering every later line.
+  lines = [line.rstrip("\r") for line in text.split("\n")]
   if file_format == "auto":
     file_format = _sniff_format(path, lines)
   parse = parse_jsonl if file_format == "jsonl" else parse_tsv
@@ -193,8 +195,8 @@ def load_pyserini_topics(name: str) -> List[QAExample]:
   """Loads a DPR question set from the Anserini jar in pyserini (no Java needed).
 
   Args:
-    name: one of `PYSERINI_TOPICS`: "nq-dev" (8,757), "nq-test" (3,610), "wq-test" (2,032),
-      "curated-test" (694, regex answers).
+    name: one of `PYSERINI_TOPICS`: "nq-dev" (8,757), "nq-test" (3,610), "trivia-dev"
+      (8,837), "wq-test" (2,032), "curated-test" (694, regex answers).
   """
   if name not in PYSERINI_TOPICS:
     raise ValueError(f"unknown pyserini question set {name!r}; expected one of "
