@@ -16,19 +16,31 @@ of Open-QA evaluation). Rows:
                   (`pretrained.minilm_retriever()`, seed 0), untrained
   realm_tf_step0_bf16  the same, its blocks embedded in bfloat16 (`models.precision`): the
                   precision check of BENCHMARKS.md §1 (recall@k against realm_tf_step0's)
+  finetuned       Open-QA fine-tuning from the raw initialisation (`qa.finetune_lib`), one run
+                  per `--seeds`, on the train split plus every answerable question of
+                  `--extra_train` (e.g. pyserini:trivia-dev); recall@k and exact match of the
+                  last step's QA model on dev, mean ± std over seeds. `--curve_every` also
+                  evaluates the first `--curve_questions` dev questions during training (they
+                  select nothing) and plots recall@5 / exact match vs step
+                  (`<name>_recall5.png`, `<name>_exact_match.png`)
 
 The prepared corpus and the block embeddings are cached under `<output_dir>/cache` (git
-ignores it); a re-run reuses them and reports the seconds they took when computed. Writes
+ignores it); a re-run reuses them and reports the seconds they took when computed. A
+fine-tuning run lives in `cache/finetuned-<hash of its settings>-seed<S>` and resumes there;
+runs after the first copy the first's step-0 document index (the same raw doc tower). Writes
 `<output_dir>/<name>.{md,json}`; the JSON holds each row's rank of the first answer-bearing
 block per dev question (-1: none in the top K), for paired comparisons between rows.
 
 A trained retriever becomes a row through `dense_row` (see `realm_tf_step0_row`).
 """
 import dataclasses
+import glob
+import hashlib
 import json
 import math
 import os
 import re
+import shutil
 import sys
 import time
 from typing import Callable, Dict, List
@@ -46,6 +58,7 @@ from realm_tf.evaluation.qa_example import QAExample  # pylint: disable=wrong-im
 from realm_tf.real_data import corpus  # pylint: disable=wrong-import-position
 from realm_tf.real_data import questions  # pylint: disable=wrong-import-position
 from realm_tf.evaluation import retrieval_recall as recall  # pylint: disable=wrong-import-position
+from realm_tf.models import precision  # pylint: disable=wrong-import-position
 from realm_tf.real_data import embedding_cache  # pylint: disable=wrong-import-position
 from realm_tf.retrieval.corpus import Corpus  # pylint: disable=wrong-import-position
 
@@ -76,6 +89,17 @@ _FT_RETRIEVER_LR = flags.DEFINE_float("finetune_retriever_learning_rate", 6e-5,
                                       "The query tower's peak learning rate.")
 _FT_QUERY_LENGTH = flags.DEFINE_integer("finetune_query_length", 32,
                                         "Question wordpieces in fine-tuning and its evaluation.")
+_FT_DTYPE = flags.DEFINE_enum("finetune_compute_dtype", "auto", ["auto", "float32", "bfloat16"],
+                              "The fine-tuning step's matmuls (auto: bfloat16 where the CPU "
+                              "has bf16 units, `models.precision`).")
+_EXTRA_TRAIN = flags.DEFINE_list("extra_train", [], "Question sets whose questions some "
+                                  "block answers all join the fine-tuning questions (e.g. "
+                                  "pyserini:trivia-dev); dev stays NQ-open's.")
+_CURVE_EVERY = flags.DEFINE_integer("curve_every", 0, "Trained rows: evaluate the first "
+                                    "--curve_questions dev questions every this many steps "
+                                    "(the recall-vs-step curve; 0: never). They select nothing: "
+                                    "the row is the last step's.")
+_CURVE_QUESTIONS = flags.DEFINE_integer("curve_questions", 300, "Dev questions of the curve.")
 _READ_K = flags.DEFINE_integer("reader_top_k", 3, "Blocks read per question (trained rows).")
 _THREADS = flags.DEFINE_integer("threads", 2, "TensorFlow and torch intra-op threads.")
 _SEGMENT_IDS = flags.DEFINE_bool("minilm_segment_ids", True, "raw_minilm reads blocks with "
@@ -94,6 +118,7 @@ class Context:
   query_length: int
   threads: int
   recompute: bool = False
+  extra_train: List[QAExample] = dataclasses.field(default_factory=list)
 
   def embeddings(self, name: str, key: Dict, compute: Callable[[], np.ndarray]):
     """(float32 [N, D], seconds they took, reused) from the embedding cache."""
@@ -193,11 +218,19 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
   from realm_tf.qa.evaluate_lib import evaluate
   from realm_tf.qa.finetune_lib import run_finetuning
   from realm_tf.qa.model import QAModel
-  from realm_tf.qa.model import find_model_dir
-  run_dir = os.path.join(ctx.cache_dir, f"finetuned-seed{seed}")
+  from realm_tf.training.train_loop import EVAL_LOG
+  from realm_tf.training.train_loop import read_step_records
+  settings = finetune_settings()
+  digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+  run_dir = os.path.join(ctx.cache_dir, f"finetuned-{digest}-seed{seed}")
   os.makedirs(run_dir, exist_ok=True)
   train_path = os.path.join(run_dir, "train.jsonl")
-  datasets.write_jsonl(ctx.train, train_path)
+  datasets.write_jsonl(ctx.train + ctx.extra_train, train_path)
+  _reuse_step0_index(ctx.cache_dir, os.path.join(run_dir, "model"))
+  curve_path = ""
+  if _CURVE_EVERY.value:
+    curve_path = os.path.join(run_dir, "curve_questions.jsonl")
+    datasets.write_jsonl(ctx.dev[:_CURVE_QUESTIONS.value], curve_path)
   tokenizer = pretrained.minilm_tokenizer()
   query_length = _FT_QUERY_LENGTH.value
   config = ExperimentConfig(
@@ -209,21 +242,54 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
                             block_length=ctx.block_length,
                             reader_length=query_length + ctx.block_length),
           init=InitConfig(bert_weights="minilm"), reader_top_k=_READ_K.value,
-          retriever_top_k=1000, index_kind="brute_force", embedding_dtype="float32"),
+          retriever_top_k=1000, index_kind="brute_force", embedding_dtype="float32",
+          dev_data=curve_path),
       trainer=TrainerConfig(
           model_dir=os.path.join(run_dir, "model"), batch_size=_FT_BATCH.value,
           num_steps=_FT_STEPS.value, learning_rate=_FT_LR.value,
           retriever_learning_rate=_FT_RETRIEVER_LR.value, checkpoint_every=50,
-          keep_checkpoints=1, log_every=25),
-      runtime=RuntimeConfig(seed=seed, compute_dtype="float32"))
+          keep_checkpoints=1, log_every=25, eval_every=_CURVE_EVERY.value or 1000),
+      runtime=RuntimeConfig(seed=seed, compute_dtype=settings["compute_dtype"]))
   started = time.perf_counter()
   run_finetuning(config, log=lambda message: print(message, flush=True))
   train_seconds = time.perf_counter() - started
   started = time.perf_counter()
-  model = QAModel.load(find_model_dir(config.trainer.model_dir))
+  # The last step, never `best/`: the curve's questions are dev questions and select nothing.
+  model = QAModel.load(config.trainer.model_dir)
   result = evaluate(model.system(k=_READ_K.value), ctx.dev, EvalConfig(recall_ks=ctx.ks))
+  eval_log = os.path.join(config.trainer.model_dir, EVAL_LOG)
+  curve = read_step_records(eval_log) if os.path.exists(eval_log) else []
   return dict(seed=seed, **result.metrics, train_seconds=train_seconds,
-              eval_seconds=time.perf_counter() - started)
+              eval_seconds=time.perf_counter() - started, curve=curve,
+              eval_log=eval_log if curve else "")
+
+
+def finetune_settings() -> Dict:
+  """The fine-tuning settings a trained row's runs share (their run directories' key)."""
+  return dict(steps=_FT_STEPS.value, batch_size=_FT_BATCH.value, learning_rate=_FT_LR.value,
+              retriever_learning_rate=_FT_RETRIEVER_LR.value, reader_top_k=_READ_K.value,
+              query_length=_FT_QUERY_LENGTH.value,
+              compute_dtype=precision.resolve(_FT_DTYPE.value),
+              extra_train=list(_EXTRA_TRAIN.value))
+
+
+def _reuse_step0_index(cache_dir: str, model_dir: str) -> None:
+  """Copies the step-0 document index and doc embedder of an earlier fine-tuning run in
+  `cache_dir` into the new run `model_dir` (~10 min of embedding on 2 cores saved per run).
+  Every run starts from the same raw doc tower; the fine-tuner still checks that the index is
+  its doc tower's (`IndexRefresher.matches_doc_tower`, sampled blocks re-embedded) and builds
+  its own otherwise."""
+  from realm_tf.qa import index_snapshots  # pylint: disable=g-import-not-at-top
+  index_dir, embedder_dir = index_snapshots.snapshot_dirs(0)
+  if os.path.exists(os.path.join(model_dir, index_dir)):
+    return
+  for source in sorted(glob.glob(os.path.join(cache_dir, "finetuned-*", "model"))):
+    if (source != model_dir and os.path.exists(os.path.join(source, index_dir, "manifest.json"))
+        and os.path.exists(os.path.join(source, embedder_dir, "saved_model.pb"))):
+      for part in (index_dir, embedder_dir):
+        shutil.copytree(os.path.join(source, part), os.path.join(model_dir, part))
+      print(f"reusing the step-0 document index of {source}", flush=True)
+      return
 
 
 def finetuned_row(ctx: Context) -> Dict:
@@ -236,10 +302,7 @@ def finetuned_row(ctx: Context) -> Dict:
     metrics[key] = float(values.mean())
     metrics[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
   return dict(row="finetuned", **metrics, runs=runs, num_questions=len(ctx.dev),
-              settings=dict(steps=_FT_STEPS.value, batch_size=_FT_BATCH.value,
-                            learning_rate=_FT_LR.value,
-                            retriever_learning_rate=_FT_RETRIEVER_LR.value,
-                            reader_top_k=_READ_K.value, query_length=_FT_QUERY_LENGTH.value),
+              settings=finetune_settings(), train_questions=len(ctx.train) + len(ctx.extra_train),
               index_seconds=float("nan"), index_cached=False,
               search_seconds=sum(r["eval_seconds"] for r in runs))
 
@@ -299,6 +362,32 @@ def markdown(report: Dict) -> str:
   return "\n".join(lines)
 
 
+def plot_curves(report: Dict, output_dir: str, name: str) -> List[str]:
+  """The trained rows' curves (`--curve_every`): recall@5 and exact match on the curve's dev
+  questions vs fine-tuning step, one line per seed, with the zero-shot rows' recall@5 on the
+  same questions as dotted lines. Returns the PNG paths."""
+  from realm_tf.training import plots  # pylint: disable=g-import-not-at-top
+  runs, groups = {}, {}
+  for row in report["rows"]:
+    for run in row.get("runs", []):
+      if run.get("eval_log"):
+        label = f"{row['row']} seed {run['seed']}"
+        runs[label], groups[label] = run["eval_log"], row["row"]
+  if not runs:
+    return []
+  questions = report["curve_questions"]
+  reference = {f"{row['row']} (untrained)": float(np.mean(
+      [0 <= rank < 5 for rank in row["first_hit_rank"][:questions]]))
+               for row in report["rows"] if "first_hit_rank" in row}
+  paths = []
+  for metric in ("recall@5", "exact_match"):
+    path = os.path.join(output_dir, f"{name}_{metric.replace('@', '')}.png")
+    paths.append(plots.plot_retrieval_utility(
+        runs, path, metric=metric, groups=groups, xlabel="fine-tuning step",
+        reference_lines=reference if metric == "recall@5" else None))
+  return paths
+
+
 def compact_json(value) -> str:
   """Indented JSON with lists of numbers on one line each."""
   text = json.dumps(value, indent=1, default=float, ensure_ascii=False)
@@ -330,12 +419,18 @@ def main(argv):
   wall["questions"] = time.perf_counter() - part
   print(f"questions: {split.counts()}, evaluated {len(dev)}", flush=True)
 
+  extra_train = []
+  for source in _EXTRA_TRAIN.value:
+    extra = questions.answerable_questions(store.texts, source)
+    extra_train += extra
+    print(f"extra training questions: {len(extra):,} answerable of {source}", flush=True)
+
   ks = list(recall.usable_ks([int(k) for k in _KS.value], len(store)))
   rows = []
   for name in _ROWS.value:
     part = time.perf_counter()
     ctx = Context(store, split.train, dev, ks, cache_dir, _BLOCK_LENGTH.value, _QUERY_LENGTH.value,
-                  _THREADS.value, recompute=name in _RECOMPUTE.value)
+                  _THREADS.value, recompute=name in _RECOMPUTE.value, extra_train=extra_train)
     row = ROWS[name](ctx)
     wall[name] = time.perf_counter() - part
     rows.append(row)
@@ -348,7 +443,7 @@ def main(argv):
             "machine_line": bench_utils.machine_line(), "machine": bench_utils.machine(),
             "corpus": dataclasses.asdict(corpus_info), "questions": split.counts(),
             "evaluated": len(dev), "ks": ks, "dev_questions": [e.question for e in dev],
-            "rows": rows, "wall_seconds": wall}
+            "rows": rows, "wall_seconds": wall, "curve_questions": _CURVE_QUESTIONS.value}
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   text = markdown(report)
   with open(os.path.join(_OUTPUT_DIR.value, f"{_NAME.value}.json"), "w",
@@ -356,6 +451,8 @@ def main(argv):
     f.write(compact_json(report))
   with open(os.path.join(_OUTPUT_DIR.value, f"{_NAME.value}.md"), "w", encoding="utf-8") as f:
     f.write(text)
+  for path in plot_curves(report, _OUTPUT_DIR.value, _NAME.value):
+    print(f"wrote {path}")
   print(text)
 
 

@@ -28,3 +28,18 @@ def test_bad_metrics_file_names_the_line(tmp_path):
   path.write_text('{"step": 1, "loss": 1.0}\n')
   with pytest.raises(ValueError, match="no 'retrieval_utility' values"):
     plots.plot_retrieval_utility({"x": str(path)}, str(tmp_path / "x.png"))
+
+
+def test_eval_curve_with_reference_lines(tmp_path, monkeypatch):
+  path = tmp_path / "eval.jsonl"
+  path.write_text("\n".join(json.dumps({"step": s, "recall@5": r})
+                            for s, r in [(150, 0.30), (300, 0.34)]) + "\n")
+  figures = []
+  monkeypatch.setattr(plots.plt, "close", figures.append)
+  plots.plot_retrieval_utility({"seed 0": str(path)}, str(tmp_path / "r.png"), metric="recall@5",
+                               xlabel="fine-tuning step", reference_lines={"BM25": 0.2})
+  (axis,) = figures[0].axes
+  assert axis.get_xlabel() == "fine-tuning step" and axis.get_ylabel() == "recall@5"
+  lines = {line.get_label(): line.get_ydata() for line in axis.get_lines()}
+  assert list(lines["seed 0"]) == [0.30, 0.34] and list(lines["BM25"]) == [0.2, 0.2]
+  assert 0.0 not in [y for ys in lines.values() for y in ys]  # no zero line off utility

@@ -72,6 +72,18 @@ def test_questions_kept_are_answerable_and_split_by_hash(prepared, dev):
     questions.answerable_split(store.texts, source="pyserini:nq-test")
 
 
+def test_extra_training_questions_are_all_the_answerable_ones(prepared):
+  _, store, _ = prepared
+  extra = questions.answerable_questions(store.texts, "pyserini:trivia-dev")
+  assert 0 < len(extra) < 8837
+  assert all(e.source.split("!")[1].startswith("topics-and-qrels/topics.dpr.trivia.dev.txt:")
+             for e in extra)
+  for example in extra[:10]:
+    assert any(has_answer(text, example.answers) for text in store.texts)
+  with pytest.raises(ValueError, match="dev questions only"):
+    questions.answerable_questions(store.texts, "pyserini:wq-test")
+
+
 def test_recall_follows_a_hand_built_has_answer_matrix():
   found = np.array([[0, 1, 0], [0, 0, 0], [1, 0, 0], [0, 0, 1]], bool)
   metrics = recall.recall_at_ks(found, (1, 2, 3))

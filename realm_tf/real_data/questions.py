@@ -45,9 +45,18 @@ def answerable_split(texts: Sequence[str], dev_percent: int = 50,
     dev_percent: share of the kept questions held out for dev (by hash), 1..99.
     source: a question set `realm_tf.qa.datasets.load_examples` reads (not a test set).
   """
+  examples = _load(source)
+  train, dev = questions_lib.split(questions_lib.answerable(examples, texts), dev_percent)
+  return QuestionSplit(source, dev_percent, len(examples), train, dev)
+
+
+def answerable_questions(texts: Sequence[str], source: str) -> List[QAExample]:
+  """All the questions of `source` some block of `texts` answers (in file order): extra
+  training questions, such as `pyserini:trivia-dev`, that no dev split draws from."""
+  return questions_lib.answerable(_load(source), texts)
+
+
+def _load(source: str) -> List[QAExample]:
   if "test" in source.lower():
     raise ValueError(f"the benchmark reads dev questions only, not {source!r}")
-  examples = datasets.load_examples(source)
-  kept = questions_lib.answerable(examples, texts)
-  train, dev = questions_lib.split(kept, dev_percent)
-  return QuestionSplit(source, dev_percent, len(examples), train, dev)
+  return datasets.load_examples(source)

@@ -1,4 +1,5 @@
-"""The retrieval-utility curve (REALM Figure 4) from a run's `metrics.jsonl`."""
+"""Metric-vs-step curves from runs' `metrics.jsonl` / `eval.jsonl`: the retrieval-utility curve
+(REALM Figure 4), and held-out recall or exact match over fine-tuning steps."""
 from typing import Dict, Optional, Sequence
 
 import matplotlib
@@ -12,10 +13,13 @@ from realm_tf.training.train_loop import read_step_records  # pylint: disable=wr
 
 def plot_retrieval_utility(runs: Dict[str, str], output_png: str, smoothing: int = 1,
                            metric: str = "retrieval_utility",
-                           groups: Optional[Dict[str, str]] = None) -> str:
-  """Plots `metric` vs step for each {label: metrics.jsonl} run into `output_png`. Runs with
-  the same `groups[label]` (e.g. one system over seeds) share a colour and differ in line
-  style."""
+                           groups: Optional[Dict[str, str]] = None,
+                           xlabel: str = "pre-training step",
+                           reference_lines: Optional[Dict[str, float]] = None) -> str:
+  """Plots `metric` vs step for each {label: metrics.jsonl or eval.jsonl} run into
+  `output_png`. Runs with the same `groups[label]` (e.g. one system over seeds) share a colour
+  and differ in line style; `reference_lines` {label: value} are dotted horizontal lines (e.g.
+  the untrained baselines)."""
   groups = groups or {label: label for label in runs}
   colours = {g: f"C{i % 10}" for i, g in enumerate(dict.fromkeys(groups.values()))}
   styles = ("-", "--", ":", "-.")
@@ -31,8 +35,12 @@ def plot_retrieval_utility(runs: Dict[str, str], output_png: str, smoothing: int
     style = styles[seen.get(group, 0) % len(styles)]
     seen[group] = seen.get(group, 0) + 1
     axis.plot(steps, values, label=label, color=colours[group], linestyle=style, linewidth=1)
-  axis.axhline(0.0, color="grey", linewidth=0.5)
-  axis.set_xlabel("pre-training step")
+  if metric == "retrieval_utility":
+    axis.axhline(0.0, color="grey", linewidth=0.5)
+  for i, (label, value) in enumerate((reference_lines or {}).items()):
+    axis.axhline(value, color=f"C{(len(colours) + i) % 10}", linestyle=":", linewidth=1.2,
+                 label=label)
+  axis.set_xlabel(xlabel)
   axis.set_ylabel("retrieval utility (nats)" if metric == "retrieval_utility" else metric)
   axis.legend(fontsize="small", ncol=2 if len(runs) > 6 else 1)
   figure.tight_layout()
