@@ -19,7 +19,8 @@ of Open-QA evaluation). Rows:
   finetuned       Open-QA fine-tuning from the raw initialisation (`qa.finetune_lib`), one run
                   per `--seeds`, on the train split plus every answerable question of
                   `--extra_train` (e.g. pyserini:trivia-dev); recall@k and exact match of the
-                  last step's QA model on dev, mean ± std over seeds. `--curve_every` also
+                  last step's QA model on dev (reading `--eval_reader_top_k` blocks), mean ±
+                  std over seeds. `--curve_every` also
                   evaluates the first `--curve_questions` dev questions during training (they
                   select nothing) and plots recall@5 / exact match vs step
                   (`<name>_recall5.png`, `<name>_exact_match.png`)
@@ -27,7 +28,8 @@ of Open-QA evaluation). Rows:
 The prepared corpus and the block embeddings are cached under `<output_dir>/cache` (git
 ignores it); a re-run reuses them and reports the seconds they took when computed. A
 fine-tuning run lives in `cache/finetuned-<hash of its settings>-seed<S>` and resumes there;
-runs after the first copy the first's step-0 document index (the same raw doc tower). Writes
+its dev evaluation (`result-k<blocks read>.json`) is reused for the same dev questions; runs
+after the first copy the first's step-0 document index (the same raw doc tower). Writes
 `<output_dir>/<name>.{md,json}`; the JSON holds each row's rank of the first answer-bearing
 block per dev question (-1: none in the top K), for paired comparisons between rows.
 
@@ -101,6 +103,8 @@ _CURVE_EVERY = flags.DEFINE_integer("curve_every", 0, "Trained rows: evaluate th
                                     "the row is the last step's.")
 _CURVE_QUESTIONS = flags.DEFINE_integer("curve_questions", 300, "Dev questions of the curve.")
 _READ_K = flags.DEFINE_integer("reader_top_k", 3, "Blocks read per question (trained rows).")
+_EVAL_READ_K = flags.DEFINE_integer("eval_reader_top_k", 0, "Blocks the trained rows' QA "
+                                    "models read per dev question (0: --reader_top_k).")
 _THREADS = flags.DEFINE_integer("threads", 2, "TensorFlow and torch intra-op threads.")
 _SEGMENT_IDS = flags.DEFINE_bool("minilm_segment_ids", True, "raw_minilm reads blocks with "
                                  "realm_tf's type ids (0 title, 1 body); false: all 0.")
@@ -250,18 +254,29 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
           retriever_learning_rate=_FT_RETRIEVER_LR.value, checkpoint_every=50,
           keep_checkpoints=1, log_every=25, eval_every=_CURVE_EVERY.value or 1000),
       runtime=RuntimeConfig(seed=seed, compute_dtype=settings["compute_dtype"]))
+  eval_k = _EVAL_READ_K.value or _READ_K.value
+  result_path = os.path.join(run_dir, f"result-k{eval_k}.json")
+  if os.path.exists(result_path):
+    with open(result_path, encoding="utf-8") as f:
+      saved = json.load(f)
+    if saved["dev_questions"] == [e.question for e in ctx.dev]:
+      print(f"reusing the evaluated run {run_dir}", flush=True)
+      return saved["run"]
   started = time.perf_counter()
   run_finetuning(config, log=lambda message: print(message, flush=True))
   train_seconds = time.perf_counter() - started
   started = time.perf_counter()
   # The last step, never `best/`: the curve's questions are dev questions and select nothing.
   model = QAModel.load(config.trainer.model_dir)
-  result = evaluate(model.system(k=_READ_K.value), ctx.dev, EvalConfig(recall_ks=ctx.ks))
+  result = evaluate(model.system(k=eval_k), ctx.dev, EvalConfig(recall_ks=ctx.ks))
   eval_log = os.path.join(config.trainer.model_dir, EVAL_LOG)
   curve = read_step_records(eval_log) if os.path.exists(eval_log) else []
-  return dict(seed=seed, **result.metrics, train_seconds=train_seconds,
-              eval_seconds=time.perf_counter() - started, curve=curve,
-              eval_log=eval_log if curve else "")
+  run = dict(seed=seed, **result.metrics, eval_reader_top_k=eval_k, train_seconds=train_seconds,
+             eval_seconds=time.perf_counter() - started, curve=curve,
+             eval_log=eval_log if curve else "")
+  with open(result_path, "w", encoding="utf-8") as f:
+    json.dump({"dev_questions": [e.question for e in ctx.dev], "run": run}, f)
+  return run
 
 
 def finetune_settings() -> Dict:
