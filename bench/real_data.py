@@ -227,6 +227,15 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
   settings = finetune_settings()
   digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
   run_dir = os.path.join(ctx.cache_dir, f"finetuned-{digest}-seed{seed}")
+  eval_k = _EVAL_READ_K.value or _READ_K.value
+  result_path = os.path.join(run_dir, f"result-k{eval_k}.json")
+  dev_questions = [e.question for e in ctx.dev]
+  if os.path.exists(result_path):
+    with open(result_path, encoding="utf-8") as f:
+      saved = json.load(f)
+    if saved["dev_questions"] == dev_questions:
+      print(f"reusing the evaluated run {run_dir}", flush=True)
+      return saved["run"]
   os.makedirs(run_dir, exist_ok=True)
   train_path = os.path.join(run_dir, "train.jsonl")
   datasets.write_jsonl(ctx.train + ctx.extra_train, train_path)
@@ -254,14 +263,6 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
           retriever_learning_rate=_FT_RETRIEVER_LR.value, checkpoint_every=50,
           keep_checkpoints=1, log_every=25, eval_every=_CURVE_EVERY.value or 1000),
       runtime=RuntimeConfig(seed=seed, compute_dtype=settings["compute_dtype"]))
-  eval_k = _EVAL_READ_K.value or _READ_K.value
-  result_path = os.path.join(run_dir, f"result-k{eval_k}.json")
-  if os.path.exists(result_path):
-    with open(result_path, encoding="utf-8") as f:
-      saved = json.load(f)
-    if saved["dev_questions"] == [e.question for e in ctx.dev]:
-      print(f"reusing the evaluated run {run_dir}", flush=True)
-      return saved["run"]
   started = time.perf_counter()
   run_finetuning(config, log=lambda message: print(message, flush=True))
   train_seconds = time.perf_counter() - started
@@ -275,7 +276,7 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
              eval_seconds=time.perf_counter() - started, curve=curve,
              eval_log=eval_log if curve else "")
   with open(result_path, "w", encoding="utf-8") as f:
-    json.dump({"dev_questions": [e.question for e in ctx.dev], "run": run}, f)
+    json.dump({"dev_questions": dev_questions, "run": run}, f)
   return run
 
 
