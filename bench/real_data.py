@@ -103,6 +103,10 @@ _CURVE_EVERY = flags.DEFINE_integer("curve_every", 0, "Trained rows: evaluate th
                                     "the row is the last step's.")
 _CURVE_QUESTIONS = flags.DEFINE_integer("curve_questions", 300, "Dev questions of the curve.")
 _READ_K = flags.DEFINE_integer("reader_top_k", 3, "Blocks read per question (trained rows).")
+_READ_ANSWER_BLOCK = flags.DEFINE_bool("read_answer_block", False, "Trained rows: when no "
+                                      "top-k block holds an answer, the reader reads the best "
+                                      "answer-bearing block of the top 1,000 instead of the "
+                                      "k-th (`task.read_answer_block`).")
 _EVAL_READ_K = flags.DEFINE_integer("eval_reader_top_k", 0, "Blocks the trained rows' QA "
                                     "models read per dev question (0: --reader_top_k).")
 _THREADS = flags.DEFINE_integer("threads", 2, "TensorFlow and torch intra-op threads.")
@@ -255,6 +259,7 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
                             block_length=ctx.block_length,
                             reader_length=query_length + ctx.block_length),
           init=InitConfig(bert_weights="minilm"), reader_top_k=_READ_K.value,
+          read_answer_block=_READ_ANSWER_BLOCK.value,
           retriever_top_k=1000, index_kind="brute_force", embedding_dtype="float32",
           dev_data=curve_path),
       trainer=TrainerConfig(
@@ -286,7 +291,9 @@ def finetune_settings() -> Dict:
               retriever_learning_rate=_FT_RETRIEVER_LR.value, reader_top_k=_READ_K.value,
               query_length=_FT_QUERY_LENGTH.value,
               compute_dtype=precision.resolve(_FT_DTYPE.value),
-              extra_train=list(_EXTRA_TRAIN.value))
+              extra_train=list(_EXTRA_TRAIN.value),
+              # absent when off, so that earlier runs keep their directories' keys
+              **({"read_answer_block": True} if _READ_ANSWER_BLOCK.value else {}))
 
 
 def _reuse_step0_index(cache_dir: str, model_dir: str) -> None:

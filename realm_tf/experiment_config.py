@@ -210,6 +210,9 @@ class OpenQATaskConfig:
     init: the pre-trained weights; `checkpoint` may be a REALM pre-training model directory.
     reader_top_k, retriever_top_k, max_gold_spans: k blocks read, K in the retriever loss
       (reference 5000; capped at the corpus size), A gold spans per block.
+    read_answer_block: in training, when none of the top k holds an answer, the reader reads
+      the best answer-bearing block of the top K instead of the k-th (DPR's reader training:
+      supervision for every question the top K answers; False: REALM's and ORQA's top k).
     index_kind, scann: the document index ("scann" or "brute_force") and ScaNN's settings.
     index_refresh_steps: refresh the index every that many steps (0: frozen; needs a
       pre-trained retriever with shared towers).
@@ -226,6 +229,7 @@ class OpenQATaskConfig:
   reader_top_k: int = 5
   retriever_top_k: int = 5000
   max_gold_spans: int = 32
+  read_answer_block: bool = False
   index_kind: str = "scann"
   scann: ScannSettings = ScannSettings()
   index_refresh_steps: int = 0

@@ -59,6 +59,10 @@ flags.DEFINE_integer("warmup_steps", None,
 flags.DEFINE_integer("reader_top_k", 5, "Blocks read per question.")
 flags.DEFINE_integer("retriever_top_k", 5000, "Blocks in the retriever loss.")
 flags.DEFINE_integer("max_gold_spans", 32, "Gold spans kept per block.")
+flags.DEFINE_bool("read_answer_block", False,
+                  "Training: when no top-k block holds an answer, read the best "
+                  "answer-bearing block of the top --retriever_top_k instead of "
+                  "the k-th (DPR's reader training).")
 flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
 _SCANN = cli.define_scann_flags()
 flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
@@ -107,6 +111,7 @@ SETTINGS = {
     "retriever_learning_rate": "trainer.retriever_learning_rate",
     "warmup_steps": "trainer.warmup_steps", "reader_top_k": "task.reader_top_k",
     "retriever_top_k": "task.retriever_top_k", "max_gold_spans": "task.max_gold_spans",
+    "read_answer_block": "task.read_answer_block",
     "index_kind": "task.index_kind",
     **{f"scann_{name}": f"task.scann.{name}" for name in _SCANN._fields},
     "refresh_every": "task.index_refresh_steps", "eval_every": "trainer.eval_every",

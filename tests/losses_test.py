@@ -100,6 +100,22 @@ def test_open_qa_loss_hand_computed_and_bfloat16():
   np.testing.assert_allclose(bf16, loss, rtol=3e-2)
 
 
+def test_open_qa_loss_reads_the_blocks_at_read_positions():
+  retriever = np.array([[2.0, 1.0, 0.5, -1.0]], np.float32)
+  has_answer = np.array([[False, False, False, True]])
+  span = np.array([[[0.0, 1.0], [3.0, 0.5]]], np.float32)
+  correct = np.array([[[False, False], [True, False]]])  # the answer is in the 2nd block read
+  _, parts = losses.open_qa_loss(retriever, has_answer, span, correct,
+                                 read_positions=np.array([[0, 3]], np.int32))
+  reader = (span + retriever[:, [0, 3], None]).reshape(-1)  # block 3 swapped in for block 1
+  np.testing.assert_allclose(parts["reader_loss"], [logsumexp(reader) - reader[2]], atol=1e-5)
+  _, top = losses.open_qa_loss(retriever, has_answer, span, correct,
+                               read_positions=np.array([[0, 1]], np.int32))
+  _, default = losses.open_qa_loss(retriever, has_answer, span, correct)
+  np.testing.assert_allclose(top["reader_loss"], default["reader_loss"])
+  assert abs(float(top["reader_loss"][0]) - float(parts["reader_loss"][0])) > 0.1
+
+
 def test_correct_spans():
   starts = np.array([0, 1, 2, 0, 1], np.int32)
   ends = np.array([0, 1, 2, 1, 2], np.int32)

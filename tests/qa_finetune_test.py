@@ -177,6 +177,32 @@ def test_prepare_batch_supervision(trained):
                    for a in example.answers)
 
 
+def test_read_answer_block_reads_the_best_answer_bearing_block(trained):
+  tuner, _, _, _, _ = trained
+  experiment, num_read = tuner.experiment, tuner.num_read
+  tuner.num_read = 1  # read one block, so that some questions miss their answer in it
+  try:
+    top = tuner.prepare_batch(tuner.train_examples)
+    missed = np.flatnonzero(top["has_answer"].any(1) & ~top["has_answer"][:, 0])
+    assert missed.size and (top["read_positions"] == 0).all()
+    tuner.experiment = dataclasses.replace(experiment, task=dataclasses.replace(
+        experiment.task, read_answer_block=True))
+    swapped = tuner.prepare_batch(tuner.train_examples)
+  finally:
+    tuner.experiment, tuner.num_read = experiment, num_read
+  np.testing.assert_array_equal(swapped["rows"], top["rows"])
+  expected = np.where(top["has_answer"][:, 0] | ~top["has_answer"].any(1), 0,
+                      np.argmax(top["has_answer"], 1))
+  np.testing.assert_array_equal(swapped["read_positions"][:, 0], expected)
+  # the swapped-in blocks are read and hold gold spans; the others are read as before
+  assert (swapped["gold_starts"][missed, 0, 0] >= 0).all()
+  assert (top["gold_starts"][missed, 0, 0] == -1).all()
+  kept = np.setdiff1d(np.arange(len(expected)), missed)
+  np.testing.assert_array_equal(swapped["reader_input_word_ids"][kept],
+                                top["reader_input_word_ids"][kept])
+  assert np.isfinite(tuner.loss(swapped)).all()
+
+
 def test_answer_in_no_block_gives_zero_loss_and_finite_weights(trained):
   tuner, _, _, _, _ = trained
   examples = [QAExample("who discovered pluto?", ("Clyde Tombaugh",)),

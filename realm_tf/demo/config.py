@@ -41,6 +41,8 @@ class DemoConfig:
       snapshot for the asynchronous index builder every `refresh_every` steps).
     finetune_steps, finetune_batch_size, finetune_learning_rate, retriever_top_k: Open-QA
       fine-tuning (10% warm-up; the retriever loss over the top `retriever_top_k` blocks).
+    read_answer_block: fine-tuning's reader also reads the best answer-bearing block of the
+      top `retriever_top_k` when none of the top k holds an answer (`task.read_answer_block`).
     k: blocks read per question, and in the export.
     questions: questions to ask at the end (empty: the first dev questions).
     num_asked: dev questions asked when `questions` is empty.
@@ -67,6 +69,7 @@ class DemoConfig:
   finetune_batch_size: int = 4
   finetune_learning_rate: float = 5e-5
   retriever_top_k: int = 5000
+  read_answer_block: bool = False
   k: int = 5
   questions: Tuple[str, ...] = ()
   num_asked: int = 3

@@ -57,6 +57,10 @@ _FINETUNE_LR = flags.DEFINE_float("finetune_learning_rate", _DEFAULTS.finetune_l
                                   "Fine-tuning peak learning rate.")
 _RETRIEVER_TOP_K = flags.DEFINE_integer("retriever_top_k", _DEFAULTS.retriever_top_k,
                                         "Blocks in the fine-tuning retriever loss.")
+_READ_ANSWER_BLOCK = flags.DEFINE_bool(
+    "read_answer_block", _DEFAULTS.read_answer_block, "Fine-tuning: when no top-k block "
+    "holds an answer, the reader reads the best answer-bearing one of the top "
+    "--retriever_top_k instead of the k-th.")
 _K = flags.DEFINE_integer("k", _DEFAULTS.k, "Blocks read per question.")
 _QUESTION = flags.DEFINE_multi_string("question", [], "A question to ask at the end "
                                       "(repeatable; default: the first dev questions).")
@@ -79,7 +83,7 @@ def config_from_flags() -> DemoConfig:
       num_candidates=_NUM_CANDIDATES.value, refresh_every=_REFRESH_EVERY.value,
       finetune_steps=_FINETUNE_STEPS.value, finetune_batch_size=_FINETUNE_BATCH.value,
       finetune_learning_rate=_FINETUNE_LR.value, retriever_top_k=_RETRIEVER_TOP_K.value,
-      k=_K.value, questions=tuple(_QUESTION.value), num_asked=_NUM_ASKED.value,
+      read_answer_block=_READ_ANSWER_BLOCK.value, k=_K.value, questions=tuple(_QUESTION.value), num_asked=_NUM_ASKED.value,
       pipeline_options=_PIPELINE_OPTIONS.value, seed=_SEED.value)
 
 

@@ -222,6 +222,7 @@ class Demo(DataStages):
           "trainer.learning_rate": config.finetune_learning_rate,
           "trainer.warmup_steps": max(1, config.finetune_steps // 10),
           "task.reader_top_k": config.k, "task.retriever_top_k": config.retriever_top_k,
+          "task.read_answer_block": config.read_answer_block,
           "trainer.checkpoint_every": _checkpoint_every(config.finetune_steps),
           "trainer.keep_checkpoints": 1, "trainer.log_every": 1,
           "task.embedding_dtype": "float32"})

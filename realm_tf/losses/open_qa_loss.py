@@ -4,8 +4,10 @@ Legend: B questions, R retrieved blocks scored by the retriever loss (reference:
 k blocks read by the reader (reference: 5), S spans per block, A gold answer spans.
 
 loss = −log Σ_{z ∈ top-R, z has answer} p(z | x)                       (retriever)
-       −log Σ_{(z, s) correct} softmax_{(z, s) over top-k × spans}(f(x, z) + g(s | z, x))  (reader)
-Each term is zeroed when it has no correct candidate.
+       −log Σ_{(z, s) correct} softmax_{(z, s) over read × spans}(f(x, z) + g(s | z, x))  (reader)
+Each term is zeroed when it has no correct candidate. The blocks read are the top k (REALM,
+ORQA) unless `read_positions` names others among the R (e.g. an answer-bearing block swapped
+in for training, as DPR trains its reader).
 """
 from typing import Dict, Tuple
 
@@ -51,7 +53,8 @@ def correct_spans(span_starts: tf.Tensor, span_ends: tf.Tensor, gold_starts: tf.
 
 def open_qa_loss(retriever_logits: tf.Tensor, has_answer: tf.Tensor, span_logits: tf.Tensor,
                  span_is_correct: tf.Tensor,
-                 span_mask: tf.Tensor = None) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+                 span_mask: tf.Tensor = None, read_positions: tf.Tensor = None
+                 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   """The ORQA/REALM fine-tuning loss, averaged over questions.
 
   Args:
@@ -60,14 +63,19 @@ def open_qa_loss(retriever_logits: tf.Tensor, has_answer: tf.Tensor, span_logits
     span_logits: [B, k, S] span scores of the top-k blocks (k ≤ R), invalid spans masked.
     span_is_correct: [B, k, S] bool from `correct_spans`.
     span_mask: optional [B, k, S] bool of valid spans; a "correct" span outside it is ignored.
+    read_positions: optional int [B, k], the position in the R blocks of each block read
+      (default: 0..k-1, the top k).
 
   Returns:
     (loss [] float32, {"retriever_loss": [B], "reader_loss": [B], "reader_logits": [B, k*S]}).
   """
   retriever_loss = marginal_log_loss(retriever_logits, has_answer)
-  num_read = tf.shape(span_logits)[1]
+  if read_positions is None:
+    read_logits = retriever_logits[:, :tf.shape(span_logits)[1]]
+  else:
+    read_logits = tf.gather(retriever_logits, read_positions, batch_dims=1)  # [B, k]
   reader_logits = (tf.cast(span_logits, tf.float32) +
-                   tf.cast(retriever_logits[:, :num_read, None], tf.float32))  # [B, k, S]
+                   tf.cast(read_logits[..., None], tf.float32))  # [B, k, S]
   if span_mask is not None:
     span_is_correct = tf.logical_and(span_is_correct, tf.cast(span_mask, tf.bool))
   batch = tf.shape(reader_logits)[0]

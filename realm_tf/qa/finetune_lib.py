@@ -7,7 +7,9 @@ Per step:
 1. Host, outside the replicated step: the current query tower embeds the B questions
    (no dropout), the MIPS index returns their top-K corpus rows; `has_answer` [B, K] is
    computed on the block texts with `realm_tf.evaluation.has_answer` (what evaluation's
-   recall@k uses); the top-k blocks are packed as reader inputs `[CLS] x [SEP] z_body [SEP]`
+   recall@k uses); the top-k blocks (with `task.read_answer_block`, the best answer-bearing
+   block of the top-K replaces the k-th when none of the top k holds an answer, as DPR trains
+   its reader; evaluation always reads the top k) are packed as reader inputs `[CLS] x [SEP] z_body [SEP]`
    (`Featurizer`, the inference featurization) and every occurrence of an answer's
    wordpieces in a block body becomes a gold span [B, k, A] (`supervision.gold_spans`).
 2. Replicated step (`tf.distribute`, `realm_tf.qa.open_qa_step`): `open_qa_loss` of the query
@@ -280,7 +282,8 @@ class FineTuner:
 
     Returns:
       numpy arrays: "query_*" [B, Lq], "rows" int64 [B, K] (-1: missing), "has_answer" bool
-      [B, K], "reader_*" int32 [B, k, Lr], "gold_starts" / "gold_ends" int32 [B, k, A].
+      [B, K], "read_positions" int32 [B, k] (the blocks read among the K), "reader_*" int32
+      [B, k, Lr], "gold_starts" / "gold_ends" int32 [B, k, A].
     """
     task = self.experiment.task
     batch, k, length = len(examples), self.num_read, task.model.reader_length
@@ -291,7 +294,11 @@ class FineTuner:
     texts = self.corpus.texts
     has_answer = np.array([[r >= 0 and m.has_answer(texts[r]) for r in row]
                            for m, row in zip(matchers, rows)], bool)
-    read = rows[:, :k]
+    positions = np.tile(np.arange(k), [batch, 1])
+    if task.read_answer_block:  # DPR's reader training: an answer-bearing block among the read
+      for b in np.flatnonzero(~has_answer[:, :k].any(1) & has_answer.any(1)):
+        positions[b, -1] = np.argmax(has_answer[b])
+    read = np.take_along_axis(rows, positions, axis=1)
     titles = [[self.corpus.titles[r] if r >= 0 else "" for r in row] for row in read]
     bodies = [[texts[r] if r >= 0 else "" for r in row] for row in read]
     reader = {n: t.numpy() for n, t in self._reader_inputs_fn(
@@ -312,6 +319,7 @@ class FineTuner:
     prepared.update({f"reader_{n}": reader[n].reshape([batch, k, length])
                      for n in READER_FEATURES})
     prepared.update(rows=rows.astype(np.int64), has_answer=has_answer,
+                    read_positions=positions.astype(np.int32),
                     gold_starts=np.stack(starts), gold_ends=np.stack(ends))
     return prepared
 

@@ -33,7 +33,8 @@ def open_qa_losses(retriever, reader, block_embeddings: tf.Variable,
     retriever, reader: the models (the query tower and the reader run here).
     block_embeddings: float32 [N, D], the frozen doc-tower embeddings of the corpus rows.
     inputs: "query_*" [B, Lq], "rows" [B, K], "has_answer" [B, K], "reader_*" [B, k, Lr],
-      "gold_starts" / "gold_ends" [B, k, A].
+      "gold_starts" / "gold_ends" [B, k, A], optional "read_positions" [B, k] (the blocks
+      read among the K; default the top k).
     training: dropout on or off.
 
   Returns:
@@ -53,7 +54,8 @@ def open_qa_losses(retriever, reader, block_embeddings: tf.Variable,
       {n: flat[n] for n in QUERY_FEATURES}, flat["block_mask"], training=training)
   span_logits = tf.reshape(span_logits, [batch, k, -1])  # [B, k, S]
   correct = correct_spans(starts, ends, inputs["gold_starts"], inputs["gold_ends"])
-  _, parts = open_qa_loss(retriever_logits, inputs["has_answer"], span_logits, correct)
+  _, parts = open_qa_loss(retriever_logits, inputs["has_answer"], span_logits, correct,
+                         read_positions=inputs.get("read_positions"))
   per_question = parts["retriever_loss"] + parts["reader_loss"]
   return per_question, parts["retriever_loss"], parts["reader_loss"], correct
 
