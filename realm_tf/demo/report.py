@@ -44,6 +44,12 @@ def _mlm_warmup(f: Dict[str, Any]) -> str:
           f"{_arrow(f, 'mlm_warmup_accuracy')}; then ")
 
 
+def _run_mean(f: Dict[str, Any], key: str) -> str:
+  """The mean of `key` over every step, where the stage recorded it (a step's figure, from a
+  few masked tokens, is noisy at the first and last steps alone)."""
+  return f" (mean of every step {f[f'{key}_mean']:.3f})" if f"{key}_mean" in f else ""
+
+
 def _dev_recall(f: Dict[str, Any]) -> str:
   return (f"dev recall@5 {f['dev_recall@5_start']:.3f} -> {f['dev_recall@5_end']:.3f} "
           f"(best {f['dev_recall@5_best']:.3f} at step {f['best_step']}, kept)")
@@ -76,8 +82,9 @@ _DESCRIBE: Dict[str, Callable[[Dict[str, Any]], str]] = {
                       f"-> {f['path']}"),
     "pretrain": lambda f: (_mlm_warmup(f) +
                            f"{f['steps']} steps x {f['batch_size']} (K={f['num_candidates']}),"
-                           f" loss {_arrow(f, 'loss')}, MLM accuracy "
-                           f"{_arrow(f, 'mlm_accuracy')}, retrieval utility "
+                           f" loss {_arrow(f, 'loss')}, salient-span MLM accuracy "
+                           f"{_arrow(f, 'mlm_accuracy')}{_run_mean(f, 'mlm_accuracy')}, "
+                           "retrieval utility "
                            f"{_arrow(f, 'retrieval_utility')} nats, "
                            f"the initial index + {f['indexes_published'] - 1} published by "
                            "the asynchronous builder, staleness <= "

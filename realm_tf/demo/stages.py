@@ -40,6 +40,7 @@ import shutil
 import time
 from typing import Any, Callable, Dict, List
 
+import numpy as np
 import tensorflow as tf
 
 from realm_tf import pretrained
@@ -196,6 +197,7 @@ class Demo(DataStages):
       run_experiment(experiment, verbose=False, monitor=self._monitor(config.refresh_every))
     records = read_step_log(os.path.join(model_dir, "metrics.jsonl"))
     figures = trends(records, ("loss", "mlm_accuracy", "retrieval_utility"))
+    figures["mlm_accuracy_mean"] = float(np.mean([r["mlm_accuracy"] for r in records]))
     warmup = read_step_log(os.path.join(model_dir, WARMUP_DIR, EVAL_LOG))
     if warmup:  # the reader's MLM head warmed up before REALM
       figures.update(mlm_warmup_steps=warmup[-1]["step"],

@@ -1,0 +1,107 @@
+"""Fine-tuning settings compared on a demo run's pre-trained model, over seeds.
+
+  python bench/demo_finetune.py --demo_dir=results/demo --seeds=0,1,2 \\
+      --variant=top_k: --variant=answer_block:read_answer_block=true
+
+A `realm-demo` run that got past `pretrain` supplies everything but fine-tuning: its corpus,
+its train/dev questions and its REALM pre-training checkpoint (linked, not copied). Each
+`--variant` ("name:field=value,..." over `realm_tf.demo.config.DemoConfig`, e.g.
+`finetune_steps=200,read_answer_block=true`) runs the demo's `finetune` and `evaluate_after`
+stages once per `--seeds` (the seed of the span head and of the question order) in
+`<output_dir>/<variant>-seed<S>/`; a re-run reuses completed runs. Dev exact match and
+recall@k are the demo's own figures (its first `eval_questions` dev questions; dev selects
+nothing: each model is its last step). Prints and writes `<output_dir>/<name>.{md,json}`:
+mean ± std over seeds per variant, and every run.
+"""
+import dataclasses
+import json
+import os
+import sys
+from typing import Dict, List
+
+from absl import app
+from absl import flags
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from realm_tf.demo.config import DemoConfig  # pylint: disable=wrong-import-position
+from realm_tf.demo.step_logs import read_json  # pylint: disable=wrong-import-position
+
+_DEMO_DIR = flags.DEFINE_string("demo_dir", "results/demo", "A realm-demo run that completed "
+                                "its `pretrain` stage.")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "bench/results/demo_finetune",
+                                  "Runs (<variant>-seed<S>/) and results go here.")
+_NAME = flags.DEFINE_string("name", "demo_finetune", "Result file name.")
+_VARIANTS = flags.DEFINE_multi_string("variant", ["top_k:"], "name:field=value,... over the "
+                                      "demo run's settings.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Fine-tuning seeds.")
+# The demo's inputs a fine-tuning run reads: linked into every run directory.
+_SHARED = ("data", "corpus", "questions", "realm")
+METRICS = ("exact_match", "recall@5", "recall@20")
+
+
+def parse_variant(text: str, base: DemoConfig) -> (str, Dict):
+  """("name", {field: value}) of "name:field=value,..."; values parsed as the field's type."""
+  name, _, settings = text.partition(":")
+  fields = {f.name: f for f in dataclasses.fields(DemoConfig)}
+  changes = {}
+  for item in filter(None, settings.split(",")):
+    key, _, value = item.partition("=")
+    if key not in fields or key in ("output_dir", "seed"):
+      raise app.UsageError(f"--variant={text}: {key!r} is not a DemoConfig setting it can set")
+    kind = type(getattr(base, key))
+    changes[key] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
+  if not name:
+    raise app.UsageError(f"--variant={text}: give it a name before ':'")
+  return name, changes
+
+
+def run_variant(base: DemoConfig, changes: Dict, run_dir: str) -> Dict:
+  """The demo's finetune and evaluate_after stages of `base` with `changes`, in `run_dir`."""
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing)
+  from realm_tf.demo.stages import Demo
+  config = dataclasses.replace(base, output_dir=run_dir, **changes)
+  os.makedirs(run_dir, exist_ok=True)
+  for name in _SHARED:
+    link = os.path.join(run_dir, name)
+    if not os.path.lexists(link):
+      os.symlink(os.path.abspath(os.path.join(_DEMO_DIR.value, name)), link)
+  demo = Demo(config, log=lambda line: print(line, flush=True))
+  finetune = demo.run_stage("finetune")
+  after = demo.run_stage("evaluate_after")
+  return dict(after.figures, finetune_seconds=finetune.seconds)
+
+
+def main(argv):
+  del argv
+  base = DemoConfig(**{k: tuple(v) if k == "questions" else v for k, v in
+                       read_json(os.path.join(_DEMO_DIR.value, "config.json")).items()
+                       if k in {f.name for f in dataclasses.fields(DemoConfig)}})
+  variants = [parse_variant(v, base) for v in _VARIANTS.value]
+  rows: List[Dict] = []
+  for name, changes in variants:
+    runs = []
+    for seed in map(int, _SEEDS.value):
+      run_dir = os.path.join(_OUTPUT_DIR.value, f"{name}-seed{seed}")
+      runs.append(dict(seed=seed, **run_variant(base, dict(changes, seed=seed), run_dir)))
+    summary = {m: (float(np.mean([r[m] for r in runs])), float(np.std([r[m] for r in runs])))
+               for m in METRICS}
+    rows.append(dict(variant=name, settings=changes, summary=summary, runs=runs))
+  header = "| variant | settings | " + " | ".join(METRICS) + " | per seed (exact match) |"
+  lines = [header, "|" + "---|" * (len(METRICS) + 3)]
+  for row in rows:
+    cells = [f"{row['summary'][m][0]:.3f} ± {row['summary'][m][1]:.3f}" for m in METRICS]
+    per_seed = " / ".join(f"{r['exact_match']:.3f}" for r in row["runs"])
+    settings = ", ".join(f"{k}={v}" for k, v in row["settings"].items()) or "the demo's"
+    lines.append(f"| {row['variant']} | {settings} | " + " | ".join(cells) + f" | {per_seed} |")
+  table = "\n".join(lines)
+  print(table)
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  with open(os.path.join(_OUTPUT_DIR.value, f"{_NAME.value}.md"), "w", encoding="utf-8") as f:
+    f.write(f"Demo run: {_DEMO_DIR.value}; seeds {', '.join(_SEEDS.value)}\n\n{table}\n")
+  with open(os.path.join(_OUTPUT_DIR.value, f"{_NAME.value}.json"), "w", encoding="utf-8") as f:
+    json.dump({"demo_dir": _DEMO_DIR.value, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)
