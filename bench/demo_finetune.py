@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from absl import app
 from absl import flags
@@ -40,7 +40,7 @@ _SHARED = ("data", "corpus", "questions", "realm")
 METRICS = ("exact_match", "recall@5", "recall@20")
 
 
-def parse_variant(text: str, base: DemoConfig) -> (str, Dict):
+def parse_variant(text: str, base: DemoConfig) -> Tuple[str, Dict]:
   """("name", {field: value}) of "name:field=value,..."; values parsed as the field's type."""
   name, _, settings = text.partition(":")
   fields = {f.name: f for f in dataclasses.fields(DemoConfig)}

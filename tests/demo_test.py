@@ -5,6 +5,8 @@ import glob
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -86,6 +88,7 @@ def test_step_log_keeps_the_last_record_of_a_step_and_trends(tmp_path):
   assert step_logs.trend(log, "loss") == (100.0, -9.5)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(num_docs=20, encoder="tiny", eval_questions=3, ict_steps=2, ict_batch_size=4,
             pretrain_steps=2, pretrain_batch_size=2, refresh_every=2, finetune_steps=2,
             finetune_batch_size=2, num_asked=2)
@@ -113,6 +116,7 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
   assert question_figures["evaluated"] == 3 and question_figures["nq_dev"] == 8757
   assert figures["ict"]["steps"] == 2 and os.path.isdir(out("ict", "retriever"))
   assert figures["pretrain"]["steps"] == 2 and figures["pretrain"]["indexes_published"] >= 1
+  assert 0 <= figures["pretrain"]["mlm_accuracy_mean"] <= 1
   assert os.path.exists(out("realm", "index", "LATEST"))
   assert os.listdir(out("realm", "snapshots"))  # the asynchronous builder's inputs
   assert figures["finetune"]["steps"] == 2
@@ -134,6 +138,7 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
   assert (f"Dev exact match {before['exact_match']:.3f} -> {after['exact_match']:.3f}, "
           f"recall@5 {before['recall@5']:.3f} -> {after['recall@5']:.3f}") in summary
   assert f"{figures['corpus']['blocks']:,} blocks" in summary and answers[0]["text"] in summary
+  assert f"(mean of every step {figures['pretrain']['mlm_accuracy_mean']:.3f})" in summary
   assert 0 <= figures["baselines"]["bm25_recall@5"] <= figures["baselines"]["bm25_recall@20"] <= 1
   for stage in ("ict", "pretrain"):  # monitored: start, end and the best kept
     recall = figures[stage]
@@ -151,3 +156,26 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
                           log=lambda line: None)
   assert [s.name for s in asked.stages if not s.reused] == ["ask"]
   assert asked.stage("ask").figures["answers"][0]["question"] == "who wrote hamlet?"
+
+  # bench/demo_finetune.py: fine-tuning variants over seeds on this run's pre-trained model
+  bench_dir = str(tmp_path / "bench")
+  subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
+                  f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}",
+                  "--seeds=0,1", "--variant=answer_block:finetune_steps=3,"
+                  "read_answer_block=true", "--name=variants"], check=True, cwd=ROOT)
+  with open(os.path.join(bench_dir, "variants.json")) as f:
+    (row,) = json.load(f)["rows"]
+  assert row["variant"] == "answer_block"
+  assert row["settings"] == {"finetune_steps": 3, "read_answer_block": True}
+  assert [r["seed"] for r in row["runs"]] == [0, 1]
+  for run in row["runs"]:
+    run_dir = os.path.join(bench_dir, f"answer_block-seed{run['seed']}")
+    assert run["step"] == 3 and run["num_questions"] == 3
+    assert os.path.realpath(os.path.join(run_dir, "realm")) == out("realm")
+    assert len(step_logs.read_step_log(os.path.join(run_dir, "qa", "metrics.jsonl"))) == 3
+    task = step_logs.read_json(os.path.join(run_dir, "qa", "experiment.json"))["task"]
+    assert task["read_answer_block"]
+    assert os.path.realpath(task["train_data"]) == os.path.realpath(out("questions",
+                                                                      "train.jsonl"))
+  mean = sum(r["exact_match"] for r in row["runs"]) / 2
+  assert row["summary"]["exact_match"][0] == pytest.approx(mean)
