@@ -83,7 +83,8 @@ def config_from_flags() -> DemoConfig:
       num_candidates=_NUM_CANDIDATES.value, refresh_every=_REFRESH_EVERY.value,
       finetune_steps=_FINETUNE_STEPS.value, finetune_batch_size=_FINETUNE_BATCH.value,
       finetune_learning_rate=_FINETUNE_LR.value, retriever_top_k=_RETRIEVER_TOP_K.value,
-      read_answer_block=_READ_ANSWER_BLOCK.value, k=_K.value, questions=tuple(_QUESTION.value), num_asked=_NUM_ASKED.value,
+      read_answer_block=_READ_ANSWER_BLOCK.value, k=_K.value,
+      questions=tuple(_QUESTION.value), num_asked=_NUM_ASKED.value,
       pipeline_options=_PIPELINE_OPTIONS.value, seed=_SEED.value)
 
 

@@ -9,9 +9,10 @@ Per step:
    computed on the block texts with `realm_tf.evaluation.has_answer` (what evaluation's
    recall@k uses); the top-k blocks (with `task.read_answer_block`, the best answer-bearing
    block of the top-K replaces the k-th when none of the top k holds an answer, as DPR trains
-   its reader; evaluation always reads the top k) are packed as reader inputs `[CLS] x [SEP] z_body [SEP]`
-   (`Featurizer`, the inference featurization) and every occurrence of an answer's
-   wordpieces in a block body becomes a gold span [B, k, A] (`supervision.gold_spans`).
+   its reader; evaluation always reads the top k) are packed as reader inputs
+   `[CLS] x [SEP] z_body [SEP]` (`Featurizer`, the inference featurization) and every
+   occurrence of an answer's wordpieces in a block body becomes a gold span [B, k, A]
+   (`supervision.gold_spans`).
 2. Replicated step (`tf.distribute`, `realm_tf.qa.open_qa_step`): `open_qa_loss` of the query
    tower against the frozen block embeddings and of the reader over the k blocks, AdamW.
 
