@@ -74,9 +74,8 @@ def run_variant(base: DemoConfig, changes: Dict, run_dir: str) -> Dict:
 
 def main(argv):
   del argv
-  base = DemoConfig(**{k: tuple(v) if k == "questions" else v for k, v in
-                       read_json(os.path.join(_DEMO_DIR.value, "config.json")).items()
-                       if k in {f.name for f in dataclasses.fields(DemoConfig)}})
+  # config.json holds the run's `DemoConfig.settings()`: every field but the resumable ones
+  base = DemoConfig(**read_json(os.path.join(_DEMO_DIR.value, "config.json")))
   variants = [parse_variant(v, base) for v in _VARIANTS.value]
   rows: List[Dict] = []
   for name, changes in variants:
