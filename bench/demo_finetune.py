@@ -49,7 +49,8 @@ def parse_variant(text: str, base: DemoConfig) -> Tuple[str, Dict]:
     key, _, value = item.partition("=")
     if key not in fields or key in ("output_dir", "seed"):
       raise app.UsageError(f"--variant={text}: {key!r} is not a DemoConfig setting it can set")
-    kind = type(getattr(base, key))
+    current = getattr(base, key)
+    kind = float if current is None else type(current)  # None: an unset optional rate
     changes[key] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
   if not name:
     raise app.UsageError(f"--variant={text}: give it a name before ':'")

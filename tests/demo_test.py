@@ -75,6 +75,8 @@ def test_other_settings_are_refused_unless_overwritten(tmp_path):
   stages.Demo(changed, overwrite=True)
   with pytest.raises(stages.InvalidConfigError, match="dev_percent"):
     stages.DemoConfig(dev_percent=100)
+  with pytest.raises(stages.InvalidConfigError, match="finetune_retriever_learning_rate"):
+    stages.DemoConfig(finetune_retriever_learning_rate=-1.0)
 
 
 def test_step_log_keeps_the_last_record_of_a_step_and_trends(tmp_path):
@@ -162,19 +164,24 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
   subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
                   f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}",
                   "--seeds=0,1", "--variant=answer_block:finetune_steps=3,"
-                  "read_answer_block=true", "--name=variants"], check=True, cwd=ROOT)
+                  "read_answer_block=true,finetune_retriever_learning_rate=2e-5",
+                  "--name=variants"], check=True, cwd=ROOT)
   with open(os.path.join(bench_dir, "variants.json")) as f:
     (row,) = json.load(f)["rows"]
   assert row["variant"] == "answer_block"
-  assert row["settings"] == {"finetune_steps": 3, "read_answer_block": True}
+  assert row["settings"] == {"finetune_steps": 3, "read_answer_block": True,
+                             "finetune_retriever_learning_rate": 2e-5}
   assert [r["seed"] for r in row["runs"]] == [0, 1]
   for run in row["runs"]:
     run_dir = os.path.join(bench_dir, f"answer_block-seed{run['seed']}")
     assert run["step"] == 3 and run["num_questions"] == 3
     assert os.path.realpath(os.path.join(run_dir, "realm")) == out("realm")
     assert len(step_logs.read_step_log(os.path.join(run_dir, "qa", "metrics.jsonl"))) == 3
-    task = step_logs.read_json(os.path.join(run_dir, "qa", "experiment.json"))["task"]
+    experiment = step_logs.read_json(os.path.join(run_dir, "qa", "experiment.json"))
+    task, trainer = experiment["task"], experiment["trainer"]
     assert task["read_answer_block"]
+    assert trainer["retriever_learning_rate"] == 2e-5  # the query tower's own rate
+    assert trainer["learning_rate"] == config.finetune_learning_rate
     assert os.path.realpath(task["train_data"]) == os.path.realpath(out("questions",
                                                                       "train.jsonl"))
   mean = sum(r["exact_match"] for r in row["runs"]) / 2

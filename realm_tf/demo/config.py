@@ -1,6 +1,6 @@
 """The demo's settings and errors (no TensorFlow: `realm-demo --help` reads them)."""
 import dataclasses
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from realm_tf import errors
 
@@ -40,7 +40,10 @@ class DemoConfig:
       refresh_every: REALM pre-training (K candidates with the null document; a doc-embedder
       snapshot for the asynchronous index builder every `refresh_every` steps).
     finetune_steps, finetune_batch_size, finetune_learning_rate, retriever_top_k: Open-QA
-      fine-tuning (10% warm-up; the retriever loss over the top `retriever_top_k` blocks).
+      fine-tuning (10% warm-up; the retriever loss over the top `retriever_top_k` blocks);
+      `finetune_learning_rate` is the reader's peak rate.
+    finetune_retriever_learning_rate: the query tower's peak rate in fine-tuning (None:
+      `finetune_learning_rate`).
     read_answer_block: fine-tuning's reader also reads the best answer-bearing block of the
       top `retriever_top_k` when none of the top k holds an answer (`task.read_answer_block`).
     k: blocks read per question, and in the export.
@@ -68,6 +71,7 @@ class DemoConfig:
   finetune_steps: int = 48
   finetune_batch_size: int = 4
   finetune_learning_rate: float = 5e-5
+  finetune_retriever_learning_rate: Optional[float] = None
   retriever_top_k: int = 5000
   read_answer_block: bool = False
   k: int = 5
@@ -90,6 +94,10 @@ class DemoConfig:
     if self.query_length + self.block_length > 512:
       raise InvalidConfigError(f"query_length + block_length (the reader's input) must be <= 512 "
                                f"BERT positions, got {self.query_length + self.block_length}")
+    if (self.finetune_retriever_learning_rate is not None
+        and self.finetune_retriever_learning_rate < 0):
+      raise InvalidConfigError(f"finetune_retriever_learning_rate must be >= 0, got "
+                               f"{self.finetune_retriever_learning_rate}")
     if self.retriever_top_k < self.k:
       raise InvalidConfigError(f"retriever_top_k {self.retriever_top_k} must be >= k {self.k}")
 

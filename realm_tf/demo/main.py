@@ -54,7 +54,10 @@ _FINETUNE_STEPS = flags.DEFINE_integer("finetune_steps", _DEFAULTS.finetune_step
 _FINETUNE_BATCH = flags.DEFINE_integer("finetune_batch_size", _DEFAULTS.finetune_batch_size,
                                        "Questions per fine-tuning step.")
 _FINETUNE_LR = flags.DEFINE_float("finetune_learning_rate", _DEFAULTS.finetune_learning_rate,
-                                  "Fine-tuning peak learning rate.")
+                                  "Fine-tuning: the reader's peak learning rate.")
+_FINETUNE_RETRIEVER_LR = flags.DEFINE_float(
+    "finetune_retriever_learning_rate", _DEFAULTS.finetune_retriever_learning_rate,
+    "Fine-tuning: the query tower's peak learning rate (default: --finetune_learning_rate).")
 _RETRIEVER_TOP_K = flags.DEFINE_integer("retriever_top_k", _DEFAULTS.retriever_top_k,
                                         "Blocks in the fine-tuning retriever loss.")
 _READ_ANSWER_BLOCK = flags.DEFINE_bool(
@@ -82,7 +85,9 @@ def config_from_flags() -> DemoConfig:
       pretrain_batch_size=_PRETRAIN_BATCH.value, pretrain_learning_rate=_PRETRAIN_LR.value,
       num_candidates=_NUM_CANDIDATES.value, refresh_every=_REFRESH_EVERY.value,
       finetune_steps=_FINETUNE_STEPS.value, finetune_batch_size=_FINETUNE_BATCH.value,
-      finetune_learning_rate=_FINETUNE_LR.value, retriever_top_k=_RETRIEVER_TOP_K.value,
+      finetune_learning_rate=_FINETUNE_LR.value,
+      finetune_retriever_learning_rate=_FINETUNE_RETRIEVER_LR.value,
+      retriever_top_k=_RETRIEVER_TOP_K.value,
       read_answer_block=_READ_ANSWER_BLOCK.value, k=_K.value,
       questions=tuple(_QUESTION.value), num_asked=_NUM_ASKED.value,
       pipeline_options=_PIPELINE_OPTIONS.value, seed=_SEED.value)

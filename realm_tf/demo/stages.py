@@ -222,6 +222,7 @@ class Demo(DataStages):
           "trainer.batch_size": config.finetune_batch_size,
           "trainer.num_steps": config.finetune_steps,
           "trainer.learning_rate": config.finetune_learning_rate,
+          "trainer.retriever_learning_rate": config.finetune_retriever_learning_rate,
           "trainer.warmup_steps": max(1, config.finetune_steps // 10),
           "task.reader_top_k": config.k, "task.retriever_top_k": config.retriever_top_k,
           "task.read_answer_block": config.read_answer_block,
