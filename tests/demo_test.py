@@ -164,13 +164,15 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
   subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
                   f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}",
                   "--seeds=0,1", "--variant=answer_block:finetune_steps=3,"
-                  "read_answer_block=true,finetune_retriever_learning_rate=2e-5",
+                  "read_answer_block=true,finetune_retriever_learning_rate=2e-5,"
+                  "finetune_reader_top_k=2",
                   "--name=variants"], check=True, cwd=ROOT)
   with open(os.path.join(bench_dir, "variants.json")) as f:
     (row,) = json.load(f)["rows"]
   assert row["variant"] == "answer_block"
   assert row["settings"] == {"finetune_steps": 3, "read_answer_block": True,
-                             "finetune_retriever_learning_rate": 2e-5}
+                             "finetune_retriever_learning_rate": 2e-5,
+                             "finetune_reader_top_k": 2}
   assert [r["seed"] for r in row["runs"]] == [0, 1]
   for run in row["runs"]:
     run_dir = os.path.join(bench_dir, f"answer_block-seed{run['seed']}")
@@ -179,7 +181,9 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
     assert len(step_logs.read_step_log(os.path.join(run_dir, "qa", "metrics.jsonl"))) == 3
     experiment = step_logs.read_json(os.path.join(run_dir, "qa", "experiment.json"))
     task, trainer = experiment["task"], experiment["trainer"]
-    assert task["read_answer_block"]
+    assert task["read_answer_block"] and task["reader_top_k"] == 2
+    with open(os.path.join(run_dir, "eval", "after_predictions.jsonl")) as f:
+      assert {len(json.loads(line)["top_blocks"]) for line in f} == {config.k}  # reads k
     assert trainer["retriever_learning_rate"] == 2e-5  # the query tower's own rate
     assert trainer["learning_rate"] == config.finetune_learning_rate
     assert os.path.realpath(task["train_data"]) == os.path.realpath(out("questions",

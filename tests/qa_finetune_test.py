@@ -115,6 +115,16 @@ def test_best_dev_checkpoint_and_model_directory(trained):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+def test_system_reads_the_blocks_asked_for(trained):
+  """Evaluation may read more blocks than training (`system(k)`); each k is built once."""
+  tuner = trained[0]
+  assert tuner.system().k == tuner.num_read == 5
+  assert tuner.system(k=2) is tuner.system(k=2) and tuner.system(k=2).k == 2
+  question = tuner.dev_examples[0].question
+  assert len(tuner.system(k=2).answer([question])[0].evidence) == 2
+  assert tuner.system(k=10**6).k == tuner.num_retrieved  # capped at the blocks retrieved
+
+
 def test_doc_tower_is_frozen(trained):
   tuner, _, _, _, _ = trained
   texts = tf.constant(tuner.corpus.texts[:4])

@@ -44,6 +44,8 @@ class DemoConfig:
       `finetune_learning_rate` is the reader's peak rate.
     finetune_retriever_learning_rate: the query tower's peak rate in fine-tuning (None:
       `finetune_learning_rate`).
+    finetune_reader_top_k: blocks the reader reads per training question (0: `k`); evaluation,
+      the export and `ask` read `k`.
     read_answer_block: fine-tuning's reader also reads the best answer-bearing block of the
       top `retriever_top_k` when none of the top k holds an answer (`task.read_answer_block`).
     k: blocks read per question, and in the export.
@@ -73,6 +75,7 @@ class DemoConfig:
   finetune_learning_rate: float = 5e-5
   finetune_retriever_learning_rate: Optional[float] = None
   retriever_top_k: int = 5000
+  finetune_reader_top_k: int = 0
   read_answer_block: bool = False
   k: int = 5
   questions: Tuple[str, ...] = ()
@@ -87,8 +90,9 @@ class DemoConfig:
                  "pretrain_batch_size", "finetune_batch_size", "k", "refresh_every"):
       if getattr(self, name) < 1:
         raise InvalidConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-    if self.mlm_warmup_steps < 0:
-      raise InvalidConfigError(f"mlm_warmup_steps must be >= 0, got {self.mlm_warmup_steps}")
+    for name in ("mlm_warmup_steps", "finetune_reader_top_k"):
+      if getattr(self, name) < 0:
+        raise InvalidConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
     if not 0 < self.dev_percent < 100:
       raise InvalidConfigError(f"dev_percent must be in 1..99, got {self.dev_percent}")
     if self.query_length + self.block_length > 512:
@@ -98,8 +102,9 @@ class DemoConfig:
         and self.finetune_retriever_learning_rate < 0):
       raise InvalidConfigError(f"finetune_retriever_learning_rate must be >= 0, got "
                                f"{self.finetune_retriever_learning_rate}")
-    if self.retriever_top_k < self.k:
-      raise InvalidConfigError(f"retriever_top_k {self.retriever_top_k} must be >= k {self.k}")
+    if self.retriever_top_k < max(self.k, self.finetune_reader_top_k):
+      raise InvalidConfigError(f"retriever_top_k {self.retriever_top_k} must be >= k {self.k} "
+                               f"and finetune_reader_top_k {self.finetune_reader_top_k}")
 
   def settings(self) -> Dict[str, Any]:
     """What a resumed run must share with the run it resumes."""

@@ -60,6 +60,9 @@ _FINETUNE_RETRIEVER_LR = flags.DEFINE_float(
     "Fine-tuning: the query tower's peak learning rate (default: --finetune_learning_rate).")
 _RETRIEVER_TOP_K = flags.DEFINE_integer("retriever_top_k", _DEFAULTS.retriever_top_k,
                                         "Blocks in the fine-tuning retriever loss.")
+_FINETUNE_READER_TOP_K = flags.DEFINE_integer(
+    "finetune_reader_top_k", _DEFAULTS.finetune_reader_top_k, "Blocks the reader reads per "
+    "training question (0: --k; evaluation and the export read --k).")
 _READ_ANSWER_BLOCK = flags.DEFINE_bool(
     "read_answer_block", _DEFAULTS.read_answer_block, "Fine-tuning: when no top-k block "
     "holds an answer, the reader reads the best answer-bearing one of the top "
@@ -88,6 +91,7 @@ def config_from_flags() -> DemoConfig:
       finetune_learning_rate=_FINETUNE_LR.value,
       finetune_retriever_learning_rate=_FINETUNE_RETRIEVER_LR.value,
       retriever_top_k=_RETRIEVER_TOP_K.value,
+      finetune_reader_top_k=_FINETUNE_READER_TOP_K.value,
       read_answer_block=_READ_ANSWER_BLOCK.value, k=_K.value,
       questions=tuple(_QUESTION.value), num_asked=_NUM_ASKED.value,
       pipeline_options=_PIPELINE_OPTIONS.value, seed=_SEED.value)

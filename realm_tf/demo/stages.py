@@ -224,7 +224,8 @@ class Demo(DataStages):
           "trainer.learning_rate": config.finetune_learning_rate,
           "trainer.retriever_learning_rate": config.finetune_retriever_learning_rate,
           "trainer.warmup_steps": max(1, config.finetune_steps // 10),
-          "task.reader_top_k": config.k, "task.retriever_top_k": config.retriever_top_k,
+          "task.reader_top_k": config.finetune_reader_top_k or config.k,
+          "task.retriever_top_k": config.retriever_top_k,
           "task.read_answer_block": config.read_answer_block,
           "trainer.checkpoint_every": _checkpoint_every(config.finetune_steps),
           "trainer.keep_checkpoints": 1, "trainer.log_every": 1,
@@ -246,7 +247,7 @@ class Demo(DataStages):
   def evaluate_before(self) -> Dict[str, Any]:
     """The fine-tuning run before its first step (see the module docstring)."""
     tuner = self._finetuner()
-    return self._evaluate("before", tuner.system(), int(tuner.step.numpy()))
+    return self._evaluate("before", tuner.system(k=self.config.k), int(tuner.step.numpy()))
 
   def finetune(self) -> Dict[str, Any]:
     config = self.config

@@ -80,6 +80,7 @@ from realm_tf.qa.open_qa_step import make_replica_step
 from realm_tf.qa.open_qa_step import open_qa_losses
 from realm_tf.qa.supervision import gold_spans
 from realm_tf.retrieval.corpus import Corpus
+from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
@@ -198,7 +199,7 @@ class FineTuner:
     self._replica_step = make_replica_step(self.retriever, self.reader, self.optimizer,
                                            self.block_embeddings, trainer.batch_size,
                                            self.retriever_optimizer)
-    self._system = None
+    self._systems: Dict[int, RetrieveAndRead] = {}  # blocks read -> the system reading that many
     self._embed_fn = tf.function(self._embed_questions, reduce_retracing=True)
     self._reader_inputs_fn = tf.function(self.featurizer.reader_inputs, reduce_retracing=True)
     self._train_fn = tf.function(self._distributed_step)
@@ -224,7 +225,7 @@ class FineTuner:
     self.refresher.maybe_refresh(step, self.retriever)
     self.doc_index = DocIndex.from_index(self.refresher.index, self.refresher.metadata)
     self.block_embeddings.assign(self.doc_index.embeddings)
-    self._system = None
+    self._systems = {}
     self.loop.save()  # the checkpoint's doc tower must match the live index.
     self.refresher.retain(checkpoint_versions(self._checkpoints()))
 
@@ -372,13 +373,15 @@ class FineTuner:
 
   # Evaluation and the loop --------------------------------------------------------------------
 
-  def system(self):
-    """The retrieve-and-read system with the current weights and index."""
-    if self._system is None:
-      self._system = make_system(self.retriever, self.reader, self.tokenizer,
-                                 self.experiment.task.model, self.corpus, self.doc_index,
-                                 k=self.num_read)
-    return self._system
+  def system(self, k: Optional[int] = None) -> RetrieveAndRead:
+    """The retrieve-and-read system with the current weights and index, reading `k` blocks
+    per question (None: the `task.reader_top_k` that training reads)."""
+    k = self.num_read if k is None else min(k, self.num_retrieved)
+    if k not in self._systems:
+      self._systems[k] = make_system(self.retriever, self.reader, self.tokenizer,
+                                     self.experiment.task.model, self.corpus, self.doc_index,
+                                     k=k)
+    return self._systems[k]
 
   def evaluate_dev(self) -> Dict[str, float]:
     """Dev metrics (exact match, recall@k) with the current weights and index."""
