@@ -73,6 +73,14 @@ def test_other_settings_are_refused_unless_overwritten(tmp_path):
   with pytest.raises(stages.DemoError, match="finetune_steps.*--overwrite"):
     stages.Demo(changed)
   stages.Demo(changed, overwrite=True)
+  # A run from before a setting existed resumes when the new setting is at its default.
+  path = tmp_path / "demo" / "config.json"
+  older = json.loads(path.read_text())
+  del older["finetune_reader_top_k"]
+  path.write_text(json.dumps(older))
+  stages.Demo(changed)
+  with pytest.raises(stages.DemoError, match="finetune_reader_top_k"):
+    stages.Demo(dataclasses.replace(changed, finetune_reader_top_k=2))
   with pytest.raises(stages.InvalidConfigError, match="dev_percent"):
     stages.DemoConfig(dev_percent=100)
   with pytest.raises(stages.InvalidConfigError, match="finetune_retriever_learning_rate"):

@@ -103,7 +103,8 @@ class Demo(DataStages):
     path = self.path("config.json")
     settings = self.config.settings()
     if os.path.exists(path):
-      previous = read_json(path)
+      # A setting newer than the run's config.json: that run had the default's behaviour.
+      previous = dict(DemoConfig().settings(), **read_json(path))
       changed = sorted(k for k in set(previous) | set(settings)
                        if previous.get(k) != json.loads(json.dumps(settings.get(k))))
       if changed:
