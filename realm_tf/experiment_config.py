@@ -207,7 +207,8 @@ class OpenQATaskConfig:
     dataset: "nq", "wq" or "curatedtrec" (string or regex answers).
     model: the three towers; `retriever_head` "auto": the head of `init.checkpoint`'s run,
       else of `init.bert_weights`.
-    init: the pre-trained weights; `checkpoint` may be a REALM pre-training model directory.
+    init: the pre-trained weights; `checkpoint` may be a REALM pre-training model directory,
+      or an Open-QA model directory (fine-tuning goes on from its last checkpoint).
     reader_top_k, retriever_top_k, max_gold_spans: k blocks read, K in the retriever loss
       (reference 5000; capped at the corpus size), A gold spans per block.
     read_answer_block: in training, when none of the top k holds an answer, the reader reads

@@ -185,6 +185,27 @@ def test_fine_tuning_starts_from_the_pretraining_model_dir(chain):
     assert [json.loads(line)["step"] for line in f] == [1, 2]
 
 
+def test_fine_tuning_goes_on_from_a_fine_tuned_model_dir(chain, tmp_path):
+  """`init.checkpoint=<QA model dir>` (a second fine-tuning, as after the cloze warm-up): both
+  retriever towers and the reader from its last checkpoint, its head and projection."""
+  runs, _ = chain
+  first = runs["open_qa"].trainer.model_dir
+  previous = previous_run(first)
+  assert previous.fine_tuned and previous.checkpoint_dir == first
+  assert previous.retriever_head == "realm" and previous.projection_size == 16
+  assert not previous.share_towers
+  assert previous_run(os.path.join(first, BEST_DIR)) is None  # no run_config.json there
+  second = str(tmp_path / "qa2")
+  run_experiment(overrides.override(runs["open_qa"], {
+      "task.init.checkpoint": first, "trainer.model_dir": second, "trainer.num_steps": 1,
+      "trainer.learning_rate": 0.0}))
+  before, after = (QAModel.load(d) for d in (first, second))
+  assert after.info.model == before.info.model
+  for name in ("retriever", "reader"):  # learning rate 0: the first run's weights, unchanged
+    for old, new in zip(getattr(before, name).weights, getattr(after, name).weights):
+      np.testing.assert_array_equal(old.numpy(), new.numpy(), err_msg=f"{name}: {new.name}")
+
+
 def test_a_new_pretraining_reader_has_its_own_seed_and_span_head(chain, tmp_path):
   """`task.reader_seed`: a new reader's initialisation whatever `runtime.seed` (None: the
   stream `runtime.seed` starts); its span head is `task.model`'s."""

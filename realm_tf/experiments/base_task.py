@@ -7,7 +7,8 @@ pre-training and Open-QA fine-tuning, run by the one loop (`training.train_loop.
 `build_model()` builds the towers of `task.model` (presets) inside the strategy's scope and
 the runtime's precision (pre-training loads the previous stage's saved towers whole there: an
 ICT run's `retriever/`); `initialize(model)` loads the initial weights: the previous stage's
-checkpoint (Open-QA from a pre-training run, `previous_run`) or BERT weights;
+checkpoint (Open-QA from a pre-training run or from an Open-QA model directory, `previous_run`)
+or BERT weights;
 `build_inputs()` (ICT, pre-training) loads the corpus (Open-QA's fine-tuner loads its
 questions and corpus itself); `run()` trains through the task's library (`ict_lib`,
 `pretraining_lib`, `finetune_lib`), which takes the experiment config itself (Open-QA's with
@@ -44,11 +45,14 @@ _HEADS = {"mean/l2_normalize": "sentence", "cls_pooled/dense_layernorm": "realm"
 
 @dataclasses.dataclass(frozen=True)
 class PreviousRun:
-  """A previous stage's model directory (ICT, pre-training).
+  """A previous stage's model directory: ICT or pre-training (checkpoints in `checkpoints/`),
+  or Open-QA fine-tuning (a QA model directory, its checkpoints beside `model.json`: a second
+  fine-tuning goes on from its last checkpoint, as after the cloze warm-up of
+  `realm_tf.qa.cloze_questions`).
 
   Attributes:
     model_dir: the directory.
-    checkpoint_dir: its checkpoints (`TrainLoop`'s `checkpoints/`).
+    checkpoint_dir: its checkpoints (`TrainLoop`'s `checkpoints/`, or the QA model directory).
     structure: its `run_config.json` (task, retriever and reader structure).
   """
   model_dir: str
@@ -56,12 +60,27 @@ class PreviousRun:
   structure: Dict[str, Any]
 
   @property
+  def fine_tuned(self) -> bool:
+    """An Open-QA model directory (separate towers, `task.model` in the structure)."""
+    return self.structure.get("task") == "finetune"
+
+  @property
   def retriever_head(self) -> str:
+    if self.fine_tuned:
+      return self.structure["model"]["retriever_head"]
     return _HEADS[self.structure["retriever"]["retriever_head"]]
 
   @property
+  def projection_size(self) -> Optional[int]:
+    """Its retriever's projection size (None: a run without a retriever)."""
+    if self.fine_tuned:
+      return int(self.structure["model"]["projection_size"])
+    retriever = self.structure.get("retriever")
+    return int(retriever["projection_size"]) if retriever else None
+
+  @property
   def share_towers(self) -> bool:
-    return bool(self.structure["retriever"]["share_towers"])
+    return not self.fine_tuned and bool(self.structure["retriever"]["share_towers"])
 
   def saved(self, tower: str) -> str:
     """Its saved `tower` ("retriever", "reader"), or "" without one."""
@@ -72,12 +91,16 @@ class PreviousRun:
 def previous_run(model_dir: str) -> Optional[PreviousRun]:
   """The run written into `model_dir` by a task of this package, or None for another kind
   of path (a checkpoint prefix, a checkpoint directory)."""
-  checkpoint_dir = os.path.join(model_dir, "checkpoints")
-  path = os.path.join(checkpoint_dir, run_config.RUN_CONFIG)
-  if not tf.io.gfile.exists(path):
-    return None
-  with tf.io.gfile.GFile(path, "r") as f:
-    return PreviousRun(model_dir, checkpoint_dir, json.load(f))
+  for checkpoint_dir in (os.path.join(model_dir, "checkpoints"), model_dir):
+    path = os.path.join(checkpoint_dir, run_config.RUN_CONFIG)
+    if tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path, "r") as f:
+        structure = json.load(f)
+      # Only a QA model directory keeps its checkpoints and run_config.json at the top.
+      if checkpoint_dir == model_dir and structure.get("task") != "finetune":
+        return None
+      return PreviousRun(model_dir, checkpoint_dir, structure)
+  return None
 
 
 class Task(abc.ABC):
@@ -127,8 +150,8 @@ class Task(abc.ABC):
     size."""
     model = self.task.model
     head, projection_size = model.retriever_head, model.projection_size
-    if self.previous and "retriever" in self.previous.structure:
-      projection_size = self.previous.structure["retriever"]["projection_size"]
+    if self.previous and self.previous.projection_size is not None:
+      projection_size = self.previous.projection_size
       head = self.previous.retriever_head if head == "auto" else head
     return dataclasses.replace(
         model, encoder=dataclasses.replace(model.encoder, vocab_size=self.tokenizer.vocab_size),
