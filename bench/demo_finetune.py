@@ -8,7 +8,14 @@ its train/dev questions and its REALM pre-training checkpoint (linked, not copie
 `--variant` ("name:field=value,..." over `realm_tf.demo.config.DemoConfig`, e.g.
 `finetune_steps=200,read_answer_block=true`) runs the demo's `finetune` and `evaluate_after`
 stages once per `--seeds` (the seed of the span head and of the question order) in
-`<output_dir>/<variant>-seed<S>/`; a re-run reuses completed runs. Dev exact match and
+`<output_dir>/<variant>-seed<S>/`; a re-run reuses completed runs.
+
+A variant may warm the reader up first on cloze questions from the demo run's salient-span
+examples (`realm_tf.qa.cloze_questions`): `cloze_steps=N` (with `cloze_batch_size`,
+`cloze_learning_rate`) fine-tunes on them in `<run>/cloze/` (one block read per question,
+an answer-bearing one: `finetune_reader_top_k=1`, `read_answer_block`; the query tower's rate
+0), evaluates that reader on dev, and the variant's fine-tuning starts from its model
+directory. Dev exact match and
 recall@k are the demo's own figures (its first `eval_questions` dev questions; dev selects
 nothing: each model is its last step). Prints and writes `<output_dir>/<name>.{md,json}`:
 mean ± std over seeds per variant, and every run.
@@ -38,6 +45,8 @@ _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Fine-tuning seeds.")
 # The demo's inputs a fine-tuning run reads: linked into every run directory.
 _SHARED = ("data", "corpus", "questions", "realm")
 METRICS = ("exact_match", "recall@5", "recall@20")
+# The cloze warm-up's settings a variant may give (beside DemoConfig's), and their defaults.
+CLOZE_SETTINGS = {"cloze_steps": 0, "cloze_batch_size": 16, "cloze_learning_rate": 3e-4}
 
 
 def parse_variant(text: str, base: DemoConfig) -> Tuple[str, Dict]:
@@ -47,6 +56,9 @@ def parse_variant(text: str, base: DemoConfig) -> Tuple[str, Dict]:
   changes = {}
   for item in filter(None, settings.split(",")):
     key, _, value = item.partition("=")
+    if key in CLOZE_SETTINGS:
+      changes[key] = type(CLOZE_SETTINGS[key])(value)
+      continue
     if key not in fields or key in ("output_dir", "seed"):
       raise app.UsageError(f"--variant={text}: {key!r} is not a DemoConfig setting it can set")
     current = getattr(base, key)
@@ -57,20 +69,70 @@ def parse_variant(text: str, base: DemoConfig) -> Tuple[str, Dict]:
   return name, changes
 
 
-def run_variant(base: DemoConfig, changes: Dict, run_dir: str) -> Dict:
-  """The demo's finetune and evaluate_after stages of `base` with `changes`, in `run_dir`."""
-  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing)
-  from realm_tf.demo.stages import Demo
-  config = dataclasses.replace(base, output_dir=run_dir, **changes)
+def _link_inputs(run_dir: str) -> None:
   os.makedirs(run_dir, exist_ok=True)
   for name in _SHARED:
     link = os.path.join(run_dir, name)
     if not os.path.lexists(link):
       os.symlink(os.path.abspath(os.path.join(_DEMO_DIR.value, name)), link)
-  demo = Demo(config, log=lambda line: print(line, flush=True))
+
+
+def _cloze_data() -> str:
+  """The cloze questions of the demo run's examples, written once into --output_dir."""
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing)
+  from realm_tf import pretrained
+  from realm_tf.qa import datasets
+  from realm_tf.qa.cloze_questions import cloze_questions
+  path = os.path.join(_OUTPUT_DIR.value, "cloze.jsonl")
+  if not os.path.exists(path):
+    questions = cloze_questions(os.path.join(_DEMO_DIR.value, "examples"),
+                                pretrained.minilm_tokenizer())
+    datasets.write_jsonl(questions, path + ".tmp")
+    os.replace(path + ".tmp", path)
+  return path
+
+
+def run_variant(base: DemoConfig, changes: Dict, run_dir: str) -> Dict:
+  """The demo's finetune and evaluate_after stages of `base` with `changes`, in `run_dir`
+  (after the cloze warm-up when `changes` asks for one)."""
+  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing)
+  from realm_tf.demo.stages import Demo
+
+  class _Demo(Demo):
+    """The demo with settings over its fine-tuning experiment."""
+
+    def __init__(self, config, open_qa: Dict):
+      super().__init__(config, log=lambda line: print(line, flush=True))
+      self.open_qa = open_qa
+
+    def _experiment(self, name, directory, settings):
+      if name == "open_qa":
+        settings = dict(settings, **self.open_qa)
+      return super()._experiment(name, directory, settings)
+
+  cloze = {k: changes.get(k, v) for k, v in CLOZE_SETTINGS.items()}
+  changes = {k: v for k, v in changes.items() if k not in CLOZE_SETTINGS}
+  config = dataclasses.replace(base, output_dir=run_dir, **changes)
+  _link_inputs(run_dir)
+  figures, open_qa = {}, {}
+  if cloze["cloze_steps"]:
+    warmup_dir = os.path.join(run_dir, "cloze")
+    _link_inputs(warmup_dir)
+    warmup = _Demo(dataclasses.replace(
+        config, output_dir=warmup_dir, finetune_steps=cloze["cloze_steps"],
+        finetune_batch_size=cloze["cloze_batch_size"],
+        finetune_learning_rate=cloze["cloze_learning_rate"],
+        finetune_retriever_learning_rate=0.0, finetune_reader_top_k=1, read_answer_block=True),
+                   {"task.train_data": _cloze_data()})
+    trained = warmup.run_stage("finetune")
+    evaluated = warmup.run_stage("evaluate_after").figures
+    figures.update(cloze_seconds=trained.seconds,
+                   **{f"cloze_{m}": evaluated[m] for m in METRICS})
+    open_qa = {"task.init.checkpoint": warmup.path("qa")}
+  demo = _Demo(config, open_qa)
   finetune = demo.run_stage("finetune")
   after = demo.run_stage("evaluate_after")
-  return dict(after.figures, finetune_seconds=finetune.seconds)
+  return dict(after.figures, finetune_seconds=finetune.seconds, **figures)
 
 
 def main(argv):

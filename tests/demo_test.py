@@ -198,3 +198,24 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
                                                                       "train.jsonl"))
   mean = sum(r["exact_match"] for r in row["runs"]) / 2
   assert row["summary"]["exact_match"][0] == pytest.approx(mean)
+
+  # ... and one whose reader warms up on cloze questions first
+  subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
+                  f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}", "--seeds=0",
+                  "--variant=cloze:cloze_steps=2,cloze_batch_size=4,finetune_steps=2",
+                  "--name=cloze"], check=True, cwd=ROOT)
+  with open(os.path.join(bench_dir, "cloze.json")) as f:
+    ((run,),) = [row["runs"] for row in json.load(f)["rows"]]
+  assert run["step"] == 2 and 0 <= run["cloze_exact_match"] <= run["cloze_recall@5"] <= 1
+  run_dir = os.path.join(bench_dir, "cloze-seed0")
+  warmup = step_logs.read_json(os.path.join(run_dir, "cloze", "qa", "experiment.json"))
+  assert warmup["task"]["train_data"] == os.path.join(bench_dir, "cloze.jsonl")
+  assert warmup["task"]["reader_top_k"] == 1 and warmup["task"]["read_answer_block"]
+  assert warmup["trainer"]["retriever_learning_rate"] == 0.0
+  assert warmup["trainer"]["num_steps"] == 2 and warmup["trainer"]["batch_size"] == 4
+  with open(os.path.join(bench_dir, "cloze.jsonl")) as f:
+    cloze = [json.loads(line) for line in f]
+  assert len(cloze) == figures["examples"]["examples"]  # every salient-span example
+  finetuned = step_logs.read_json(os.path.join(run_dir, "qa", "experiment.json"))
+  assert finetuned["task"]["init"]["checkpoint"] == os.path.join(run_dir, "cloze", "qa")
+  assert finetuned["task"]["reader_top_k"] == config.k
