@@ -199,6 +199,9 @@ def test_fine_tuning_goes_on_from_a_fine_tuned_model_dir(chain, tmp_path):
   run_experiment(overrides.override(runs["open_qa"], {
       "task.init.checkpoint": first, "trainer.model_dir": second, "trainer.num_steps": 1,
       "trainer.learning_rate": 0.0}))
+  with pytest.raises(errors.InputError, match="not the model directory of an ICT or pre-"):
+    run_experiment(overrides.override(runs["pretrain"], {  # pre-training cannot start there
+        "task.init.checkpoint": first, "trainer.model_dir": str(tmp_path / "realm2")}))
   before, after = (QAModel.load(d) for d in (first, second))
   assert after.info.model == before.info.model
   for name in ("retriever", "reader"):  # learning rate 0: the first run's weights, unchanged

@@ -37,7 +37,7 @@ class PretrainTask(Task):
     explicit = getattr(self.task, f"{tower}_dir")
     if explicit or not self.task.init.checkpoint:
       return explicit
-    if self.previous is None:
+    if self.previous is None or self.previous.fine_tuned:
       raise errors.InputError(errors.describe(
           self.task.init.checkpoint, "not the model directory of an ICT or pre-training run",
           "Point task.init.checkpoint at one, or set task.retriever_dir / task.reader_dir"))

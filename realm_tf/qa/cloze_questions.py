@@ -17,7 +17,10 @@ random-token example, `span_end < span_start`) gives none.
 
 Fine-tuning on them before the real questions (`realm_tf.qa.finetune_lib` with these as
 `train_data`, the reader reading one block that holds the answer: `task.reader_top_k=1`,
-`task.read_answer_block`) teaches the span head to find the missing span in a block.
+`task.read_answer_block`) teaches the span head to find the missing span in a block. The block
+read is mostly the example's own source block, which holds the sentence word for word; on the
+demo, 80 such steps lowered the later fine-tuning's reader loss but not its exact match
+(BENCHMARKS.md §12c).
 """
 from typing import List
 
