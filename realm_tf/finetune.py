@@ -38,7 +38,8 @@ flags.DEFINE_integer("block_length", 288, "Block wordpieces.")
 flags.DEFINE_integer("reader_length", 320, "Reader input wordpieces.")
 flags.DEFINE_string("init_checkpoint", "",
                     "TF2 checkpoint tf.train.Checkpoint(retriever=, reader=), or a "
-                    "realm-pretrain --model_dir (its checkpoints, head and tower sharing).")
+                    "realm-pretrain --model_dir (its checkpoints, head and tower sharing), or a "
+                    "realm-finetune --model_dir (fine-tuning goes on from its last checkpoint).")
 flags.DEFINE_bool("init_checkpoint_share_towers", True,
                   "Whether --init_checkpoint's retriever shares its towers.")
 flags.DEFINE_string("init_realm_embedder", "", "Released REALM embedder.")
