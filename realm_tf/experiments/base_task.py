@@ -95,11 +95,9 @@ def previous_run(model_dir: str) -> Optional[PreviousRun]:
     path = os.path.join(checkpoint_dir, run_config.RUN_CONFIG)
     if tf.io.gfile.exists(path):
       with tf.io.gfile.GFile(path, "r") as f:
-        structure = json.load(f)
+        run = PreviousRun(model_dir, checkpoint_dir, json.load(f))
       # Only a QA model directory keeps its checkpoints and run_config.json at the top.
-      if checkpoint_dir == model_dir and structure.get("task") != "finetune":
-        return None
-      return PreviousRun(model_dir, checkpoint_dir, structure)
+      return run if checkpoint_dir != model_dir or run.fine_tuned else None
   return None
 
 
