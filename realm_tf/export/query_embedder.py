@@ -87,8 +87,8 @@ def export_query_embedder(retriever: Retriever, tokenizer: WordpieceTokenizer, p
   """Writes the query tower of `retriever` as a SavedModel at `path`; returns `path`."""
   with tempfile.TemporaryDirectory() as staging_dir:
     module = _QueryEmbedderModule(retriever, tokenizer, query_length, staging_dir)
-    module.trace_call(QUESTIONS_SPEC, dict(ID_SPECS))
-    tf.saved_model.save(module, path, signatures={
-        "serving_default": module.embed_questions, "embed_ids": module.embed_ids,
-        "tokenize": module.tokenize})
+    module.save(path, [QUESTIONS_SPEC, dict(ID_SPECS)], {
+        "serving_default": module.embed_questions.get_concrete_function,
+        "embed_ids": module.embed_ids.get_concrete_function,
+        "tokenize": module.tokenize.get_concrete_function})
   return path

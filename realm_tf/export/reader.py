@@ -144,8 +144,7 @@ def export_reader(reader: Reader, tokenizer: WordpieceTokenizer, path: str,
     specs = span_specs(reader_length)
     module.span = tf.function(module._span_ids,  # pylint: disable=protected-access
                               input_signature=list(specs.values()))
-    module.trace_call(specs, dict(MLM_SPECS))
-    tf.saved_model.save(module, path, signatures={
-        "span": module.span, "mlm": module.mlm, "read_text": module.read_text,
-        "mlm_text": module.mlm_text})
+    module.save(path, [specs, dict(MLM_SPECS)], {
+        name: getattr(module, name).get_concrete_function
+        for name in ("span", "mlm", "read_text", "mlm_text")})
   return path

@@ -98,15 +98,6 @@ class _RealmQAModule(ReusableModule):
       features, _ = self._parts.system.featurizer.questions(tf.identity(questions))
     return self._answer(features, training)
 
-  @tf.function(input_signature=[QUESTIONS_SPEC])
-  def answer(self, questions):
-    return self._answer_questions(questions)
-
-  @tf.function(input_signature=list(ID_SPECS.values()))
-  def answer_ids(self, input_word_ids, input_mask, input_type_ids):
-    return self._answer(dict(input_word_ids=input_word_ids, input_mask=input_mask,
-                             input_type_ids=input_type_ids))
-
   @tf.function
   def __call__(self, inputs, training=False):
     if isinstance(inputs, dict):
@@ -122,7 +113,7 @@ def export_realm_qa(system: RetrieveAndRead, embeddings: np.ndarray, path: str) 
     raise ValueError(f"{embeddings.shape[0]} embeddings for {len(system.titles)} blocks")
   with tempfile.TemporaryDirectory() as staging_dir:
     module = _RealmQAModule(system, embeddings, staging_dir)
-    module.trace_call(QUESTIONS_SPEC, dict(ID_SPECS))
-    tf.saved_model.save(module, path, signatures={"serving_default": module.answer,
-                                                  "answer_ids": module.answer_ids})
+    inference = lambda spec: lambda: module.__call__.get_concrete_function(spec, training=False)
+    module.save(path, [QUESTIONS_SPEC, dict(ID_SPECS)], {  # the signatures are `__call__`'s
+        "serving_default": inference(QUESTIONS_SPEC), "answer_ids": inference(dict(ID_SPECS))})
   return path

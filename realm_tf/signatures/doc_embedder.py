@@ -163,15 +163,16 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
   with tempfile.TemporaryDirectory() as staging_dir:
     module = _DocEmbedderModule(retriever, cls_id, sep_id, pad_id, block_length, snapshot_step,
                                 tokenizer, staging_dir, length_multiple, jit_compile)
-    signatures = {"serving_default": module.serve, "embed_blocks": module.embed_blocks}
-    module.trace_call(dict(_ID_SPECS))
+    signatures = {"serving_default": module.serve.get_concrete_function,
+                  "embed_blocks": module.embed_blocks.get_concrete_function}
+    input_specs = [dict(_ID_SPECS)]
     if tokenizer is not None:
       module.embed_texts = tf.function(module._embed_texts,  # pylint: disable=protected-access
                                        input_signature=[_TEXT_SPECS["titles"],
                                                         _TEXT_SPECS["texts"]])
-      signatures["embed_texts"] = module.embed_texts
-      module.trace_call(dict(_TEXT_SPECS))
-    tf.saved_model.save(module, path, signatures=signatures)
+      signatures["embed_texts"] = module.embed_texts.get_concrete_function
+      input_specs.append(dict(_TEXT_SPECS))
+    module.save(path, input_specs, signatures)
   return path
 
 
