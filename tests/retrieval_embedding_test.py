@@ -96,3 +96,45 @@ def test_empty_over_long_and_invalid_utf8_blocks_embed_finitely(text_system):
   assert embeddings.shape == (4, 8) and np.isfinite(embeddings).all()
   raw = embed_texts(tower, tokenizer, [b"paris \xff"], [b"\xc3\x28 is"], batch_size=1)
   assert np.isfinite(raw).all()
+
+
+class _CountingTower(DocTower):
+  """A DocTower that counts the batches it embeds."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.batches = 0
+
+  def __call__(self, features):
+    self.batches += 1
+    return super().__call__(features)
+
+
+def test_a_corpus_embedded_again_by_the_same_doc_tower_is_reused(world):
+  store, tok, retriever = world
+  special = (tok.cls_id, tok.sep_id, tok.pad_id)
+  twin = configs.build_retriever(configs.RetrieverConfig(
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)), projection_size=8))
+  twin.build()
+  twin.set_weights(retriever.get_weights())  # another model with the same weights
+  first = embed_blocks(DocTower(retriever, *special, block_length=24), store.title_ids,
+                       store.body_ids)
+  tower = _CountingTower(twin, *special, block_length=24)
+  done = []
+  again = embed_blocks(tower, store.title_ids, store.body_ids, progress=done.append)
+  assert tower.batches == 0 and sum(done) == len(store)
+  np.testing.assert_array_equal(again, first)
+  again[0] = 0.0  # the caller's copy: the memo is unchanged
+  np.testing.assert_array_equal(embed_blocks(tower, store.title_ids, store.body_ids), first)
+
+  for other in (dict(block_length=16), dict(block_length=24, bucket=8)):  # other packing
+    other_tower = _CountingTower(twin, *special, **other)
+    embed_blocks(other_tower, store.title_ids, store.body_ids)
+    assert other_tower.batches > 0
+  fewer = embed_blocks(tower, store.title_ids[:5], store.body_ids[:5])  # other blocks
+  assert tower.batches == 1 and fewer.shape[0] == 5
+  weights = twin.get_weights()
+  twin.set_weights([w + 0.01 for w in weights])  # trained further: embedded again
+  changed = embed_blocks(tower, store.title_ids, store.body_ids)
+  assert tower.batches > 1 and not np.allclose(changed, first)
+  twin.set_weights(weights)
