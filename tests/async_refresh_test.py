@@ -1,6 +1,7 @@
 """Asynchronous index refresh: the builder runs in its own process, the trainer never waits,
 and a builder killed mid-build leaves the previous index in use and recovers next time."""
 import os
+import sys
 
 import pytest
 
@@ -53,3 +54,36 @@ def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_p
   refresher.close()
   assert not [n for n in os.listdir(tmp_path / "index") if ".tmp-" in n and
               n.startswith("step-00000015")]
+
+
+class _IdleBuilder(AsynchronousRefresher):
+  """A builder that publishes nothing while the test runs."""
+
+  def builder_command(self, snapshot_dir):
+    return [sys.executable, "-c", "import time; time.sleep(300)"]
+
+
+def test_no_snapshot_that_could_not_be_published_before_the_last_step(tmp_path):
+  store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
+  retriever = configs.build_retriever(configs.RetrieverConfig(
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
+      projection_size=8))
+  retriever.build()
+  refresher = _IdleBuilder(
+      str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
+      corpus_dir=str(tmp_path / "corpus"), snapshot_root=str(tmp_path / "snapshots"),
+      kind="brute_force", block_length=24)
+  refresher.start(0, retriever)
+  snapshots = lambda: sorted(n for n in os.listdir(tmp_path / "snapshots")
+                             if n.startswith("step-"))
+  try:
+    refresher.maybe_refresh(5, retriever, last_step=20)  # a build from 5: launched
+    refresher.maybe_refresh(10, retriever, last_step=20)  # 10 + the 5 steps so far < 20: queued
+    assert snapshots() == ["step-00000000", "step-00000005", "step-00000010"]
+    refresher.maybe_refresh(15, retriever, last_step=20)  # 15 + 10 steps so far >= 20: none
+    refresher.maybe_refresh(20, retriever, last_step=20)  # the last step: none
+    assert snapshots() == ["step-00000000", "step-00000005", "step-00000010"]
+    refresher.maybe_refresh(15, retriever)  # without the last step: every N steps, as before
+    assert snapshots()[-1] == "step-00000015"
+  finally:
+    refresher.close()

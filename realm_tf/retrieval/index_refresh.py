@@ -267,8 +267,11 @@ class IndexRefresher(abc.ABC):
     else:
       self._build_now(step, retriever)
 
-  def maybe_refresh(self, step: int, retriever: Retriever) -> bool:
+  def maybe_refresh(self, step: int, retriever: Retriever,
+                    last_step: Optional[int] = None) -> bool:
     """Called after each step (on every worker); returns True when a new index was swapped in.
+    With the run's `last_step`, no index is built that no step could use: none at the last
+    step, and (asynchronous builds) none that would publish only after it.
 
     Raises:
       IndexBuilderError: the last `max_builder_failures` builds failed (on the chief, or
@@ -277,7 +280,7 @@ class IndexRefresher(abc.ABC):
     swapped = False
     if self._chief:
       try:
-        swapped = self._refresh(step, retriever)
+        swapped = self._refresh(step, retriever, last_step)
       except IndexBuilderError:
         self._follow_chief(failed=True)  # the other workers stop with the chief
         raise
@@ -309,7 +312,7 @@ class IndexRefresher(abc.ABC):
     return True
 
   @abc.abstractmethod
-  def _refresh(self, step: int, retriever: Retriever) -> bool:
+  def _refresh(self, step: int, retriever: Retriever, last_step: Optional[int]) -> bool:
     """The chief's part of `maybe_refresh`."""
 
   def close(self) -> None:
@@ -319,8 +322,8 @@ class IndexRefresher(abc.ABC):
 class SynchronousRefresher(IndexRefresher):
   """Rebuilds in the trainer's process every N steps, blocking."""
 
-  def _refresh(self, step: int, retriever: Retriever) -> bool:
-    if step % self.every_n_steps:
+  def _refresh(self, step: int, retriever: Retriever, last_step: Optional[int]) -> bool:
+    if step % self.every_n_steps or (last_step is not None and step >= last_step):
       return False
     self._build_now(step, retriever)
     return True

@@ -225,7 +225,7 @@ class RealmPretrainer:
         task.model.query_length, task.max_predictions, seed=self.experiment.runtime.seed + start))
 
     def after_step(step: int):
-      if self.refresher.maybe_refresh(step, self.retriever):
+      if self.refresher.maybe_refresh(step, self.retriever, last_step=self.loop.num_steps):
         self.index_version.assign(self.refresher.version)
 
     evaluation = None
