@@ -13,20 +13,26 @@ from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.slow
-def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_path,
-                                                                           monkeypatch):
-  monkeypatch.setenv("PYTHONPATH", ROOT)
+def _tiny_refresher(tmp_path, refresher_class):
+  """A started refresher (a snapshot every 5 steps) over the tiny world, and its retriever."""
   store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
   retriever = configs.build_retriever(configs.RetrieverConfig(
       encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
       projection_size=8))
   retriever.build()
-  refresher = AsynchronousRefresher(
+  refresher = refresher_class(
       str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
       corpus_dir=str(tmp_path / "corpus"), snapshot_root=str(tmp_path / "snapshots"),
       kind="brute_force", block_length=24)
   refresher.start(0, retriever)
+  return refresher, retriever
+
+
+@pytest.mark.slow
+def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_path,
+                                                                           monkeypatch):
+  monkeypatch.setenv("PYTHONPATH", ROOT)
+  refresher, retriever = _tiny_refresher(tmp_path, AsynchronousRefresher)
   assert refresher.version == "step-00000000"
 
   assert not refresher.maybe_refresh(5, retriever)  # snapshot + builder launched
@@ -64,16 +70,7 @@ class _IdleBuilder(AsynchronousRefresher):
 
 
 def test_no_snapshot_that_could_not_be_published_before_the_last_step(tmp_path):
-  store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
-      projection_size=8))
-  retriever.build()
-  refresher = _IdleBuilder(
-      str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
-      corpus_dir=str(tmp_path / "corpus"), snapshot_root=str(tmp_path / "snapshots"),
-      kind="brute_force", block_length=24)
-  refresher.start(0, retriever)
+  refresher, retriever = _tiny_refresher(tmp_path, _IdleBuilder)
   snapshots = lambda: sorted(n for n in os.listdir(tmp_path / "snapshots")
                              if n.startswith("step-"))
   try:
