@@ -29,8 +29,8 @@ re-run the `ask` stage.
 `finetune` then trains, so both evaluations share one frozen document index (a re-run that
 resumes at `finetune` builds the same step-0 state again from the same checkpoint and index).
 Dev takes no part in training or model selection (the fine-tuned model is the last step's).
-Default sizes were measured on 2 CPU cores (13.1 min in all on an earlier machine; 21.5-21.9
-min on a Zen 3, float32): a REALM step reads K = 8 blocks per masked sentence (5-10 s for 2
+Default sizes were measured on 2 CPU cores (13.1 min in all on an earlier machine; 17.1 min
+on a Zen 3, float32): a REALM step reads K = 8 blocks per masked sentence (5-10 s for 2
 sentences with MiniLM), so pre-training gets few steps and fine-tuning, which the dev figures
 measure, most of the budget.
 """
