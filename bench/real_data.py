@@ -20,10 +20,19 @@ of Open-QA evaluation). Rows:
                   per `--seeds`, on the train split plus every answerable question of
                   `--extra_train` (e.g. pyserini:trivia-dev); recall@k and exact match of the
                   last step's QA model on dev (reading `--eval_reader_top_k` blocks), mean ±
-                  std over seeds. `--curve_every` also
+                  std over seeds (`seeds_row`). `--curve_every` also
                   evaluates the first `--curve_questions` dev questions during training (they
                   select nothing) and plots recall@5 / exact match vs step
                   (`<name>_recall5.png`, `<name>_exact_match.png`)
+  ict, realm_salient, realm_random
+                  zero-shot: the last retriever of ICT from the raw initialisation, and of
+                  REALM pre-training from that ICT run with salient-span or random-span
+                  masking (`realm_tf.real_data.chain`, `--ict_*`, `--pretrain_*`), one chain
+                  per seed; its blocks embedded in `--pretrain_compute_dtype`
+  orqa, realm_finetuned
+                  the `finetuned` row's fine-tuning from the ICT run (ORQA-like: ICT
+                  retriever, MiniLM reader) or from the salient-span REALM run (its
+                  retriever and reader), per seed
 
 The prepared corpus and the block embeddings are cached under `<output_dir>/cache` (git
 ignores it); a re-run reuses them and reports the seconds they took when computed. A
@@ -33,6 +42,9 @@ after the first copy the first's step-0 document index (the same raw doc tower).
 `<output_dir>/<name>.{md,json}`; the JSON holds each row's rank of the first answer-bearing
 block per dev question (-1: none in the top K), for paired comparisons between rows.
 
+A chain lives in `cache/chain-<hash of its settings>-seed<S>/` (its stages' directories, and
+`<stage>-finetuned/<hash of the fine-tuning settings>/` for the fine-tuned rows); the
+pre-training examples in `cache/examples-<masking>-q<query length>/`, shared by the seeds.
 A trained retriever becomes a row through `dense_row` (see `realm_tf_step0_row`).
 """
 import dataclasses
@@ -64,7 +76,8 @@ from realm_tf.models import precision  # pylint: disable=wrong-import-position
 from realm_tf.real_data import embedding_cache  # pylint: disable=wrong-import-position
 from realm_tf.retrieval.corpus import Corpus  # pylint: disable=wrong-import-position
 
-ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0", "realm_tf_step0_bf16", "finetuned")
+ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0", "realm_tf_step0_bf16", "finetuned", "ict",
+             "realm_salient", "realm_random", "orqa", "realm_finetuned")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "bench/results/real_data",
                                   "Results (<name>.md, <name>.json) and cache/ go here.")
 _CACHE_DIR = flags.DEFINE_string("cache_dir", "", "Prepared corpus and block embeddings "
@@ -94,6 +107,9 @@ _FT_QUERY_LENGTH = flags.DEFINE_integer("finetune_query_length", 32,
 _FT_DTYPE = flags.DEFINE_enum("finetune_compute_dtype", "auto", ["auto", "float32", "bfloat16"],
                               "The fine-tuning step's matmuls (auto: bfloat16 where the CPU "
                               "has bf16 units, `models.precision`).")
+_FT_EMBEDDING_DTYPE = flags.DEFINE_enum(
+    "finetune_embedding_dtype", "float32", ["auto", "float32", "bfloat16"],
+    "The fine-tuning's frozen document index: the block embeddings' matmuls.")
 _EXTRA_TRAIN = flags.DEFINE_list("extra_train", [], "Question sets whose questions some "
                                   "block answers all join the fine-tuning questions (e.g. "
                                   "pyserini:trivia-dev); dev stays NQ-open's.")
@@ -109,6 +125,25 @@ _READ_ANSWER_BLOCK = flags.DEFINE_bool("read_answer_block", False, "Trained rows
                                       "k-th (`task.read_answer_block`).")
 _EVAL_READ_K = flags.DEFINE_integer("eval_reader_top_k", 0, "Blocks the trained rows' QA "
                                     "models read per dev question (0: --reader_top_k).")
+_ICT_STEPS = flags.DEFINE_integer("ict_steps", 200, "Chain rows: ICT steps.")
+_ICT_BATCH = flags.DEFINE_integer("ict_batch_size", 32, "Chain rows: ICT batch (in-batch "
+                                  "negatives).")
+_ICT_LR = flags.DEFINE_float("ict_learning_rate", 1e-5, "Chain rows: ICT peak learning rate.")
+_MLM_WARMUP_STEPS = flags.DEFINE_integer("mlm_warmup_steps", 100, "Chain rows: the reader's "
+                                         "MLM-head warm-up steps before REALM.")
+_PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", 200, "Chain rows: REALM steps.")
+_PRETRAIN_BATCH = flags.DEFINE_integer("pretrain_batch_size", 4, "Chain rows: masked "
+                                       "sentences per REALM step.")
+_PRETRAIN_LR = flags.DEFINE_float("pretrain_learning_rate", 1e-5, "Chain rows: REALM peak "
+                                  "learning rate.")
+_NUM_CANDIDATES = flags.DEFINE_integer("num_candidates", 8, "Chain rows: REALM's K, the null "
+                                       "document included.")
+_REFRESH_EVERY = flags.DEFINE_integer("refresh_every", 50, "Chain rows: steps between index "
+                                      "rebuilds in REALM pre-training.")
+_PRETRAIN_DTYPE = flags.DEFINE_enum("pretrain_compute_dtype", "auto",
+                                    ["auto", "float32", "bfloat16"], "Chain rows: ICT's and "
+                                    "REALM's matmuls, their index and their zero-shot "
+                                    "evaluation's block embeddings.")
 _THREADS = flags.DEFINE_integer("threads", 2, "TensorFlow and torch intra-op threads.")
 _SEGMENT_IDS = flags.DEFINE_bool("minilm_segment_ids", True, "raw_minilm reads blocks with "
                                  "realm_tf's type ids (0 title, 1 body); false: all 0.")
@@ -188,8 +223,8 @@ def raw_minilm_row(ctx: Context) -> Dict:
 def realm_tf_step0_row(ctx: Context, compute_dtype: str = "float32") -> Dict:
   """realm_tf's Retriever as `pretrained.minilm_retriever()` builds it, before any training
   (seed 0), its blocks embedded in `compute_dtype` (the questions in float32). A trained
-  retriever is a row the same way: `retrieval.embedding.embed_blocks` and `recall_monitor.query_embed_fn` into
-  `dense_row`."""
+  retriever is a row the same way (`_zero_shot_run`): `retrieval.embedding.embed_blocks` and
+  `recall_monitor.query_embed_fn` into `dense_row`."""
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
   from realm_tf.keras import keras
@@ -210,27 +245,36 @@ def realm_tf_step0_row(ctx: Context, compute_dtype: str = "float32") -> Dict:
 
 
 def _finetuned_seed(ctx: Context, seed: int) -> Dict:
-  """One fine-tuning run from all-MiniLM-L6-v2 (sentence head) on the train split, through
-  `realm_tf.qa.finetune_lib` (resumable), evaluated on dev like a user's model."""
+  """One fine-tuning run from all-MiniLM-L6-v2 (sentence head) on the train split."""
+  from realm_tf.presets import InitConfig  # pylint: disable=g-import-not-at-top
+  settings = finetune_settings()
+  digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+  run_dir = os.path.join(ctx.cache_dir, f"finetuned-{digest}-seed{seed}")
+  return _finetune_and_evaluate(ctx, seed, run_dir, InitConfig(bert_weights="minilm"),
+                                reuse_step0_index=True)
+
+
+def _finetune_and_evaluate(ctx: Context, seed: int, run_dir: str, init,
+                           reuse_step0_index: bool = False) -> Dict:
+  """Open-QA fine-tuning from `init` (a `presets.InitConfig`: raw weights, or a chain stage's
+  model directory) on the train split, through `realm_tf.qa.finetune_lib` (resumable, in
+  `run_dir`), evaluated on dev like a user's model: its last step's QA model."""
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
   from realm_tf.experiment_config import ExperimentConfig
   from realm_tf.experiment_config import OpenQATaskConfig
   from realm_tf.experiment_config import RuntimeConfig
   from realm_tf.experiment_config import TrainerConfig
-  from realm_tf.presets import InitConfig
   from realm_tf.presets import ModelConfig
   from realm_tf.presets import encoder_config
   from realm_tf.qa import datasets
   from realm_tf.qa.evaluate_lib import EvalConfig
   from realm_tf.qa.evaluate_lib import evaluate
-  from realm_tf.qa.finetune_lib import run_finetuning
+  from realm_tf.experiments.open_qa_task import OpenQATask
   from realm_tf.qa.model import QAModel
   from realm_tf.training.train_loop import EVAL_LOG
   from realm_tf.training.train_loop import read_step_records
   settings = finetune_settings()
-  digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
-  run_dir = os.path.join(ctx.cache_dir, f"finetuned-{digest}-seed{seed}")
   eval_k = _EVAL_READ_K.value or _READ_K.value
   result_path = os.path.join(run_dir, f"result-k{eval_k}.json")
   dev_questions = [e.question for e in ctx.dev]
@@ -243,7 +287,8 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
   os.makedirs(run_dir, exist_ok=True)
   train_path = os.path.join(run_dir, "train.jsonl")
   datasets.write_jsonl(ctx.train + ctx.extra_train, train_path)
-  _reuse_step0_index(ctx.cache_dir, os.path.join(run_dir, "model"))
+  if reuse_step0_index:
+    _reuse_step0_index(ctx.cache_dir, os.path.join(run_dir, "model"))
   curve_path = ""
   if _CURVE_EVERY.value:
     curve_path = os.path.join(run_dir, "curve_questions.jsonl")
@@ -258,9 +303,10 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
                             retriever_head="sentence", query_length=query_length,
                             block_length=ctx.block_length,
                             reader_length=query_length + ctx.block_length),
-          init=InitConfig(bert_weights="minilm"), reader_top_k=_READ_K.value,
+          init=init, reader_top_k=_READ_K.value,
           read_answer_block=_READ_ANSWER_BLOCK.value,
-          retriever_top_k=1000, index_kind="brute_force", embedding_dtype="float32",
+          retriever_top_k=1000, index_kind="brute_force",
+          embedding_dtype=settings.get("embedding_dtype", "float32"),
           dev_data=curve_path),
       trainer=TrainerConfig(
           model_dir=os.path.join(run_dir, "model"), batch_size=_FT_BATCH.value,
@@ -269,7 +315,9 @@ def _finetuned_seed(ctx: Context, seed: int) -> Dict:
           keep_checkpoints=1, log_every=25, eval_every=_CURVE_EVERY.value or 1000),
       runtime=RuntimeConfig(seed=seed, compute_dtype=settings["compute_dtype"]))
   started = time.perf_counter()
-  run_finetuning(config, log=lambda message: print(message, flush=True))
+  # The task resolves a chain stage's model directory to its checkpoints and tower sharing.
+  OpenQATask(config, tf.distribute.get_strategy()).fine_tuner(
+      log=lambda message: print(message, flush=True)).run()
   train_seconds = time.perf_counter() - started
   started = time.perf_counter()
   # The last step, never `best/`: the curve's questions are dev questions and select nothing.
@@ -293,7 +341,9 @@ def finetune_settings() -> Dict:
               compute_dtype=precision.resolve(_FT_DTYPE.value),
               extra_train=list(_EXTRA_TRAIN.value),
               # absent when off, so that earlier runs keep their directories' keys
-              **({"read_answer_block": True} if _READ_ANSWER_BLOCK.value else {}))
+              **({"read_answer_block": True} if _READ_ANSWER_BLOCK.value else {}),
+              **({"embedding_dtype": precision.resolve(_FT_EMBEDDING_DTYPE.value)}
+                 if _FT_EMBEDDING_DTYPE.value != "float32" else {}))
 
 
 def _reuse_step0_index(cache_dir: str, model_dir: str) -> None:
@@ -315,24 +365,115 @@ def _reuse_step0_index(cache_dir: str, model_dir: str) -> None:
       return
 
 
+def seeds_row(ctx: Context, name: str, runs: List[Dict], **extra) -> Dict:
+  """A trained row: recall@k (and exact match, when the runs have it) as the mean and
+  standard deviation over the seeds' `runs`."""
+  metrics = {}
+  keys = [k for k in runs[0] if k.startswith("recall@")]
+  keys += ["exact_match"] if "exact_match" in runs[0] else []
+  for key in keys:
+    values = np.array([run[key] for run in runs])
+    metrics[key] = float(values.mean())
+    metrics[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+  return dict(row=name, **metrics, runs=runs, num_questions=len(ctx.dev),
+              index_seconds=float("nan"), index_cached=False,
+              search_seconds=sum(r["eval_seconds"] for r in runs), **extra)
+
+
 def finetuned_row(ctx: Context) -> Dict:
   """Open-QA fine-tuning from the raw initialisation, one run per seed: recall@k and exact
   match on dev, mean and standard deviation over the seeds."""
   runs = [_finetuned_seed(ctx, int(seed)) for seed in _SEEDS.value]
-  metrics = {}
-  for key in [k for k in runs[0] if k.startswith("recall@")] + ["exact_match"]:
-    values = np.array([run[key] for run in runs])
-    metrics[key] = float(values.mean())
-    metrics[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-  return dict(row="finetuned", **metrics, runs=runs, num_questions=len(ctx.dev),
-              settings=finetune_settings(), train_questions=len(ctx.train) + len(ctx.extra_train),
-              index_seconds=float("nan"), index_cached=False,
-              search_seconds=sum(r["eval_seconds"] for r in runs))
+  return seeds_row(ctx, "finetuned", runs, settings=finetune_settings(),
+                   train_questions=len(ctx.train) + len(ctx.extra_train))
+
+
+def chain_config():
+  """The `ChainConfig` of the flags."""
+  from realm_tf.real_data.chain import ChainConfig  # pylint: disable=g-import-not-at-top
+  return ChainConfig(
+      block_length=_BLOCK_LENGTH.value, query_length=_QUERY_LENGTH.value,
+      ict_steps=_ICT_STEPS.value, ict_batch_size=_ICT_BATCH.value,
+      ict_learning_rate=_ICT_LR.value, mlm_warmup_steps=_MLM_WARMUP_STEPS.value,
+      pretrain_steps=_PRETRAIN_STEPS.value, pretrain_batch_size=_PRETRAIN_BATCH.value,
+      pretrain_learning_rate=_PRETRAIN_LR.value, num_candidates=_NUM_CANDIDATES.value,
+      refresh_every=_REFRESH_EVERY.value, compute_dtype=_PRETRAIN_DTYPE.value)
+
+
+def _chain(ctx: Context, seed: int):
+  # pylint: disable=g-import-not-at-top
+  from realm_tf import pretrained
+  from realm_tf.real_data.chain import Chain
+  return Chain(chain_config(), os.path.join(ctx.cache_dir, "corpus", "blocks"), ctx.cache_dir,
+               os.path.join(pretrained.minilm_dir(), "vocab.txt"),
+               pretrained.minilm_tokenizer().vocab_size, seed,
+               log=lambda message: print(message, flush=True))
+
+
+def _zero_shot_run(ctx: Context, seed: int, stage_dir: str) -> Dict:
+  """Dev recall@k of a chain stage's last retriever over every block (embedded in the
+  chain's compute dtype, cached)."""
+  # pylint: disable=g-import-not-at-top
+  from realm_tf import pretrained
+  from realm_tf.models.saving import load_model
+  from realm_tf.retrieval.embedding import DocTower
+  from realm_tf.retrieval.embedding import embed_blocks
+  from realm_tf.training.recall_monitor import query_embed_fn
+  retriever = load_model(os.path.join(stage_dir, "retriever"))
+  tokenizer = pretrained.minilm_tokenizer()
+  dtype = precision.resolve(_PRETRAIN_DTYPE.value)
+  stage = os.path.relpath(stage_dir, ctx.cache_dir)
+  row = dense_row(
+      ctx, stage.replace(os.sep, "-"), {"stage": stage, "compute_dtype": dtype},
+      lambda: embed_blocks(DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id,
+                                    tokenizer.pad_id, block_length=ctx.block_length,
+                                    compute_dtype=dtype),
+                           ctx.store.title_ids, ctx.store.body_ids),
+      query_embed_fn(retriever, tokenizer, ctx.query_length))
+  return dict(seed=seed, **{k: v for k, v in row.items() if k.startswith("recall@")},
+              first_hit_rank=row["first_hit_rank"], index_seconds=row["index_seconds"],
+              eval_seconds=row["search_seconds"], stage=stage)
+
+
+def _stage_dir(ctx: Context, seed: int, stage: str) -> str:
+  """The chain stage `stage` ("ict", "realm-salient_span", "realm-random_span") of `seed`,
+  trained (or found) first."""
+  chain = _chain(ctx, seed)
+  return chain.ict() if stage == "ict" else chain.pretrain(stage[len("realm-"):])
+
+
+def zero_shot_chain_row(ctx: Context, name: str, stage: str) -> Dict:
+  """Zero-shot dev recall@k of a chain stage's retriever, one run per seed."""
+  runs = [_zero_shot_run(ctx, int(seed), _stage_dir(ctx, int(seed), stage))
+          for seed in _SEEDS.value]
+  return seeds_row(ctx, name, runs, chain=chain_config().settings())
+
+
+def finetuned_chain_row(ctx: Context, name: str, stage: str) -> Dict:
+  """Open-QA fine-tuning from a chain stage (`Chain.finetune_init`), one run per seed, with
+  the `finetuned` row's settings."""
+  settings = finetune_settings()
+  digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+  runs = []
+  for seed in _SEEDS.value:
+    chain = _chain(ctx, int(seed))
+    runs.append(_finetune_and_evaluate(
+        ctx, int(seed), chain.path(f"{stage}-finetuned", digest), chain.finetune_init(stage)))
+  return seeds_row(ctx, name, runs, settings=settings, chain=chain_config().settings(),
+                   train_questions=len(ctx.train) + len(ctx.extra_train))
 
 
 ROWS = {"bm25": bm25_row, "raw_minilm": raw_minilm_row, "realm_tf_step0": realm_tf_step0_row,
         "realm_tf_step0_bf16": lambda ctx: realm_tf_step0_row(ctx, "bfloat16"),
-        "finetuned": finetuned_row}
+        "finetuned": finetuned_row,
+        "ict": lambda ctx: zero_shot_chain_row(ctx, "ict", "ict"),
+        "realm_salient": lambda ctx: zero_shot_chain_row(ctx, "realm_salient",
+                                                         "realm-salient_span"),
+        "realm_random": lambda ctx: zero_shot_chain_row(ctx, "realm_random",
+                                                        "realm-random_span"),
+        "orqa": lambda ctx: finetuned_chain_row(ctx, "orqa", "ict"),
+        "realm_finetuned": lambda ctx: finetuned_chain_row(ctx, "realm_finetuned",
+                                                           "realm-salient_span")}
 
 
 def _recall_cell(row: Dict, k: int) -> str:

@@ -1,0 +1,216 @@
+"""The trained rows of the real-data benchmark: ICT -> REALM pre-training -> fine-tuning.
+
+One `Chain` is one seed's training runs over the benchmark corpus, each a registered
+experiment (`realm_tf.experiments`) with the chain's settings over it:
+
+    ict                  ICT warm-start of the retriever from all-MiniLM-L6-v2 (sentence head,
+                         one tower for queries and blocks)               -> <run_dir>/ict/
+    realm-<masking>      REALM pre-training from ict/ (the reader: MiniLM with its MLM head
+                         warmed up first), K candidates with the null document, the
+                         query's own block excluded, a brute-force index refreshed
+                         synchronously every `refresh_every` steps  -> <run_dir>/realm-<masking>/
+
+Pre-training examples come from the Beam pipeline 2 (`pipelines.pretraining_examples_lib`:
+spaCy salient spans, or random word spans for the ablation), written once per masking under
+`<cache_dir>/examples-<masking>-q<query_length>` and shared by every seed (a lock file lets
+seeds run as parallel processes). A stage that
+finished writes `done.json` and is not run again; an interrupted one resumes from its last
+checkpoint (the trainers do that). Dev questions take no part: no stage keeps a "best"
+checkpoint, every retriever is its run's last step.
+
+Fine-tuning starts from `Chain.finetune_init(stage)`, the `open_qa` experiment's `task.init`:
+for a REALM stage its model directory (its retriever and reader); for ICT, ORQA's system, a
+checkpoint of the ICT retriever beside a new reader with MiniLM's weights
+(`<run_dir>/orqa-init/`). The benchmark fine-tunes both beside its fine-tuning from the raw
+initialisation (`bench/real_data.py`).
+"""
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+from typing import Any, Dict
+
+import apache_beam as beam
+import tensorflow as tf
+
+from pipelines import beam_runner
+from pipelines import pretraining_examples_lib
+from realm_tf.experiment_config import ExperimentConfig
+from realm_tf.experiments import registry
+from realm_tf.experiments.train_lib import run_experiment
+from realm_tf.models.saving import load_model
+from realm_tf.models import precision
+from realm_tf.presets import InitConfig
+from realm_tf.presets import ModelConfig
+from realm_tf.presets import build_models
+from realm_tf.presets import encoder_config
+from realm_tf.presets import load_reader_weights
+
+DONE = "done.json"
+MASKINGS = ("salient_span", "random_span")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainConfig:
+  """The chain's settings (a run directory's key: `digest`).
+
+  Attributes:
+    block_length, query_length: wordpieces of a block and of a pre-training query (specials
+      included); the reader reads both.
+    ict_steps, ict_batch_size, ict_learning_rate: ICT (in-batch negatives).
+    mlm_warmup_steps: the reader's MLM-head warm-up before REALM (MiniLM has no MLM head).
+    pretrain_steps, pretrain_batch_size, pretrain_learning_rate: REALM pre-training.
+    num_candidates: K retrieved blocks per masked sentence, the null document included.
+    refresh_every: steps between index rebuilds with the current doc tower.
+    compute_dtype: the training steps' and the index's matmuls ("auto": bfloat16 where the
+      CPU has bfloat16 units, `models.precision`).
+  """
+  block_length: int = 128
+  query_length: int = 64
+  ict_steps: int = 200
+  ict_batch_size: int = 32
+  ict_learning_rate: float = 1e-5
+  mlm_warmup_steps: int = 100
+  pretrain_steps: int = 200
+  pretrain_batch_size: int = 4
+  pretrain_learning_rate: float = 1e-5
+  num_candidates: int = 8
+  refresh_every: int = 50
+  compute_dtype: str = "auto"
+
+  def __post_init__(self):
+    for name in ("ict_steps", "ict_batch_size", "pretrain_steps", "pretrain_batch_size",
+                 "num_candidates", "refresh_every"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+  def settings(self) -> Dict[str, Any]:
+    """The settings with `compute_dtype` resolved on this machine."""
+    return dict(dataclasses.asdict(self), compute_dtype=precision.resolve(self.compute_dtype))
+
+  def digest(self) -> str:
+    return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:8]
+
+
+def examples_dir(cache_dir: str, masking: str, query_length: int) -> str:
+  return os.path.join(cache_dir, f"examples-{masking}-q{query_length}")
+
+
+def prepare_examples(corpus_dir: str, cache_dir: str, masking: str, query_length: int,
+                     pipeline_options: str = "") -> str:
+  """Pre-training examples of `corpus_dir` with `masking` (Beam pipeline 2), written once.
+
+  Returns:
+    Their directory (`examples_dir`).
+  """
+  if masking not in MASKINGS:
+    raise ValueError(f"masking must be one of {MASKINGS}, got {masking!r}")
+  output = examples_dir(cache_dir, masking, query_length)
+  os.makedirs(cache_dir, exist_ok=True)
+  # Seeds run as parallel processes share the examples: one writes them, the others wait.
+  with open(output + ".lock", "w", encoding="utf-8") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not os.path.exists(os.path.join(output, DONE)):
+      counters = pretraining_examples_lib.run_pipeline(
+          beam.Pipeline(options=beam_runner.pipeline_options(pipeline_options)),
+          pretraining_examples_lib.ExamplesConfig(corpus_dir, output, masking=masking,
+                                                  max_query_wordpieces=query_length - 2))
+      _write_done(output, counters)
+  return output
+
+
+def _write_done(directory: str, figures: Dict[str, Any]) -> None:
+  with open(os.path.join(directory, DONE), "w", encoding="utf-8") as f:
+    json.dump(figures, f, indent=1, default=float)
+
+
+class Chain:
+  """One seed's ICT and REALM pre-training runs over `corpus_dir` (module docstring).
+
+  Args:
+    config: the chain's settings.
+    corpus_dir: the block shards (pipeline 1).
+    cache_dir: where the runs (`chain-<digest>-seed<seed>/`) and the examples go.
+    vocab_file: the corpus's WordPiece vocabulary (MiniLM's).
+    vocab_size: its size.
+    seed: initialisation and data order.
+    log: called with a line when a stage starts and ends.
+  """
+
+  def __init__(self, config: ChainConfig, corpus_dir: str, cache_dir: str, vocab_file: str,
+               vocab_size: int, seed: int, log=print):
+    self.config, self.corpus_dir, self.cache_dir = config, corpus_dir, cache_dir
+    self.vocab_file, self.seed, self.log = vocab_file, seed, log
+    self.run_dir = os.path.join(cache_dir, f"chain-{config.digest()}-seed{seed}")
+    self.model = ModelConfig(encoder=encoder_config("minilm_l6", vocab_size),
+                             retriever_head="sentence", query_length=config.query_length,
+                             block_length=config.block_length,
+                             reader_length=config.query_length + config.block_length)
+
+  def path(self, *parts: str) -> str:
+    return os.path.join(self.run_dir, *parts)
+
+  def _experiment(self, name: str, stage: str, trainer: Dict[str, Any],
+                  **task) -> ExperimentConfig:
+    base = registry.get(name)
+    config = self.config
+    return dataclasses.replace(
+        base, task=dataclasses.replace(base.task, corpus=self.corpus_dir,
+                                       vocab_file=self.vocab_file, model=self.model, **task),
+        trainer=dataclasses.replace(base.trainer, model_dir=self.path(stage),
+                                    checkpoint_every=max(1, trainer["num_steps"] // 2),
+                                    keep_checkpoints=1, **trainer),
+        runtime=dataclasses.replace(base.runtime, seed=self.seed,
+                                    compute_dtype=precision.resolve(config.compute_dtype)))
+
+  def _run(self, stage: str, experiment: ExperimentConfig) -> str:
+    """Runs `experiment` into `<run_dir>/<stage>` unless it finished; returns that directory."""
+    directory = self.path(stage)
+    if not os.path.exists(os.path.join(directory, DONE)):
+      self.log(f"[seed {self.seed}] {stage} ...")
+      metrics = run_experiment(experiment, verbose=False)
+      _write_done(directory, {k: float(v) for k, v in metrics.items()})
+      self.log(f"[seed {self.seed}] {stage} done: " + ", ".join(
+          f"{k} {float(v):.4f}" for k, v in sorted(metrics.items())))
+    return directory
+
+  def ict(self) -> str:
+    """The ICT run's directory (its retriever in `retriever/`)."""
+    config = self.config
+    return self._run("ict", self._experiment(
+        "ict", "ict", dict(num_steps=config.ict_steps, batch_size=config.ict_batch_size,
+                           learning_rate=config.ict_learning_rate),
+        init=InitConfig(bert_weights="minilm")))
+
+  def pretrain(self, masking: str) -> str:
+    """The REALM pre-training run of `masking` from the ICT run (retriever in `retriever/`,
+    reader in `reader/`)."""
+    config = self.config
+    examples = prepare_examples(self.corpus_dir, self.cache_dir, masking, config.query_length)
+    ict_dir = self.ict()
+    return self._run(f"realm-{masking}", self._experiment(
+        "pretrain", f"realm-{masking}",
+        dict(num_steps=config.pretrain_steps, batch_size=config.pretrain_batch_size,
+             learning_rate=config.pretrain_learning_rate),
+        examples_dir=examples, init=InitConfig(checkpoint=ict_dir, bert_weights="minilm"),
+        masking=masking, num_candidates=config.num_candidates, null_document=True,
+        exclude_source=True, mlm_warmup_steps=config.mlm_warmup_steps, refresh="sync",
+        refresh_every=config.refresh_every, index_kind="brute_force",
+        embedding_dtype=config.compute_dtype))
+
+  def finetune_init(self, stage: str) -> InitConfig:
+    """The `task.init` of fine-tuning from `stage` ("ict" or "realm-<masking>"), trained first
+    when it has not been."""
+    if stage != "ict":
+      return InitConfig(checkpoint=self.pretrain(stage[len("realm-"):]))
+    prefix = self.path("orqa-init", "ckpt")
+    if not tf.io.gfile.exists(prefix + ".index"):
+      retriever = load_model(os.path.join(self.ict(), "retriever"))
+      _, reader = build_models(self.model)
+      load_reader_weights(reader, "minilm")
+      tf.train.Checkpoint(retriever=retriever, reader=reader).write(prefix)
+    return InitConfig(checkpoint=prefix, checkpoint_share_towers=self.ict_shares_towers())
+
+  def ict_shares_towers(self) -> bool:
+    return registry.get("ict").task.share_towers
