@@ -249,9 +249,7 @@ def realm_tf_step0_row(ctx: Context, compute_dtype: str = "float32") -> Dict:
 def _finetuned_seed(ctx: Context, seed: int) -> Dict:
   """One fine-tuning run from all-MiniLM-L6-v2 (sentence head) on the train split."""
   from realm_tf.presets import InitConfig  # pylint: disable=g-import-not-at-top
-  settings = finetune_settings()
-  digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
-  run_dir = os.path.join(ctx.cache_dir, f"finetuned-{digest}-seed{seed}")
+  run_dir = os.path.join(ctx.cache_dir, f"finetuned-{finetune_digest()}-seed{seed}")
   return _finetune_and_evaluate(ctx, seed, run_dir, InitConfig(bert_weights="minilm"),
                                 reuse_step0_index=True)
 
@@ -346,6 +344,11 @@ def finetune_settings() -> Dict:
               **({"read_answer_block": True} if _READ_ANSWER_BLOCK.value else {}),
               **({"embedding_dtype": precision.resolve(_FT_EMBEDDING_DTYPE.value)}
                  if _FT_EMBEDDING_DTYPE.value != "float32" else {}))
+
+
+def finetune_digest() -> str:
+  """The key of `finetune_settings` in fine-tuning run directories."""
+  return hashlib.sha256(json.dumps(finetune_settings(), sort_keys=True).encode()).hexdigest()[:8]
 
 
 def _reuse_step0_index(cache_dir: str, model_dir: str) -> None:
@@ -454,8 +457,7 @@ def zero_shot_chain_row(ctx: Context, name: str, stage: str) -> Dict:
 def finetuned_chain_row(ctx: Context, name: str, stage: str) -> Dict:
   """Open-QA fine-tuning from a chain stage (`Chain.finetune_init`), one run per seed, with
   the `finetuned` row's settings."""
-  settings = finetune_settings()
-  digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+  settings, digest = finetune_settings(), finetune_digest()
   runs = []
   for seed in _SEEDS.value:
     chain = _chain(ctx, int(seed))
