@@ -61,6 +61,19 @@ def test_find_spans():
   assert find_spans(tokens, [[], [8]], max_span_width=10) == []
 
 
+def test_find_spans_whole_words_only():
+  continuation = np.zeros(10, bool)
+  continuation[8] = True  # id 8 is a "##" piece: 5 8 is one word, so is 6 8
+  tokens = [5, 8, 6, 5, 6, 8, 6]
+  assert find_spans(tokens, [[5], [6], [8]], max_span_width=10) == [
+      (0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]
+  assert find_spans(tokens, [[5], [6], [8]], 10, continuation) == [(2, 2), (3, 3), (6, 6)]
+  assert find_spans(tokens, [[5, 8], [6, 8]], 10, continuation) == [(0, 1), (4, 5)]
+  # The tokenizer's table marks exactly the "##" pieces.
+  tokenizer = WordpieceTokenizer(VOCAB + ["##s"])
+  assert np.flatnonzero(tokenizer.continuation).tolist() == [len(VOCAB)]
+
+
 def _reader_inputs(reader_length):
   tokenizer = WordpieceTokenizer(VOCAB)
   featurizer = Featurizer(tokenizer, query_length=8, block_length=16,

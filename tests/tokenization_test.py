@@ -5,6 +5,7 @@ import tensorflow as tf
 from realm_tf.keras import keras
 from realm_tf.tokenization import BertPacker
 from realm_tf.tokenization import BlockFeaturizer
+from realm_tf.tokenization import Featurizer
 from realm_tf.tokenization import QueryFeaturizer
 from realm_tf.tokenization import ReaderFeaturizer
 from realm_tf.tokenization import WordpieceTokenizer
@@ -213,6 +214,22 @@ class TestFeaturizers:
       assert restored.get_config() == layer.get_config()
     titles, bodies = tf.constant(["Paris"]), tf.constant(["The cat sat."])
     assert _np(_roundtrip(layers[0])((titles, bodies))) == _np(layers[0]((titles, bodies)))
+
+  def test_span_text_gives_whole_words(self, tokenizer):
+    featurizer = Featurizer(tokenizer, query_length=4, block_length=12, reader_length=12)
+    _, query_ids = featurizer.questions(tf.constant(["the"]))
+    text = "Parisian cats sat."  # paris ##ian cat ##s sat .
+    inputs = featurizer.reader_inputs(query_ids, tf.constant([["x"]]), tf.constant([[text]]))
+    assert inputs["input_word_ids"].numpy()[0, :9].tolist() == [
+        CLS, THE, SEP, PARIS, IAN, CAT, S, SAT, DOT]
+    spans = [(3, 3), (4, 4), (5, 5), (6, 6), (4, 5), (7, 7), (8, 8), (3, 8)]
+    cut = featurizer.span_text(
+        tf.constant([text] * len(spans)), tf.repeat(inputs["input_word_ids"], len(spans), 0),
+        tf.repeat(inputs["block_mask"], len(spans), 0), [s for s, _ in spans],
+        [e for _, e in spans])
+    # A span starting or ending inside a word reads the whole word; punctuation is a word.
+    assert [t.decode() for t in cut.numpy()] == [
+        "Parisian", "Parisian", "cats", "cats", "Parisian cats", "sat", ".", text]
 
 
 class TestMasking:

@@ -314,7 +314,8 @@ class FineTuner:
       s, e = gold_spans(reader["input_word_ids"][b * k:(b + 1) * k],
                         reader["block_mask"][b * k:(b + 1) * k],
                         [[tokens[a] for a in block] for block in strings[b]],
-                        task.model.max_span_width, task.max_gold_spans)
+                        task.model.max_span_width, task.max_gold_spans,
+                        self.tokenizer.continuation)
       starts.append(s)
       ends.append(e)
     prepared = {f"query_{n}": features[n].numpy() for n in QUERY_FEATURES}

@@ -9,15 +9,18 @@ matching evaluation's recall@k uses.
 * `gold_spans`: every occurrence of the answer strings' wordpiece sequences inside the block
   body of a reader input `[CLS] x [SEP] z_body [SEP]`, as (start, end) positions in that input
   (the positions `SpanScorer` enumerates), width <= max_span_width, padded with -1. ORQA
-  matches on wordpieces the same way.
+  matches on wordpieces the same way. Given the vocabulary's "##" pieces, only whole-word
+  occurrences count ("seven" is not gold inside "sevens" = seven ##s): the reader is never
+  taught to cut a word, whose text could not equal the answer.
 """
-from typing import Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 
 def find_spans(tokens: Sequence[int], answer_tokens: Iterable[Sequence[int]],
-               max_span_width: int) -> List[Tuple[int, int]]:
+               max_span_width: int,
+               continuation: Optional[np.ndarray] = None) -> List[Tuple[int, int]]:
   """Every (start, end) (inclusive) where an answer's wordpieces occur in `tokens`, in order.
 
   Args:
@@ -25,8 +28,11 @@ def find_spans(tokens: Sequence[int], answer_tokens: Iterable[Sequence[int]],
     answer_tokens: wordpiece id sequences; empty ones and those wider than `max_span_width`
       never match.
     max_span_width: the longest span the reader scores.
+    continuation: optional bool [V], True for the "##" wordpieces; given, an occurrence that
+      starts on one or is followed by one (a part of a word) does not count.
   """
   tokens = list(tokens)
+  inside = [continuation is not None and bool(continuation[t]) for t in tokens] + [False]
   spans = set()
   for answer in answer_tokens:
     answer = list(answer)
@@ -36,13 +42,15 @@ def find_spans(tokens: Sequence[int], answer_tokens: Iterable[Sequence[int]],
     first = answer[0]
     for i in range(len(tokens) - width + 1):
       if tokens[i] == first and tokens[i:i + width] == answer:
-        spans.add((i, i + width - 1))
+        if not (inside[i] or inside[i + width]):
+          spans.add((i, i + width - 1))
   return sorted(spans)
 
 
 def gold_spans(input_word_ids: np.ndarray, block_mask: np.ndarray,
                answer_tokens: Sequence[Sequence[Sequence[int]]], max_span_width: int,
-               max_spans: int) -> Tuple[np.ndarray, np.ndarray]:
+               max_spans: int, continuation: Optional[np.ndarray] = None
+               ) -> Tuple[np.ndarray, np.ndarray]:
   """Gold answer spans of the reader inputs of one question's read blocks.
 
   Args:
@@ -51,6 +59,8 @@ def gold_spans(input_word_ids: np.ndarray, block_mask: np.ndarray,
     answer_tokens: for each of the k blocks, the wordpiece sequences of its answer strings.
     max_span_width: the longest span the reader scores.
     max_spans: A; further occurrences are dropped.
+    continuation: optional bool [V] of the "##" wordpieces: whole-word occurrences only
+      (`find_spans`).
 
   Returns:
     starts, ends: int32 [k, A] positions in the reader input (inclusive ends), -1 padded.
@@ -65,7 +75,8 @@ def gold_spans(input_word_ids: np.ndarray, block_mask: np.ndarray,
     if not positions.size:
       continue
     body = input_word_ids[block, positions[0]:positions[-1] + 1]
-    spans = find_spans(body.tolist(), answer_tokens[block], max_span_width)[:max_spans]
+    spans = find_spans(body.tolist(), answer_tokens[block], max_span_width,
+                       continuation)[:max_spans]
     for a, (start, end) in enumerate(spans):
       starts[block, a] = positions[0] + start
       ends[block, a] = positions[0] + end

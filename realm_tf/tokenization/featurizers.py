@@ -283,7 +283,9 @@ class Featurizer(tf.Module):
 
     Returns:
       string [B]: the span cut from the raw text by wordpiece byte offsets where the reader's
-      body wordpieces agree with the text's tokenization, else the detokenized wordpieces.
+      body wordpieces agree with the text's tokenization, widened to whole words (a span that
+      starts or ends inside a word gives the whole word, as ORQA maps wordpieces to the words
+      holding them: "cart" of "cartilage" reads "cartilage"), else the detokenized wordpieces.
     """
     starts = tf.cast(starts, tf.int32)
     ends = tf.cast(ends, tf.int32)
@@ -308,8 +310,19 @@ class Featurizer(tf.Module):
       dense = tf.cast(offsets.to_tensor(0), tf.int32)
       return tf.concat([dense, tf.zeros_like(dense[:, :1])], axis=1)
 
-    begin = tf.gather(pad(byte_starts), safe_first, batch_dims=1)
-    end = tf.gather(pad(byte_ends), safe_last, batch_dims=1)
+    # A word starts at every wordpiece but the "##" ones; the padding column closes the last.
+    continuation = tf.gather(tf.constant(self.tokenizer.continuation), ids)  # [B, (T)]
+    word_start = pad(tf.cast(tf.logical_not(continuation), tf.int32)) > 0  # [B, T + 1]
+    word_start = tf.logical_or(word_start, tf.range(tf.shape(word_start)[1]) >= num_tokens[:, None])
+    positions = tf.range(tf.shape(word_start)[1])[None]  # [1, T + 1]
+    word_first = tf.reduce_max(
+        tf.where(word_start & (positions <= safe_first[:, None]), positions, 0), axis=1)
+    word_last = tf.reduce_min(
+        tf.where(word_start & (positions > safe_last[:, None]), positions,
+                 tf.shape(word_start)[1]), axis=1) - 1
+    word_last = tf.clip_by_value(word_last, safe_last, tf.maximum(num_tokens - 1, 0))
+    begin = tf.gather(pad(byte_starts), word_first, batch_dims=1)
+    end = tf.gather(pad(byte_ends), word_last, batch_dims=1)
     cut = tf.strings.substr(texts, begin, tf.maximum(end - begin, 0), unit="BYTE")
     detokenized = self.tokenizer.detokenize(span_ids)
     return tf.where(agree, cut, detokenized)

@@ -12,6 +12,7 @@ letters, never special ids.
 """
 from typing import List, Sequence
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -42,6 +43,7 @@ class WordpieceTokenizer(keras.layers.Layer):
     self._vocabulary = [str(token) for token in vocabulary]
     self.lower_case = bool(lower_case)
     self._token_ids = {token: i for i, token in enumerate(self._vocabulary)}
+    self._continuation = np.array([t.startswith("##") for t in self._vocabulary], bool)
     missing = [t for t in self._SPECIAL_TOKENS if t not in self._token_ids]
     if missing:
       raise ValueError(f"vocabulary lacks the special tokens {missing}")
@@ -88,6 +90,12 @@ class WordpieceTokenizer(keras.layers.Layer):
   @property
   def mask_id(self) -> int:
     return self._token_ids["[MASK]"]
+
+  @property
+  def continuation(self) -> np.ndarray:
+    """bool [V]: True for the "##" wordpieces, which continue the word before them (a word
+    starts at every other wordpiece: BERT's basic tokenizer makes each punctuation mark a word)."""
+    return self._continuation
 
   def token_to_id(self, token: str) -> int:
     """Id of `token`; raises KeyError for a token outside the vocabulary."""
