@@ -313,8 +313,8 @@ class Featurizer(tf.Module):
     # A word starts at every wordpiece but the "##" ones; the padding column closes the last.
     continuation = tf.gather(tf.constant(self.tokenizer.continuation), ids)  # [B, (T)]
     word_start = pad(tf.cast(tf.logical_not(continuation), tf.int32)) > 0  # [B, T + 1]
-    word_start = tf.logical_or(word_start, tf.range(tf.shape(word_start)[1]) >= num_tokens[:, None])
     positions = tf.range(tf.shape(word_start)[1])[None]  # [1, T + 1]
+    word_start = word_start | (positions >= num_tokens[:, None])
     word_first = tf.reduce_max(
         tf.where(word_start & (positions <= safe_first[:, None]), positions, 0), axis=1)
     word_last = tf.reduce_min(
