@@ -17,9 +17,10 @@ the same reader inputs) and inside the exported `realm_qa` SavedModel; pre-train
 candidates are packed by the same `Featurizer`.
 
 Answer text: the predicted span is cut from the block's raw text with the wordpiece byte
-offsets (so "O'Connor" stays "O'Connor", not "o ' connor"); the reader's body wordpieces are
-a prefix of the tokenized text, which `span_text` checks, falling back to detokenized
-wordpieces where they differ. Questions longer than the query length are truncated (the query
+offsets (so "O'Connor" stays "O'Connor", not "o ' connor") and widened to whole words (a
+span ending inside "cartilage" reads "cartilage", as ORQA maps wordpieces to words); the
+reader's body wordpieces are a prefix of the tokenized text, which `span_text` checks, falling
+back to detokenized wordpieces where they differ. Questions longer than the query length are truncated (the query
 tower and the reader see the same wordpieces); empty questions are an error.
 """
 import dataclasses
