@@ -310,17 +310,17 @@ class Featurizer(tf.Module):
       dense = tf.cast(offsets.to_tensor(0), tf.int32)
       return tf.concat([dense, tf.zeros_like(dense[:, :1])], axis=1)
 
-    # A word starts at every wordpiece but the "##" ones; the padding column closes the last.
+    # A word starts at every wordpiece but the "##" ones, and past the text (padding and one
+    # more column), so a span's last word ends before the next start.
     continuation = tf.gather(tf.constant(self.tokenizer.continuation), ids)  # [B, (T)]
-    word_start = pad(tf.cast(tf.logical_not(continuation), tf.int32)) > 0  # [B, T + 1]
+    word_start = tf.pad(tf.logical_not(continuation.to_tensor(False)), [[0, 0], [0, 1]],
+                        constant_values=True)  # [B, T + 1]
     positions = tf.range(tf.shape(word_start)[1])[None]  # [1, T + 1]
-    word_start = word_start | (positions >= num_tokens[:, None])
     word_first = tf.reduce_max(
         tf.where(word_start & (positions <= safe_first[:, None]), positions, 0), axis=1)
     word_last = tf.reduce_min(
         tf.where(word_start & (positions > safe_last[:, None]), positions,
                  tf.shape(word_start)[1]), axis=1) - 1
-    word_last = tf.clip_by_value(word_last, safe_last, tf.maximum(num_tokens - 1, 0))
     begin = tf.gather(pad(byte_starts), word_first, batch_dims=1)
     end = tf.gather(pad(byte_ends), word_last, batch_dims=1)
     cut = tf.strings.substr(texts, begin, tf.maximum(end - begin, 0), unit="BYTE")
