@@ -20,7 +20,7 @@ of Open-QA evaluation). Rows:
                   precision check of BENCHMARKS.md §1 (recall@k against realm_tf_step0's)
   finetuned       Open-QA fine-tuning from the raw initialisation (`qa.finetune_lib`), one run
                   per `--seeds`, on the train split plus every answerable question of
-                  `--extra_train` (e.g. pyserini:trivia-dev); recall@k and exact match of the
+                  `--extra_train` (e.g. pyserini:trivia-dev, pyserini:squad-dev); recall@k and exact match of the
                   last step's QA model on dev (reading `--eval_reader_top_k` blocks), mean ±
                   std over seeds (`seeds_row`). `--curve_every` also
                   evaluates the first `--curve_questions` dev questions during training (they

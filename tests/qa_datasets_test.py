@@ -132,3 +132,7 @@ def test_pyserini_question_sets():
   trivia = datasets.load_examples("pyserini:trivia-dev")
   assert len(trivia) == 8837  # line 478 holds U+0085 inside its question
   assert trivia[477].source.endswith(":478") and "\x85" not in trivia[477].question
+  squad = datasets.load_examples("pyserini:squad-dev")  # SQuAD 1.1 dev, DPR's "test" file
+  assert len(squad) == 10570 and squad[0].match == "string"
+  assert squad[0].question == "Which NFL team represented the AFC at Super Bowl 50?"
+  assert squad[0].answers[0] == "Denver Broncos"

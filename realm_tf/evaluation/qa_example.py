@@ -32,12 +32,13 @@ DATASETS = {
     "nq": DatasetSpec("NaturalQuestions-Open", "string"),
     "wq": DatasetSpec("WebQuestions", "string"),
     "trivia": DatasetSpec("TriviaQA", "string"),
+    "squad": DatasetSpec("SQuAD", "string"),
     "curatedtrec": DatasetSpec("CuratedTrec", "regex"),
 }
 
 
 def dataset_spec(dataset: str) -> DatasetSpec:
-  """The `DatasetSpec` of "nq", "wq", "trivia" or "curatedtrec"."""
+  """The `DatasetSpec` of "nq", "wq", "trivia", "squad" or "curatedtrec"."""
   if dataset not in DATASETS:
     raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(DATASETS)}")
   return DATASETS[dataset]

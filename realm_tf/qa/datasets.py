@@ -47,6 +47,9 @@ PYSERINI_TOPICS = {
     "nq-dev": ("topics-and-qrels/topics.dpr.nq.dev.txt", "nq"),
     "nq-test": ("topics-and-qrels/topics.dpr.nq.test.txt", "nq"),
     "trivia-dev": ("topics-and-qrels/topics.dpr.trivia.dev.txt", "trivia"),
+    # SQuAD 1.1's dev set, which DPR (and so pyserini, as "dpr-squad-test") uses as its test
+    # split; no benchmark here evaluates on SQuAD, so it may add training questions.
+    "squad-dev": ("topics-and-qrels/topics.dpr.squad.test.txt", "squad"),
     "wq-test": ("topics-and-qrels/topics.dpr.wq.test.txt", "wq"),
     "curated-test": ("topics-and-qrels/topics.dpr.curated.test.txt", "curatedtrec"),
 }
@@ -196,7 +199,7 @@ def load_pyserini_topics(name: str) -> List[QAExample]:
 
   Args:
     name: one of `PYSERINI_TOPICS`: "nq-dev" (8,757), "nq-test" (3,610), "trivia-dev"
-      (8,837), "wq-test" (2,032), "curated-test" (694, regex answers).
+      (8,837), "squad-dev" (10,570), "wq-test" (2,032), "curated-test" (694, regex answers).
   """
   if name not in PYSERINI_TOPICS:
     raise ValueError(f"unknown pyserini question set {name!r}; expected one of "
