@@ -20,12 +20,12 @@ of Open-QA evaluation). Rows:
                   precision check of BENCHMARKS.md §1 (recall@k against realm_tf_step0's)
   finetuned       Open-QA fine-tuning from the raw initialisation (`qa.finetune_lib`), one run
                   per `--seeds`, on the train split plus every answerable question of
-                  `--extra_train` (e.g. pyserini:trivia-dev, pyserini:squad-dev); recall@k and exact match of the
-                  last step's QA model on dev (reading `--eval_reader_top_k` blocks), mean ±
-                  std over seeds (`seeds_row`). `--curve_every` also
-                  evaluates the first `--curve_questions` dev questions during training (they
-                  select nothing) and plots recall@5 / exact match vs step
-                  (`<name>_recall5.png`, `<name>_exact_match.png`)
+                  `--extra_train` (e.g. pyserini:trivia-dev, pyserini:squad-dev); recall@k
+                  and exact match of the last step's QA model on dev (reading
+                  `--eval_reader_top_k` blocks), mean ± std over seeds (`seeds_row`).
+                  `--curve_every` also evaluates the first `--curve_questions` dev questions
+                  during training (they select nothing) and plots recall@5 / exact match vs
+                  step (`<name>_recall5.png`, `<name>_exact_match.png`)
   ict, realm_salient, realm_random
                   zero-shot: the last retriever of ICT from the raw initialisation, and of
                   REALM pre-training from that ICT run with salient-span or random-span
