@@ -89,8 +89,8 @@ def test_curatedtrec_regexes_are_checked_at_load_time(tmp_path):
 
 
 def test_unknown_dataset_and_empty_file(tmp_path):
-  with pytest.raises(ValueError, match="unknown dataset 'squad'"):
-    datasets.load_examples(_write(tmp_path / "x.jsonl", ""), "squad")
+  with pytest.raises(ValueError, match="unknown dataset 'hotpotqa'"):
+    datasets.load_examples(_write(tmp_path / "x.jsonl", ""), "hotpotqa")
   with pytest.raises(ValueError, match="no questions"):
     datasets.load_examples(_write(tmp_path / "empty.jsonl", "\n"), "nq")
   assert datasets.dataset_of("pyserini:curated-test", "nq") == "curatedtrec"
