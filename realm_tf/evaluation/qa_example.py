@@ -38,7 +38,7 @@ DATASETS = {
 
 
 def dataset_spec(dataset: str) -> DatasetSpec:
-  """The `DatasetSpec` of "nq", "wq", "trivia", "squad" or "curatedtrec"."""
+  """The `DatasetSpec` of a `DATASETS` key ("nq", "trivia", ...)."""
   if dataset not in DATASETS:
     raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(DATASETS)}")
   return DATASETS[dataset]
