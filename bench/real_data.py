@@ -25,7 +25,9 @@ of Open-QA evaluation). Rows:
                   `--eval_reader_top_k` blocks), mean ± std over seeds (`seeds_row`).
                   `--curve_every` also evaluates the first `--curve_questions` dev questions
                   during training (they select nothing) and plots recall@5 / exact match vs
-                  step (`<name>_recall5.png`, `<name>_exact_match.png`)
+                  step (`<name>_recall5.png`, `<name>_exact_match.png`);
+                  `--finetune_init` starts each seed's run from an Open-QA model directory
+                  instead (a second pass over the questions)
   ict, realm_salient, realm_random
                   zero-shot: the last retriever of ICT from the raw initialisation, and of
                   REALM pre-training from that ICT run with salient-span or random-span
@@ -115,6 +117,10 @@ _FT_EMBEDDING_DTYPE = flags.DEFINE_enum(
 _EXTRA_TRAIN = flags.DEFINE_list("extra_train", [], "Question sets whose questions some "
                                   "block answers all join the fine-tuning questions (e.g. "
                                   "pyserini:trivia-dev); dev stays NQ-open's.")
+_FT_INIT = flags.DEFINE_list("finetune_init", [], "The finetuned row: one Open-QA model "
+                             "directory per --seeds seed to go on from (a second pass, with a "
+                             "fresh warm-up and decay and the seed's question order) instead of "
+                             "the raw initialisation.")
 _CURVE_EVERY = flags.DEFINE_integer("curve_every", 0, "Trained rows: evaluate the first "
                                     "--curve_questions dev questions every this many steps "
                                     "(the recall-vs-step curve; 0: never). They select nothing: "
@@ -246,12 +252,15 @@ def realm_tf_step0_row(ctx: Context, compute_dtype: str = "float32") -> Dict:
       query_embed_fn(retriever, tokenizer, ctx.query_length))
 
 
-def _finetuned_seed(ctx: Context, seed: int) -> Dict:
-  """One fine-tuning run from all-MiniLM-L6-v2 (sentence head) on the train split."""
+def _finetuned_seed(ctx: Context, seed: int, init_dir: str = "") -> Dict:
+  """One fine-tuning run on the train split from all-MiniLM-L6-v2 (sentence head), or from
+  the Open-QA model directory `init_dir` (its last checkpoint, separate towers; its doc tower
+  is MiniLM's, frozen in fine-tuning, so the step-0 index is reused)."""
   from realm_tf.presets import InitConfig  # pylint: disable=g-import-not-at-top
   run_dir = os.path.join(ctx.cache_dir, f"finetuned-{finetune_digest()}-seed{seed}")
-  return _finetune_and_evaluate(ctx, seed, run_dir, InitConfig(bert_weights="minilm"),
-                                reuse_step0_index=True)
+  init = (InitConfig(checkpoint=init_dir, checkpoint_share_towers=False) if init_dir
+          else InitConfig(bert_weights="minilm"))
+  return _finetune_and_evaluate(ctx, seed, run_dir, init, reuse_step0_index=True)
 
 
 def _finetune_and_evaluate(ctx: Context, seed: int, run_dir: str, init,
@@ -342,6 +351,7 @@ def finetune_settings() -> Dict:
               extra_train=list(_EXTRA_TRAIN.value),
               # absent when off, so that earlier runs keep their directories' keys
               **({"read_answer_block": True} if _READ_ANSWER_BLOCK.value else {}),
+              **({"init": list(_FT_INIT.value)} if _FT_INIT.value else {}),
               **({"embedding_dtype": precision.resolve(_FT_EMBEDDING_DTYPE.value)}
                  if _FT_EMBEDDING_DTYPE.value != "float32" else {}))
 
@@ -388,7 +398,11 @@ def seeds_row(ctx: Context, name: str, runs: List[Dict], **extra) -> Dict:
 def finetuned_row(ctx: Context) -> Dict:
   """Open-QA fine-tuning from the raw initialisation, one run per seed: recall@k and exact
   match on dev, mean and standard deviation over the seeds."""
-  runs = [_finetuned_seed(ctx, int(seed)) for seed in _SEEDS.value]
+  inits = _FT_INIT.value or [""] * len(_SEEDS.value)
+  if len(inits) != len(_SEEDS.value):
+    raise app.UsageError(f"--finetune_init names {len(inits)} model directories for "
+                         f"{len(_SEEDS.value)} seeds; give one per seed")
+  runs = [_finetuned_seed(ctx, int(seed), init) for seed, init in zip(_SEEDS.value, inits)]
   return seeds_row(ctx, "finetuned", runs, settings=finetune_settings(),
                    train_questions=len(ctx.train) + len(ctx.extra_train))
 
