@@ -396,12 +396,10 @@ def seeds_row(ctx: Context, name: str, runs: List[Dict], **extra) -> Dict:
 
 
 def finetuned_row(ctx: Context) -> Dict:
-  """Open-QA fine-tuning from the raw initialisation, one run per seed: recall@k and exact
-  match on dev, mean and standard deviation over the seeds."""
-  inits = _FT_INIT.value or [""] * len(_SEEDS.value)
-  if len(inits) != len(_SEEDS.value):
-    raise app.UsageError(f"--finetune_init names {len(inits)} model directories for "
-                         f"{len(_SEEDS.value)} seeds; give one per seed")
+  """Open-QA fine-tuning from the raw initialisation (or `--finetune_init`'s model
+  directories), one run per seed: recall@k and exact match on dev, mean and standard
+  deviation over the seeds."""
+  inits = _FT_INIT.value or [""] * len(_SEEDS.value)  # as many as seeds (`main` checks)
   runs = [_finetuned_seed(ctx, int(seed), init) for seed, init in zip(_SEEDS.value, inits)]
   return seeds_row(ctx, "finetuned", runs, settings=finetune_settings(),
                    train_questions=len(ctx.train) + len(ctx.extra_train))
@@ -582,6 +580,9 @@ def main(argv):
   unknown = sorted(set(_ROWS.value) - set(ROWS))
   if unknown:
     raise app.UsageError(f"unknown rows {unknown}; choose from {ROW_NAMES}")
+  if _FT_INIT.value and len(_FT_INIT.value) != len(_SEEDS.value):
+    raise app.UsageError(f"--finetune_init names {len(_FT_INIT.value)} model directories for "
+                         f"{len(_SEEDS.value)} seeds; give one per seed")
   tf.config.threading.set_intra_op_parallelism_threads(_THREADS.value)
   tf.config.threading.set_inter_op_parallelism_threads(1)
   started = time.perf_counter()
