@@ -254,12 +254,11 @@ def realm_tf_step0_row(ctx: Context, compute_dtype: str = "float32") -> Dict:
 
 def _finetuned_seed(ctx: Context, seed: int, init_dir: str = "") -> Dict:
   """One fine-tuning run on the train split from all-MiniLM-L6-v2 (sentence head), or from
-  the Open-QA model directory `init_dir` (its last checkpoint, separate towers; its doc tower
-  is MiniLM's, frozen in fine-tuning, so the step-0 index is reused)."""
+  the Open-QA model directory `init_dir` (the task resolves its last checkpoint and tower
+  sharing; its doc tower is MiniLM's, frozen in fine-tuning, so the step-0 index is reused)."""
   from realm_tf.presets import InitConfig  # pylint: disable=g-import-not-at-top
   run_dir = os.path.join(ctx.cache_dir, f"finetuned-{finetune_digest()}-seed{seed}")
-  init = (InitConfig(checkpoint=init_dir, checkpoint_share_towers=False) if init_dir
-          else InitConfig(bert_weights="minilm"))
+  init = InitConfig(checkpoint=init_dir) if init_dir else InitConfig(bert_weights="minilm")
   return _finetune_and_evaluate(ctx, seed, run_dir, init, reuse_step0_index=True)
 
 
