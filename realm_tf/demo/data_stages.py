@@ -80,7 +80,7 @@ class DataStages:
             [self.path("data", "documents.jsonl")], self.path("corpus"), input_format="jsonl",
             block_length=self.config.block_length))
     store = self.store
-    lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
+    lengths = store.title_ids.row_lengths() + store.body_ids.row_lengths() + 3
     return {"blocks": len(store), "mean_wordpieces": float(lengths.mean()),
             "articles": counters.get("articles_packed", 0),
             "dead_letters": counters.get("dead_letters", 0), "path": "corpus"}

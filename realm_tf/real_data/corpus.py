@@ -92,7 +92,7 @@ def prepare_corpus(cache_dir: str, num_docs: int = 0, block_length: int = 128,
       wikipedia_to_blocks_lib.BlocksConfig([documents], blocks_dir, input_format="jsonl",
                                            block_length=block_length))
   store = Corpus.load(blocks_dir)
-  lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
+  lengths = store.title_ids.row_lengths() + store.body_ids.row_lengths() + 3
   info = CorpusInfo(num_docs=num_docs, block_length=block_length, articles=len(titles),
                     articles_packed=int(counters.get("articles_packed", 0)),
                     blocks=len(store), mean_wordpieces=float(lengths.mean()),

@@ -81,12 +81,12 @@ class SentenceMiniLM:
     float32 [N, H] in store order."""
     packer = BertPacker(block_length, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id,
                         self.tokenizer.pad_token_id)
-    lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
+    lengths = store.title_ids.row_lengths() + store.body_ids.row_lengths() + 3
     order = np.argsort(lengths, kind="stable")
     embeddings = np.zeros([len(store), self.model.config.hidden_size], np.float32)
     for begin in range(0, len(store), self.batch_size):
       rows = order[begin:begin + self.batch_size]
-      features = packer((tf.gather(store.title_ids, rows), tf.gather(store.body_ids, rows)))
+      features = packer((store.title_ids.gather(rows), store.body_ids.gather(rows)))
       length = int(min(block_length, lengths[rows].max()))
       features = {name: value[:, :length].numpy() for name, value in features.items()}
       types = features["input_type_ids"] if segment_ids else np.zeros_like(

@@ -4,84 +4,93 @@ Row r of a `Corpus` is row r of every block-embedding matrix and MIPS index buil
 `fingerprint` (`retrieval.fingerprint.corpus_fingerprint`) identifies those blocks in that
 order so an index can be checked against its corpus. Legend: N blocks, T wordpieces.
 
-`Corpus.load(path)` reads
-* a directory of `blocks-*.tfrecord` shards (the corpus pipeline's output), verified by
-  `realm_tf.data.shards.check_shards`; the blocks keep the pipeline's wordpieces;
-* a JSONL file, one block a line: `{"title": ..., "text": ..., "id": optional int}`;
-* a DPR passages TSV (`psgs_w100.tsv` form): `id<TAB>text<TAB>title`, an optional header
-  line `id text title`.
-Blocks are ordered by ascending id (ids default to the line order). Malformed lines raise
-`errors.MalformedRecordError` naming the file and line.
+A corpus lives on disk in the memory-mapped form of `retrieval.corpus_files` (flat columns and
+offsets, fingerprint in the manifest), so opening one costs O(1) time and memory whatever N,
+and a row read touches only its pages. `Corpus.load(path)` opens such a directory; any other
+input (`retrieval.corpus_sources`: pipeline shards, JSONL, DPR TSV) is converted once,
+streaming, into it: next to the input (`<file>.corpus/`, `<shard dir>/corpus/`), or under
+`cache_dir` where that is not writable, and converted again when the input changes (its size,
+modification time or shard listing). Blocks are ordered by ascending id. `titles` and `texts`
+are `StringColumn`s (sequences of str); `from_blocks` builds a small corpus in memory.
 
-Wordpieces: the ids stored in pipeline shards are valid only for the vocabulary the pipeline
+Wordpieces: the ids stored by the corpus pipeline are valid only for the vocabulary it
 tokenized with (`--vocab_file`). Whoever embeds or featurizes blocks asks
-`corpus.wordpieces(tokenizer)` with its own tokenizer: the stored wordpieces where the
-tokenizer reproduces them (checked on sampled titles), else the titles and texts tokenized by
-it, so a JSONL corpus, or shards made for another vocabulary, embed correctly too.
+`corpus.wordpieces(tokenizer)`: the stored wordpieces where the tokenizer reproduces them
+(checked on sampled titles), else the blocks tokenized by it, cached in the corpus directory as
+a wordpiece set of that vocabulary, so a JSONL corpus, or shards made for another vocabulary,
+embed correctly too and are tokenized once.
 """
-import csv
-import dataclasses
 import functools
+import hashlib
 import json
 import os
-from typing import List, Optional, Sequence, Tuple
+import shutil
+import uuid
+from typing import Optional, Sequence, Tuple, Union
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
 from realm_tf import errors
-from realm_tf.data import formats
-from realm_tf.data import shards
+from realm_tf.retrieval import corpus_files
+from realm_tf.retrieval import corpus_sources
+from realm_tf.retrieval.columns import RaggedColumn
+from realm_tf.retrieval.columns import StringColumn
 from realm_tf.retrieval.fingerprint import corpus_fingerprint
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _CHECKED_TITLES = 64  # sampled titles re-tokenized to check stored wordpieces
 _TOKENIZE_BATCH = 4096
+Wordpieces = Tuple[RaggedColumn, RaggedColumn]
 
 
-def _ragged(rows: Sequence[Sequence[int]]) -> tf.RaggedTensor:
-  """int64 RaggedTensor [N, (T)] of N id lists."""
-  lengths = np.array([len(r) for r in rows], np.int64)
-  values = (np.concatenate([np.asarray(r, np.int64) for r in rows]) if lengths.sum()
-            else np.zeros([0], np.int64))
-  return tf.RaggedTensor.from_row_lengths(values, lengths)
+def _tokenized_batches(tokenizer: WordpieceTokenizer, titles: Sequence[str],
+                       texts: Sequence[str]):
+  """(title_ids, body_ids) RaggedTensors of `_TOKENIZE_BATCH` rows at a time."""
+  for start in range(0, len(titles), _TOKENIZE_BATCH):
+    stop = min(start + _TOKENIZE_BATCH, len(titles))
+    yield tuple(tokenizer(tf.constant(column[start:stop], tf.string))
+                for column in (titles, texts))
 
 
-def _tokenize(tokenizer: WordpieceTokenizer, strings: Sequence[str]) -> tf.RaggedTensor:
-  """int64 RaggedTensor [N, (T)] of `strings` tokenized in batches."""
-  parts = [tf.cast(tokenizer(tf.constant(list(strings[start:start + _TOKENIZE_BATCH]),
-                                         tf.string)), tf.int64)
-           for start in range(0, len(strings), _TOKENIZE_BATCH)]
-  return tf.concat(parts, axis=0) if len(parts) > 1 else parts[0]
+def _vocab_digest(tokenizer: WordpieceTokenizer) -> str:
+  digest = hashlib.sha256(json.dumps([tokenizer.vocabulary, tokenizer.lower_case]).encode())
+  return digest.hexdigest()[:16]
 
 
-@dataclasses.dataclass
 class Corpus:
-  """Blocks as parallel arrays in ascending `block_ids` order.
+  """Blocks as parallel columns in ascending `block_ids` order.
 
   Attributes:
-    block_ids: int64 [N], strictly increasing.
-    titles, texts: N UTF-8 strings each.
+    block_ids: int64 [N], strictly increasing (a memmap for an on-disk corpus).
+    titles, texts: `StringColumn`s of N UTF-8 strings (lists are converted).
     source: where the corpus was read from (for messages and provenance).
-    title_ids, body_ids: int64 RaggedTensors [N, (T)], the corpus pipeline's wordpieces
-      without specials (its vocabulary only: use `wordpieces`); None for a corpus read from
-      JSONL or TSV.
+    title_ids, body_ids: `RaggedColumn`s [N, (T)], the corpus pipeline's wordpieces without
+      specials (its vocabulary only: use `wordpieces`); None for a corpus read from JSONL/TSV.
+    directory: the on-disk corpus directory, None for a corpus in memory.
   """
-  block_ids: np.ndarray
-  titles: List[str]
-  texts: List[str]
-  source: str = ""
-  title_ids: Optional[tf.RaggedTensor] = None
-  body_ids: Optional[tf.RaggedTensor] = None
 
-  def __post_init__(self):
+  def __init__(self, block_ids, titles: Union[Sequence[str], StringColumn],
+               texts: Union[Sequence[str], StringColumn], source: str = "",
+               title_ids=None, body_ids=None, directory: Optional[str] = None,
+               fingerprint: Optional[str] = None):
+    as_column = lambda c: c if isinstance(c, StringColumn) else StringColumn.from_strings(c)
+    as_ragged = lambda c: None if c is None else RaggedColumn.from_ragged(c)
+    self.block_ids, self.titles, self.texts = block_ids, as_column(titles), as_column(texts)
+    self.source, self.directory = source, directory
+    self.title_ids, self.body_ids = as_ragged(title_ids), as_ragged(body_ids)
+    if fingerprint is not None:
+      self.__dict__["fingerprint"] = fingerprint
+    if directory is None:
+      self._check()
+
+  def _check(self) -> None:
     self.block_ids = np.asarray(self.block_ids, np.int64)
     n = len(self.block_ids)
     if (self.title_ids is None) != (self.body_ids is None):
       raise ValueError(f"corpus {self.source!r}: title_ids and body_ids go together")
-    rows = [] if self.title_ids is None else [int(self.title_ids.nrows()),
-                                              int(self.body_ids.nrows())]
+    rows = [] if self.title_ids is None else [len(self.title_ids), len(self.body_ids)]
     if any(count != n for count in [len(self.titles), len(self.texts)] + rows):
       raise ValueError(f"corpus {self.source!r}: {n} ids, {len(self.titles)} titles, "
                        f"{len(self.texts)} texts and {rows or 'no'} wordpiece rows")
@@ -96,45 +105,68 @@ class Corpus:
 
   @functools.cached_property
   def fingerprint(self) -> str:
-    """`retrieval.fingerprint.corpus_fingerprint` of the ids, titles and texts (computed once)."""
+    """`retrieval.fingerprint.corpus_fingerprint` of the ids, titles and texts (computed once;
+    stored in the manifest of an on-disk corpus)."""
     return corpus_fingerprint(self.block_ids, self.titles, self.texts)
 
   def rows(self, block_ids) -> np.ndarray:
     """Rows of `block_ids` (int64 array); raises KeyError naming any unknown id."""
     block_ids = np.asarray(block_ids, np.int64)
     rows = np.minimum(np.searchsorted(self.block_ids, block_ids), len(self.block_ids) - 1)
-    unknown = block_ids[self.block_ids[rows] != block_ids]
+    unknown = block_ids[np.asarray(self.block_ids[rows]) != block_ids]
     if unknown.size:
       raise KeyError(f"block ids not in the corpus: {unknown[:10].tolist()}")
     return rows
+
+  def _sampled_rows(self) -> np.ndarray:
+    return np.unique(np.linspace(0, len(self) - 1, min(_CHECKED_TITLES, len(self))).astype(int))
 
   def stored_wordpieces_match(self, tokenizer: WordpieceTokenizer) -> bool:
     """Whether there are stored wordpieces and `tokenizer` reproduces them on (up to 64
     evenly) sampled titles, i.e. they are in its vocabulary."""
     if self.title_ids is None:
       return False
-    rows = np.unique(np.linspace(0, len(self) - 1, min(_CHECKED_TITLES, len(self))).astype(int))
-    fresh = _tokenize(tokenizer, [self.titles[r] for r in rows]).to_list()
-    return fresh == tf.gather(self.title_ids, rows).to_list()
+    rows = self._sampled_rows()
+    fresh = tokenizer(tf.constant([self.titles[r] for r in rows], tf.string)).to_list()
+    return fresh == self.title_ids.gather(rows).to_list()
 
-  def wordpieces(self, tokenizer: WordpieceTokenizer) -> Tuple[tf.RaggedTensor, tf.RaggedTensor]:
-    """(title_ids, body_ids), int64 RaggedTensors [N, (T)] without specials, in `tokenizer`'s
-    vocabulary: the stored ones where `stored_wordpieces_match`, else the titles and texts
-    tokenized by `tokenizer` (module docstring)."""
+  def wordpieces(self, tokenizer: WordpieceTokenizer) -> Wordpieces:
+    """(title_ids, body_ids) `RaggedColumn`s [N, (T)] without specials, in `tokenizer`'s
+    vocabulary: the stored ones where `stored_wordpieces_match`, else the blocks tokenized by
+    `tokenizer`, once (module docstring)."""
     if self.stored_wordpieces_match(tokenizer):
       return self.title_ids, self.body_ids
     if self.title_ids is not None:
       logging.warning("corpus %s: its stored wordpieces are not the tokenizer's (another "
                       "vocabulary); tokenizing its %d blocks", self.source, len(self))
-    return _tokenize(tokenizer, self.titles), _tokenize(tokenizer, self.texts)
+    return self._tokenized(tokenizer)
+
+  def _tokenized(self, tokenizer: WordpieceTokenizer) -> Wordpieces:
+    name = "wordpieces-" + _vocab_digest(tokenizer)
+    cache = self.__dict__.setdefault("_tokenized_sets", {})
+    if name in cache:
+      return cache[name]
+    batches = _tokenized_batches(tokenizer, self.titles, self.texts)
+    if self.directory is None:
+      parts = list(batches)
+      pieces = tuple(RaggedColumn.from_ragged(tf.concat([p[i] for p in parts], axis=0))
+                     for i in range(2))
+    else:
+      manifest = corpus_files.read_manifest(self.directory)
+      if name not in manifest["wordpieces"]:
+        corpus_files.add_wordpieces(self.directory, name, batches, tokenizer.vocab_size)
+        manifest = corpus_files.read_manifest(self.directory)
+      pieces = corpus_files.open_wordpieces(self.directory, manifest, name)
+    cache[name] = pieces
+    return pieces
 
   @classmethod
   def from_blocks(cls, block_ids: Sequence[int], titles: Sequence[str], texts: Sequence[str],
                   title_ids: Optional[Sequence[Sequence[int]]] = None,
                   body_ids: Optional[Sequence[Sequence[int]]] = None,
                   source: str = "") -> "Corpus":
-    """Builds a corpus from unordered blocks (wordpieces optional); duplicate ids are an
-    `InputError`."""
+    """Builds a corpus in memory from unordered blocks (wordpieces optional); duplicate ids are
+    an `InputError`."""
     ids = np.asarray(block_ids, np.int64)
     order = np.argsort(ids, kind="stable")
     ids = ids[order]
@@ -143,31 +175,49 @@ class Corpus:
           source or "corpus", f"duplicate block ids {ids[1:][np.diff(ids) == 0][:10].tolist()}",
           "Give each block its own id (a JSONL corpus may leave the ids out)"))
     pick = lambda seq: [seq[i] for i in order]
-    wordpieces = (None, None) if title_ids is None else (_ragged(pick(list(title_ids))),
-                                                         _ragged(pick(list(body_ids))))
+    wordpieces = (None, None) if title_ids is None else (
+        RaggedColumn.from_rows(pick(list(title_ids))), RaggedColumn.from_rows(pick(list(body_ids))))
     return cls(ids, pick(list(titles)), pick(list(texts)), source, *wordpieces)
 
   @classmethod
-  def load(cls, path: str) -> "Corpus":
-    """Loads a corpus from a `blocks-*.tfrecord` directory, a JSONL or a DPR TSV file.
+  def open(cls, directory: str) -> "Corpus":
+    """Opens an on-disk corpus directory (`retrieval.corpus_files`), memory-mapped."""
+    manifest, block_ids, titles, texts = corpus_files.open_corpus(directory)
+    stored = (None, None)
+    if corpus_files.PIPELINE_WORDPIECES in manifest["wordpieces"]:
+      stored = corpus_files.open_wordpieces(directory, manifest,
+                                            corpus_files.PIPELINE_WORDPIECES)
+    source = manifest["source"].get("path", directory)
+    return cls(block_ids, titles, texts, source, *stored, directory=directory,
+               fingerprint=manifest["fingerprint"])
+
+  @classmethod
+  def load(cls, path: str, cache_dir: Optional[str] = None) -> "Corpus":
+    """Opens the corpus at `path`: a corpus directory, or an input converted once (module
+    docstring): a `blocks-*.tfrecord` directory, a JSONL or a DPR TSV file.
 
     Raises:
       FileNotFoundError: nothing at `path`, or a directory without block shards.
-      InputError: a missing, damaged or miscounted shard (`realm_tf.data.shards`), an empty
-        corpus or duplicate ids.
+      InputError: a missing, damaged or miscounted shard (`realm_tf.data.shards`) or corpus
+        file (`retrieval.corpus_files`), an empty corpus or duplicate ids.
       MalformedRecordError: a malformed line in a JSONL/TSV corpus.
     """
-    if tf.io.gfile.isdir(path):
-      return _load_shards(path)
+    if tf.io.gfile.isdir(path) and corpus_files.is_corpus_dir(path):
+      return cls.open(path)
     if not tf.io.gfile.exists(path):
       raise FileNotFoundError(errors.describe(
-          path, "no corpus at this path", "Pass a blocks-*.tfrecord directory (python -m "
-          "pipelines.wikipedia_to_blocks), a JSONL file of {id, title, text} or a DPR TSV file"))
-    with tf.io.gfile.GFile(path, "r") as f:
-      lines = f.read().splitlines()
-    if os.path.splitext(path)[1].lower() in (".tsv", ".csv"):
-      return _load_tsv(path, lines)
-    return _load_jsonl(path, lines)
+          path, "no corpus at this path", "Pass a corpus directory, a blocks-*.tfrecord "
+          "directory (python -m pipelines.wikipedia_to_blocks), a JSONL file of "
+          "{id, title, text} or a DPR TSV file"))
+    source = corpus_sources.describe_source(path)
+    target = _conversion_dir(path, source, cache_dir)
+    if corpus_files.is_corpus_dir(target):
+      if corpus_files.read_manifest(target)["source"] == source:
+        return cls.open(target)
+      logging.info("corpus %s changed since %s was converted from it: converting again",
+                   path, target)
+      shutil.rmtree(target)
+    return cls.open(convert(path, source, target))
 
   def write_jsonl(self, path: str) -> None:
     """Writes the blocks as JSONL (`{"id", "title", "text"}` a line; no wordpieces)."""
@@ -177,61 +227,56 @@ class Corpus:
                            ensure_ascii=False) + "\n")
 
 
-def _load_shards(corpus_dir: str) -> Corpus:
-  """Every `blocks-*.tfrecord` shard of `corpus_dir`, verified by `shards.check_shards`
-  (against `blocks.manifest.json` where there is one)."""
-  files = shards.check_shards(corpus_dir, "blocks").files
-  ids, titles, texts, title_ids, body_ids = [], [], [], [], []
-  for record in tf.data.TFRecordDataset(files).map(formats.parse_block):
-    ids.append(int(record["block_id"]))
-    titles.append(record["title"].numpy().decode("utf-8"))
-    texts.append(record["text"].numpy().decode("utf-8"))
-    title_ids.append(record["title_ids"].numpy())
-    body_ids.append(record["body_ids"].numpy())
-  return Corpus.from_blocks(ids, titles, texts, title_ids, body_ids, source=corpus_dir)
+def _writable(directory: str) -> bool:
+  parent = directory
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  return os.access(parent, os.W_OK)
 
 
-def _load_jsonl(path: str, lines: Sequence[str]) -> Corpus:
-  ids, titles, texts = [], [], []
-  for number, line in enumerate(lines, start=1):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise errors.MalformedRecordError(path, number, f"not valid JSON ({e.msg})") from e
-    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-      raise errors.MalformedRecordError(path, number, 'expected an object with a string "text"')
-    title = record.get("title", "")
-    if not isinstance(title, str):
-      raise errors.MalformedRecordError(path, number, f"title must be a string, got {title!r}")
-    block_id = record.get("id", len(ids))
-    if isinstance(block_id, bool) or not isinstance(block_id, int) or block_id < 0:
-      raise errors.MalformedRecordError(path, number,
-                                        f"id must be an integer >= 0, got {block_id!r}")
-    ids.append(block_id)
-    titles.append(title)
-    texts.append(record["text"])
-  return Corpus.from_blocks(ids, titles, texts, source=path)
+def _conversion_dir(path: str, source, cache_dir: Optional[str]) -> str:
+  """Where the corpus form of input `path` goes: beside it where writable, else the cache."""
+  local = "://" not in path
+  beside = os.path.join(path, "corpus") if source["kind"] == "shards" else path + ".corpus"
+  if cache_dir is None and local and _writable(beside):
+    return beside
+  cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "realm_tf", "corpora")
+  key = hashlib.sha256(source["path"].encode()).hexdigest()[:16]
+  return os.path.join(cache_dir, f"{os.path.basename(path.rstrip('/'))}-{key}")
 
 
-def _load_tsv(path: str, lines: Sequence[str]) -> Corpus:
-  ids, titles, texts = [], [], []
-  for number, line in enumerate(lines, start=1):
-    if not line.strip():
-      continue
-    fields = next(csv.reader([line.rstrip("\r\n")], delimiter="\t"))
-    if number == 1 and [f.strip() for f in fields] == ["id", "text", "title"]:
-      continue
-    if len(fields) != 3:
-      raise errors.MalformedRecordError(
-          path, number, f"expected id<TAB>text<TAB>title, got {len(fields)} fields")
-    try:
-      block_id = int(fields[0])
-    except ValueError as e:
-      raise errors.MalformedRecordError(path, number,
-                                        f"id {fields[0]!r} is not an integer") from e
-    ids.append(block_id)
-    texts.append(fields[1])
-    titles.append(fields[2])
-  return Corpus.from_blocks(ids, titles, texts, source=path)
+def convert(path: str, source, target: str) -> str:
+  """Converts input `path` (described by `source`) into the corpus directory `target`,
+  streaming; another process converting the same input at once is harmless (the first to
+  finish wins). Stored wordpieces are kept as uint16, or int32 when an id does not fit.
+  Returns `target`."""
+  try:
+    work = _write_converted(path, source, target, 1 << 16)
+  except OverflowError:
+    work = _write_converted(path, source, target, 1 << 31)
+  try:
+    os.rename(work, target)
+  except OSError:
+    if not corpus_files.is_corpus_dir(target):
+      raise
+    shutil.rmtree(work, ignore_errors=True)
+  logging.info("Converted corpus %s into %s", path, target)
+  return target
+
+
+def _write_converted(path: str, source, target: str, vocab_size: int) -> str:
+  work = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+  blocks = corpus_sources.read_blocks(path, source["kind"])
+  first = next(blocks, None)
+  with_wordpieces = first is not None and first.title_ids is not None
+  writer = corpus_files.CorpusWriter(work, source, vocab_size if with_wordpieces else None)
+  try:
+    for block in ([first] if first is not None else []):
+      writer.add(block.block_id, block.title, block.text, block.title_ids, block.body_ids)
+    for block in blocks:
+      writer.add(block.block_id, block.title, block.text, block.title_ids, block.body_ids)
+    writer.close()
+  except BaseException:
+    writer.abort()
+    raise
+  return work

@@ -26,7 +26,7 @@ Legend: N blocks, B blocks per batch, L padded length, T wordpieces, D embedding
 import collections
 import hashlib
 import json
-from typing import Callable, Dict, Optional, Protocol, Sequence
+from typing import Callable, Dict, Optional, Protocol, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -34,12 +34,14 @@ from absl import logging
 
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
+from realm_tf.retrieval.columns import RaggedColumn
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.bert_packer import padded_length
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 Features = Dict[str, tf.Tensor]
+Ragged = Union[tf.RaggedTensor, RaggedColumn]
 # Largest |difference| of two embeddings of the same block by the same doc tower, relative to
 # the largest |embedding| (at least 1), by the precision of either side. bfloat16: about 4x the
 # largest measured between a float32 and a bfloat16 MiniLM doc tower on 256 Wikipedia blocks
@@ -151,62 +153,69 @@ class ExportTower:
     return self.doc_embedder.embed_features(features)
 
 
-def embed_blocks(tower: Tower, title_ids: tf.RaggedTensor, body_ids: tf.RaggedTensor,
-                 batch_size: int = 64,
-                 progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
+def embed_blocks(tower: Tower, title_ids: Ragged, body_ids: Ragged, batch_size: int = 64,
+                 progress: Optional[Callable[[int], None]] = None,
+                 out: Optional[np.ndarray] = None) -> np.ndarray:
   """Embeds blocks with `tower`, `batch_size` at a time, by length buckets (module docstring).
 
   Args:
     tower: the doc tower.
-    title_ids, body_ids: int RaggedTensors [N, (T)], the wordpieces without specials.
+    title_ids, body_ids: [N, (T)] wordpieces without specials: int RaggedTensors or
+      `RaggedColumn`s (a memory-mapped corpus's: only each batch's rows are read).
     batch_size: B.
     progress: called with the number of blocks of each batch embedded.
+    out: optional [N, D] array to fill (float32, float16 or bfloat16; e.g. a memmap on
+      disk, so that N need not fit in memory twice).
 
   Returns:
-    float32 [N, D] in input order.
+    [N, D] in input order: `out`, or a new float32 array.
   """
-  key = _memo_key(tower, title_ids, body_ids, batch_size)
+  title_ids, body_ids = RaggedColumn.from_ragged(title_ids), RaggedColumn.from_ragged(body_ids)
+  num_blocks = len(title_ids)
+  key = _memo_key(tower, title_ids, body_ids, batch_size) if out is None else None
   if key in _memo:
     _memo.move_to_end(key)
     logging.info("Reusing the embeddings of %d blocks by the same doc tower", len(_memo[key]))
     if progress:
-      progress(int(title_ids.nrows()))
+      progress(num_blocks)
     return _memo[key].copy()
   tower.start()
-  lengths = (title_ids.row_lengths() + body_ids.row_lengths()).numpy() + 3
+  lengths = title_ids.row_lengths() + body_ids.row_lengths() + 3
   order = np.argsort(lengths, kind="stable")
   block_length = tower.packer.seq_length
-  embeddings = np.zeros([len(lengths), tower.dim], np.float32)
-  for start in range(0, len(lengths), batch_size):
+  embeddings = np.zeros([num_blocks, tower.dim], np.float32) if out is None else out
+  for start in range(0, num_blocks, batch_size):
     rows = order[start:start + batch_size]
-    titles = tf.cast(tf.gather(title_ids, rows), tf.int32)
-    bodies = tf.cast(tf.gather(body_ids, rows), tf.int32)
+    titles = tf.cast(title_ids.gather(rows), tf.int32)
+    bodies = tf.cast(body_ids.gather(rows), tf.int32)
     length = padded_length(int(lengths[rows].max()), tower.bucket, block_length)
     features = {n: t[:, :length] for n, t in tower.packer((titles, bodies)).items()}
     if tower.jit_compile and len(rows) < batch_size:
       features = {n: tf.pad(t, [[0, batch_size - len(rows)], [0, 0]])
                   for n, t in features.items()}
-    embeddings[rows] = tower(features)[:len(rows)]
+    embeddings[rows] = tower(features)[:len(rows)].astype(embeddings.dtype)
     if progress:
       progress(len(rows))
-  if key is not None and embeddings.nbytes <= _MEMO_MAX_BYTES:
+  if key is not None:
     _memo[key] = embeddings.copy()
     while len(_memo) > _MEMO_SIZE:
       _memo.popitem(last=False)
   return embeddings
 
 
-def _memo_key(tower: Tower, title_ids: tf.RaggedTensor, body_ids: tf.RaggedTensor,
+def _memo_key(tower: Tower, title_ids: RaggedColumn, body_ids: RaggedColumn,
               batch_size: int) -> Optional[bytes]:
-  """The reuse key of an `embed_blocks` request (None: not reusable)."""
+  """The reuse key of an `embed_blocks` request (None: not reusable, or too large to keep)."""
+  if len(title_ids) * tower.dim * 4 > _MEMO_MAX_BYTES:
+    return None
   tower_digest = tower.digest()
   if tower_digest is None:
     return None
   digest = hashlib.blake2b(tower_digest, digest_size=32)
   digest.update(str(batch_size).encode())
-  for ragged in (title_ids, body_ids):
-    for part in (ragged.row_splits, ragged.flat_values):
-      value = part.numpy()
+  for column in (title_ids, body_ids):
+    for part in (column.offsets, np.asarray(column.values, np.int64)):
+      value = np.asarray(part)
       digest.update(f"{value.dtype}{value.shape}".encode())
       digest.update(np.ascontiguousarray(value).tobytes())
   return digest.digest()

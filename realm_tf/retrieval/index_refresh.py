@@ -48,6 +48,7 @@ from realm_tf.mips import index_publisher
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models import precision
 from realm_tf.models.retriever import Retriever
+from realm_tf.retrieval.columns import RaggedColumn
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
@@ -107,7 +108,7 @@ class IndexRefresher(abc.ABC):
     self.snapshot_step = 0
     self.swaps = 0
     self._doc_tower_cache: Optional[DocTower] = None
-    self._wordpieces_cache: Optional[Tuple[tf.RaggedTensor, tf.RaggedTensor]] = None
+    self._wordpieces_cache: Optional[Tuple[RaggedColumn, RaggedColumn]] = None
     self._strategy = tf.distribute.get_strategy()
     self._chief = True
 
@@ -168,7 +169,7 @@ class IndexRefresher(abc.ABC):
   def _remove_snapshot(self, name: str) -> None:
     tf.io.gfile.rmtree(os.path.join(self.snapshot_root, name))
 
-  def _wordpieces(self) -> Tuple[tf.RaggedTensor, tf.RaggedTensor]:
+  def _wordpieces(self) -> Tuple[RaggedColumn, RaggedColumn]:
     """(title_ids, body_ids) [N, (T)] of the corpus in the doc tower's vocabulary."""
     if self._wordpieces_cache is None:
       if self.tokenizer is not None:
@@ -196,8 +197,8 @@ class IndexRefresher(abc.ABC):
     rows = np.unique(np.linspace(0, len(self.store) - 1, min(sample, len(self.store))).astype(
         int))
     title_ids, body_ids = self._wordpieces()
-    fresh = embed_blocks(self._doc_tower(retriever), tf.gather(title_ids, rows),
-                         tf.gather(body_ids, rows))
+    fresh = embed_blocks(self._doc_tower(retriever), title_ids.gather(rows),
+                         body_ids.gather(rows))
     tolerance = embedding_tolerance(
         (precision.resolve(self.compute_dtype), self.metadata.get("embedding_dtype", "float32")),
         float(np.max(np.abs(fresh))))

@@ -40,11 +40,8 @@ class CandidateBuilder:
     self.num_candidates = num_candidates
     self.null_document = null_document
     self.exclude_source = exclude_source
-    self.null_row = len(store)
-    empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), [0])
-    titles, bodies = store.wordpieces(featurizer.tokenizer)
-    self._titles = tf.concat([titles, empty], axis=0)
-    self._bodies = tf.concat([bodies, empty], axis=0)
+    self.null_row = len(store)  # reads as an empty row of the wordpiece columns
+    self._titles, self._bodies = store.wordpieces(featurizer.tokenizer)
     self.featurizer = featurizer
     self.num_to_retrieve = num_candidates - int(null_document) + int(exclude_source)
     if self.num_to_retrieve > len(store):
@@ -66,9 +63,9 @@ class CandidateBuilder:
     source_retrieved = np.array([s >= 0 and s in r for s, r in zip(source_rows, retrieved)])
     return Selection(rows, mask, source_retrieved)
 
-  @tf.function(reduce_retracing=True)
-  def features(self, rows: tf.Tensor, query_ids: tf.RaggedTensor):
-    """Packs candidates.
+  def features(self, rows, query_ids: tf.RaggedTensor):
+    """Packs candidates; their wordpieces are read from the corpus columns by row (the
+    memory-mapped corpus is never loaded whole).
 
     Args:
       rows: int64 [B, K] from `select`.
@@ -77,10 +74,14 @@ class CandidateBuilder:
     Returns:
       ({name: [B, K, Lb]} doc-tower features, {name: [B, K, Lr]} reader features).
     """
-    batch, k = tf.shape(rows)[0], tf.shape(rows)[1]
-    flat = tf.reshape(rows, [-1])
-    titles = tf.gather(self._titles, flat)
-    bodies = tf.gather(self._bodies, flat)
+    flat = np.asarray(rows, np.int64).reshape([-1])
+    return self._pack(tf.constant(np.shape(rows), tf.int32), self._titles.gather(flat),
+                      self._bodies.gather(flat), query_ids)
+
+  @tf.function(reduce_retracing=True)
+  def _pack(self, shape: tf.Tensor, titles: tf.RaggedTensor, bodies: tf.RaggedTensor,
+            query_ids: tf.RaggedTensor):
+    batch, k = shape[0], shape[1]
     queries = tf.gather(query_ids, tf.repeat(tf.range(batch), k))
     unflatten = lambda t: tf.reshape(t, tf.concat([[batch, k], tf.shape(t)[1:]], 0))
     docs = {n: unflatten(t) for n, t in self.featurizer.pack_blocks(titles, bodies).items()}

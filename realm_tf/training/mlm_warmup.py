@@ -126,8 +126,8 @@ class MlmWarmup:
     rows = np.random.default_rng(seed).permutation(len(store))
     held_out = min(held_out_blocks, len(store) // 4)
     self.held_out_rows, self.train_rows = np.sort(rows[:held_out]), np.sort(rows[held_out:])
-    self._train = (tf.gather(title_ids, self.train_rows), tf.gather(body_ids, self.train_rows))
-    self._held_out = [self._masked(tf.gather(title_ids, part), tf.gather(body_ids, part),
+    self._train = (title_ids.gather(self.train_rows), body_ids.gather(self.train_rows))
+    self._held_out = [self._masked(title_ids.gather(part), body_ids.gather(part),
                                    tf.constant([seed, -1 - i], tf.int64))
                       for i, part in enumerate(np.array_split(
                           self.held_out_rows, max(1, -(-held_out // _EVAL_BATCH))))]

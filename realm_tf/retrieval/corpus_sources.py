@@ -1,0 +1,135 @@
+"""The inputs `Corpus.load` converts into the on-disk corpus form, read as streams of blocks.
+
+* a directory of `blocks-*.tfrecord` shards (the corpus pipeline's output), verified by
+  `realm_tf.data.shards.check_shards`; the blocks keep the pipeline's wordpieces;
+* a JSONL file, one block a line: `{"title": ..., "text": ..., "id": optional int}`;
+* a DPR passages TSV (`psgs_w100.tsv` form): `id<TAB>text<TAB>title`, an optional header line
+  `id text title`.
+Each reader yields `Block`s in file order, one line or record at a time (ids default to the line
+order among blocks); a malformed line raises `errors.MalformedRecordError` naming file and line.
+A UTF-8 byte-order mark at the start of a text file is skipped.
+"""
+import csv
+import dataclasses
+import json
+import os
+from typing import Any, Dict, Iterator, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import errors
+from realm_tf.data import formats
+from realm_tf.data import shards
+
+_SHARD_BATCH = 1024
+_BOM = "\ufeff"
+
+
+@dataclasses.dataclass
+class Block:
+  block_id: int
+  title: str
+  text: str
+  title_ids: Optional[np.ndarray] = None
+  body_ids: Optional[np.ndarray] = None
+
+
+def describe_source(path: str) -> Dict[str, Any]:
+  """What identifies an input: its path, and its size and modification time (a file) or its
+  shard manifest's contents (a shard directory); a converted corpus records it."""
+  path = os.path.abspath(path) if "://" not in path else path
+  if tf.io.gfile.isdir(path):
+    listing = sorted((name, tf.io.gfile.stat(os.path.join(path, name)).length)
+                     for name in tf.io.gfile.listdir(path)
+                     if name.startswith("blocks") and not name.endswith("/"))
+    return {"path": path, "kind": "shards", "files": listing}
+  stat = tf.io.gfile.stat(path)
+  kind = "tsv" if os.path.splitext(path)[1].lower() in (".tsv", ".csv") else "jsonl"
+  return {"path": path, "kind": kind, "bytes": stat.length, "mtime_ns": stat.mtime_nsec}
+
+
+def read_blocks(path: str, kind: str) -> Iterator[Block]:
+  """The blocks of input `path` of `kind` ("shards", "jsonl", "tsv"), in file order."""
+  return {"shards": _shard_blocks, "jsonl": _jsonl_blocks, "tsv": _tsv_blocks}[kind](path)
+
+
+def _shard_blocks(corpus_dir: str) -> Iterator[Block]:
+  files = shards.check_shards(corpus_dir, "blocks").files
+  dataset = tf.data.TFRecordDataset(files).batch(_SHARD_BATCH).map(
+      lambda s: tf.io.parse_example(s, formats.BLOCK_FEATURES))
+  for batch in dataset:
+    title_ids, body_ids = batch["title_ids"], batch["body_ids"]
+    title_splits, body_splits = title_ids.row_splits.numpy(), body_ids.row_splits.numpy()
+    title_values, body_values = title_ids.flat_values.numpy(), body_ids.flat_values.numpy()
+    for i, (block_id, title, text) in enumerate(zip(batch["block_id"].numpy(),
+                                                     batch["title"].numpy(),
+                                                     batch["text"].numpy())):
+      yield Block(int(block_id), title.decode("utf-8", "replace"), text.decode("utf-8", "replace"),
+                  title_values[title_splits[i]:title_splits[i + 1]],
+                  body_values[body_splits[i]:body_splits[i + 1]])
+
+
+def _lines(path: str) -> Iterator[tuple]:
+  """(line number, text) of every non-blank line; bytes that are not UTF-8 are an error
+  naming the line."""
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for number, raw in enumerate(f, start=1):
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise errors.MalformedRecordError(path, number, f"not UTF-8 ({e.reason} at byte "
+                                          f"{e.start})") from e
+      if number == 1 and line.startswith(_BOM):
+        line = line[1:]
+      if line.strip():
+        yield number, line.rstrip("\r\n")
+
+
+def _jsonl_blocks(path: str) -> Iterator[Block]:
+  count = 0
+  for number, line in _lines(path):
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise errors.MalformedRecordError(path, number, f"not valid JSON ({e.msg})") from e
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+      raise errors.MalformedRecordError(path, number, 'expected an object with a string "text"')
+    title = record.get("title", "")
+    if not isinstance(title, str):
+      raise errors.MalformedRecordError(path, number, f"title must be a string, got {title!r}")
+    block_id = record.get("id", count)
+    if isinstance(block_id, bool) or not isinstance(block_id, int) or not 0 <= block_id < 2**63:
+      raise errors.MalformedRecordError(path, number,
+                                        f"id must be an integer >= 0, got {block_id!r}")
+    _check_encodable(path, number, title, record["text"])
+    count += 1
+    yield Block(block_id, title, record["text"])
+
+
+def _tsv_blocks(path: str) -> Iterator[Block]:
+  for number, line in _lines(path):
+    fields: Sequence[str] = next(csv.reader([line], delimiter="\t"))
+    if number == 1 and [f.strip() for f in fields] == ["id", "text", "title"]:
+      continue
+    if len(fields) != 3:
+      raise errors.MalformedRecordError(
+          path, number, f"expected id<TAB>text<TAB>title, got {len(fields)} fields")
+    try:
+      block_id = int(fields[0])
+    except ValueError as e:
+      raise errors.MalformedRecordError(path, number,
+                                        f"id {fields[0]!r} is not an integer") from e
+    if not 0 <= block_id < 2**63:
+      raise errors.MalformedRecordError(path, number, f"id must be >= 0, got {block_id}")
+    yield Block(block_id, fields[2], fields[1])
+
+
+def _check_encodable(path: str, number: int, *strings: str) -> None:
+  """A JSON string may hold a lone surrogate (\\ud800), which is no UTF-8 text."""
+  for string in strings:
+    try:
+      string.encode("utf-8")
+    except UnicodeEncodeError as e:
+      raise errors.MalformedRecordError(path, number, f"a lone surrogate {string[e.start]!r} "
+                                        "is not text") from e
