@@ -69,7 +69,7 @@ def main(argv):
         beam.Pipeline(options=beam_runner.pipeline_options("")),
         wikipedia_to_blocks_lib.BlocksConfig([documents], corpus, input_format="jsonl"))
     store = Corpus.load(corpus)
-    lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
+    lengths = store.title_ids.row_lengths() + store.body_ids.row_lengths() + 3
     for variant in _VARIANTS.value:
       multiple, jit = VARIANTS[variant]
       embedder = doc_embedder.export_doc_embedder(

@@ -10,7 +10,11 @@ Output, in `output_dir`:
   canonical order = ascending block id);
 - `blocks.manifest.json`: the shards' record counts, sizes and checksums and this config
   (`realm_tf.data.shards`), written last; readers verify the shards against it;
-- `dead_letter-SSSSS-of-NNNNN.jsonl`: records that failed (see `pipelines.dead_letter`).
+- `dead_letter-SSSSS-of-NNNNN.jsonl`: records that failed (see `pipelines.dead_letter`);
+- `corpus/`: the same blocks in the memory-mapped corpus form (`realm_tf.retrieval.corpus`),
+  converted from the shards by the launching process, streaming, once they are complete (for
+  a local output directory; elsewhere the first `Corpus.load` converts them into its cache).
+  The shards stay the input of the other pipelines, whose workers read them in parallel.
 
 `run_pipeline` checks the inputs before it starts (every pattern matches readable, non-empty
 files) and fails with `InputError` when no block comes out (every document a dead letter),
@@ -33,6 +37,7 @@ from pipelines import document_sources
 from pipelines import pipeline_io
 from realm_tf.data import formats
 from realm_tf.data import shards
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 BLOCKS_PREFIX = "blocks"
@@ -254,4 +259,6 @@ def run_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> Dict[str, int
   counters = pipeline_io.run(pipeline)
   pipeline_io.finish_output(config.output_dir, BLOCKS_PREFIX, "blocks", counters,
                             dataclasses.asdict(config), ",".join(config.input_patterns))
+  if "://" not in config.output_dir:
+    Corpus.load(config.output_dir)
   return counters

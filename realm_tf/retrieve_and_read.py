@@ -85,7 +85,7 @@ class RetrieveAndRead:
     if k < 1:
       raise ValueError(f"k must be >= 1, got {k}")
     self.retriever, self.reader, self.tokenizer, self.index = retriever, reader, tokenizer, index
-    self.titles, self.bodies = list(titles), list(bodies)
+    self.titles, self.bodies = titles, bodies  # sequences read by row (memory-mapped columns)
     self.block_ids = (np.arange(len(titles), dtype=np.int64) if block_ids is None
                       else np.asarray(block_ids, np.int64))
     self.k = min(int(k), index.num_docs)

@@ -111,8 +111,9 @@ def test_xla_export_embeds_length_bucketed_batches(corpus, tmp_path):
   assert DocEmbedder(embedder_dir).jit_compile
   out = str(tmp_path / "shards")
   os.makedirs(out)
-  records = [block_records.BlockRecord(int(i), "", "", t.numpy(), b.numpy())
-             for i, t, b in zip(store.block_ids, store.title_ids, store.body_ids)]
+  records = [block_records.BlockRecord(int(i), "", "", np.asarray(t), np.asarray(b))
+             for i, t, b in zip(store.block_ids, store.title_ids.to_list(),
+                                store.body_ids.to_list())]
   buckets = {build_index_lib.length_bucket(r, 8, 32) for r in records}
   assert len(buckets) > 1
   with test_pipeline.TestPipeline() as p:
@@ -125,8 +126,8 @@ def test_xla_export_embeds_length_bucketed_batches(corpus, tmp_path):
   ids, embeddings = build_index_lib.read_embedding_shards(out, 2)
   np.testing.assert_array_equal(ids, store.block_ids)
   packer = BertPacker(32, 2, 3, 0)
-  expected = retriever.embed_documents(packer((tf.cast(store.title_ids, tf.int32),
-                                               tf.cast(store.body_ids, tf.int32)))).numpy()
+  expected = retriever.embed_documents(packer((tf.cast(store.title_ids.ragged(), tf.int32),
+                                               tf.cast(store.body_ids.ragged(), tf.int32)))).numpy()
   np.testing.assert_allclose(embeddings, expected, rtol=1e-4, atol=1e-5)
 
 

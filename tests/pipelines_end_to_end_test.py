@@ -100,7 +100,7 @@ def test_blocks_pipeline_counts(run):
 def test_blocks_reproduce_every_cleaned_article(run):
   store = run["store"]
   assert len(store) == 2021
-  lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths() + 3).numpy()
+  lengths = store.title_ids.row_lengths() + store.body_ids.row_lengths() + 3
   assert lengths.max() <= 288 and lengths.mean() > 250  # packed greedily
   by_title = collections.defaultdict(list)
   for title, text in zip(store.titles, store.texts):
@@ -120,7 +120,7 @@ def test_blocks_reproduce_every_cleaned_article(run):
   sample = np.random.default_rng(0).choice(len(store), 50, replace=False)
   retokenized = tokenizer(tf.constant([store.texts[i] for i in sample]))
   for row, ids in zip(sample, retokenized):
-    np.testing.assert_array_equal(ids.numpy(), store.body_ids[row].numpy())
+    np.testing.assert_array_equal(ids.numpy(), store.body_ids.row(row))
 
 
 def test_examples_pipeline(run):

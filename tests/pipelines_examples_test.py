@@ -184,7 +184,7 @@ def test_run_pipeline_ablation_maskings(tmp_path, vocab_file, masking):
   for record in records:
     row = store.rows([int(record["block_id"])])[0]
     query = record["query_ids"].numpy().tolist()
-    body = store.body_ids[row].numpy().tolist()
+    body = store.body_ids.row(row).tolist()
     assert any(body[i:i + len(query)] == query for i in range(len(body)))  # a sentence of it
     start, end = int(record["span_start"]), int(record["span_end"])
     if masking == "random_token":

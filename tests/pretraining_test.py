@@ -81,9 +81,9 @@ def test_candidate_features_pack_null_document_and_reader_input(world):
   cls, sep = tok.cls_id, tok.sep_id
   assert docs["input_word_ids"].shape == (1, 2, 24)
   np.testing.assert_array_equal(docs["input_word_ids"][0, 0, :4], [cls, sep, sep, 0])
-  title = store.title_ids[0].numpy().tolist()
+  title = store.title_ids.row(0).tolist()
   assert docs["input_word_ids"][0, 1, 1:1 + len(title)].numpy().tolist() == title
-  body = store.body_ids[0].numpy().tolist()
+  body = store.body_ids.row(0).tolist()
   expected = [cls] + query[0].numpy().tolist() + [sep] + body + [sep]
   assert reader["input_word_ids"][0, 1, :len(expected)].numpy().tolist() == expected
   np.testing.assert_array_equal(reader["input_word_ids"][0, 0, :5],

@@ -46,7 +46,7 @@ def test_corpus_is_prepared_once_and_reused(prepared, monkeypatch, tmp_path):
   cache_dir, store, info = prepared
   assert not info.reused and info.articles == info.articles_packed == NUM_DOCS
   assert info.blocks == len(store) >= NUM_DOCS
-  lengths = (store.title_ids.row_lengths() + store.body_ids.row_lengths()).numpy() + 3
+  lengths = store.title_ids.row_lengths() + store.body_ids.row_lengths() + 3
   assert lengths.max() <= 128
   monkeypatch.setattr(wikipedia_to_blocks_lib, "run_pipeline", _fail_pipeline)
   again, again_info = corpus.prepare_corpus(cache_dir, num_docs=NUM_DOCS, block_length=128)
@@ -167,11 +167,11 @@ def test_sentence_minilm_is_unit_length_and_padding_free(prepared):
   # pylint: disable-next=g-import-not-at-top
   from realm_tf.real_data.sentence_minilm import SentenceMiniLM
   _, store, _ = prepared
-  rows = [0, 1, 2, int(np.argmax(store.body_ids.row_lengths().numpy()))]
+  rows = [0, 1, 2, int(np.argmax(store.body_ids.row_lengths()))]
   small = Corpus.from_blocks(store.block_ids[rows], [store.titles[r] for r in rows],
                                  [store.texts[r] for r in rows],
-                                 [store.title_ids[r].numpy() for r in rows],
-                                 [store.body_ids[r].numpy() for r in rows])
+                                 [store.title_ids.row(r) for r in rows],
+                                 [store.body_ids.row(r) for r in rows])
   model = SentenceMiniLM(num_threads=1, batch_size=4)
   together = model.embed_store(small)
   assert together.shape == (4, 384)

@@ -35,7 +35,7 @@ class AnswerFinder:
   """
 
   def __init__(self, texts: Sequence[str]):
-    self.texts = list(texts)
+    self.texts = texts
     self._rows: Dict[str, Set[int]] = collections.defaultdict(set)
     for row, text in enumerate(self.texts):
       for run in set(_runs(text)):

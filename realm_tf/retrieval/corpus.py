@@ -146,15 +146,15 @@ class Corpus:
     cache = self.__dict__.setdefault("_tokenized_sets", {})
     if name in cache:
       return cache[name]
-    batches = _tokenized_batches(tokenizer, self.titles, self.texts)
     if self.directory is None:
-      parts = list(batches)
+      parts = list(_tokenized_batches(tokenizer, self.titles, self.texts))
       pieces = tuple(RaggedColumn.from_ragged(tf.concat([p[i] for p in parts], axis=0))
                      for i in range(2))
     else:
       manifest = corpus_files.read_manifest(self.directory)
       if name not in manifest["wordpieces"]:
-        corpus_files.add_wordpieces(self.directory, name, batches, tokenizer.vocab_size)
+        corpus_files.add_wordpieces(self.directory, name, _tokenized_batches(
+            tokenizer, self.titles, self.texts), tokenizer.vocab_size)
         manifest = corpus_files.read_manifest(self.directory)
       pieces = corpus_files.open_wordpieces(self.directory, manifest, name)
     cache[name] = pieces

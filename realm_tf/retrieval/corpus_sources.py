@@ -36,13 +36,14 @@ class Block:
 
 
 def describe_source(path: str) -> Dict[str, Any]:
-  """What identifies an input: its path, and its size and modification time (a file) or its
-  shard manifest's contents (a shard directory); a converted corpus records it."""
+  """What identifies an input: its path, and the size and modification time of the file, or of
+  each `blocks*` file of a shard directory; a converted corpus records it."""
   path = os.path.abspath(path) if "://" not in path else path
   if tf.io.gfile.isdir(path):
-    listing = sorted((name, tf.io.gfile.stat(os.path.join(path, name)).length)
-                     for name in tf.io.gfile.listdir(path)
-                     if name.startswith("blocks") and not name.endswith("/"))
+    stats = {name: tf.io.gfile.stat(os.path.join(path, name))
+             for name in tf.io.gfile.listdir(path)
+             if name.startswith("blocks") and not name.endswith("/")}
+    listing = sorted([name, stat.length, stat.mtime_nsec] for name, stat in stats.items())
     return {"path": path, "kind": "shards", "files": listing}
   stat = tf.io.gfile.stat(path)
   kind = "tsv" if os.path.splitext(path)[1].lower() in (".tsv", ".csv") else "jsonl"

@@ -24,43 +24,70 @@ def split_sentences(text: str) -> List[str]:
 
 
 class IctCorpus:
-  """Blocks with at least two sentences, as wordpiece sentences.
+  """Blocks with at least two sentences, read as wordpiece sentences a chunk of rows at a time.
+
+  The corpus is read lazily (a memory-mapped `Corpus`: memory does not grow with N): each
+  epoch visits the rows in a new random order, `chunk_size` rows at a time, splitting and
+  tokenizing their texts together; blocks of fewer than two sentences are skipped.
 
   Args:
     store: the blocks.
     tokenizer: the wordpiece tokenizer (its special ids pack the features).
+    chunk_size: rows split and tokenized together.
   """
 
-  def __init__(self, store: Corpus, tokenizer: WordpieceTokenizer):
-    self.tokenizer = tokenizer
-    sentences = [split_sentences(text) for text in store.texts]
-    flat = [s for block in sentences for s in block]
-    ids = tokenizer(tf.constant(flat)).to_list() if flat else []
-    self.titles, self.sentences, self.rows = [], [], []
-    title_ids = store.wordpieces(tokenizer)[0].to_list()
-    offset = 0
-    for row, block in enumerate(sentences):
-      tokens = [np.asarray(t, np.int32) for t in ids[offset:offset + len(block)]]
+  def __init__(self, store: Corpus, tokenizer: WordpieceTokenizer, chunk_size: int = 1024):
+    self.store, self.tokenizer, self.chunk_size = store, tokenizer, chunk_size
+    self._title_ids = store.wordpieces(tokenizer)[0]
+
+  def _sentences(self, rows: np.ndarray) -> List[List[np.ndarray]]:
+    """The non-empty tokenized sentences of each row."""
+    split = [split_sentences(self.store.texts[r]) for r in rows]
+    flat = [s for block in split for s in block]
+    ids = self.tokenizer(tf.constant(flat)) if flat else None
+    values = ids.flat_values.numpy() if flat else None
+    splits = ids.row_splits.numpy() if flat else None
+    out, offset = [], 0
+    for block in split:
+      tokens = [values[splits[i]:splits[i + 1]] for i in range(offset, offset + len(block))]
       offset += len(block)
-      tokens = [t for t in tokens if t.size]
-      if len(tokens) >= 2:
-        self.rows.append(row)
-        self.titles.append(np.asarray(title_ids[row], np.int32))
-        self.sentences.append(tokens)
-    if not self.rows:
-      raise ValueError("no block has two sentences: ICT needs multi-sentence blocks")
+      out.append([t for t in tokens if t.size])
+    return out
 
   def __len__(self) -> int:
-    return len(self.rows)
+    """The number of blocks with at least two sentences (reads every block)."""
+    return sum(len(sentences) >= 2
+               for start in range(0, len(self.store), self.chunk_size)
+               for sentences in self._sentences(
+                   np.arange(start, min(start + self.chunk_size, len(self.store)))))
+
+  def has_at_least(self, count: int) -> bool:
+    """Whether `count` blocks have two sentences (reads only as many chunks as it needs)."""
+    found = 0
+    for start in range(0, len(self.store), self.chunk_size):
+      rows = np.arange(start, min(start + self.chunk_size, len(self.store)))
+      found += sum(len(sentences) >= 2 for sentences in self._sentences(rows))
+      if found >= count:
+        return True
+    return False
 
   def _examples(self, seed: int, remove_prob: float, max_query: int):
     rng = np.random.default_rng(seed)
     while True:
-      for b in rng.permutation(len(self.rows)):
-        sentences = self.sentences[b]
-        i = int(rng.integers(len(sentences)))
-        keep = [s for j, s in enumerate(sentences) if j != i or rng.random() >= remove_prob]
-        yield sentences[i][:max_query], self.titles[b], np.concatenate(keep)
+      yielded = False
+      order = rng.permutation(len(self.store))
+      for start in range(0, len(order), self.chunk_size):
+        rows = order[start:start + self.chunk_size]
+        for row, sentences in zip(rows, self._sentences(rows)):
+          if len(sentences) < 2:
+            continue
+          i = int(rng.integers(len(sentences)))
+          keep = [s for j, s in enumerate(sentences) if j != i or rng.random() >= remove_prob]
+          yielded = True
+          yield (sentences[i][:max_query], np.asarray(self._title_ids.row(row), np.int32),
+                 np.concatenate(keep))
+      if not yielded:
+        raise ValueError("no block has two sentences: ICT needs multi-sentence blocks")
 
   def dataset(self, batch_size: int, seed: int = 0, remove_prob: float = 0.9,
               query_length: int = 64, block_length: int = 288) -> tf.data.Dataset:

@@ -77,7 +77,7 @@ def train_ict(experiment: ExperimentConfig, retriever: Retriever, store: Corpus,
   trainer, task = experiment.trainer, experiment.task
   strategy = strategy or tf.distribute.get_strategy()
   corpus = IctCorpus(store, tokenizer)
-  if len(corpus) < trainer.batch_size:
+  if not corpus.has_at_least(trainer.batch_size):
     raise ValueError(f"ICT needs at least batch_size={trainer.batch_size} multi-sentence "
                      f"blocks, the corpus has {len(corpus)}")
   with strategy.scope():

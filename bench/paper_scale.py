@@ -1,0 +1,248 @@
+"""Paper scale on one machine: REALM's 13,353,718 blocks written, opened, indexed and searched.
+
+  python bench/paper_scale.py --num_blocks=1000000,3000000,13353718 --work_dir=/data/paper_scale
+
+For each N, every stage runs in a fresh process (so its resident memory is its own) over the
+synthetic corpus and clustered embeddings of `bench/paper_scale_data.py`, through the code
+users run: `corpus_files.CorpusWriter` (what `Corpus.load` converts with), `Corpus.load`, the
+candidate builder of pre-training, `index_builder.save_index` through `index_publisher.publish`
+(the path the Beam builder and the asynchronous refresh publish through; the embedding stage
+itself is not timed at this size on 2 cores), `index_publisher.load_latest` (the swap) and the
+index's `search`. Stages:
+
+  write      the corpus and the embeddings (.npy), seconds; bytes per block of each file
+  open       Corpus.load: seconds, resident memory growth (bytes per block), fingerprint
+  featurize  K = 8 candidates x B = 512 random blocks through `CandidateBuilder`: blocks/s
+  index      the sharded ScaNN index built and published: seconds, peak RSS, bytes per block
+  search     load_latest (the swap), p50/p99 of one query and of B = 512, recall@10 vs exact
+             on 1,000 queries
+  dpr        (--dpr_passages) a DPR-shaped psgs_w100.tsv through Corpus.load: seconds, RSS
+
+Results: bench/results/paper_scale.{json,md}. Peak RSS is `ru_maxrss` of the stage's process;
+"RSS growth" is VmRSS after minus before, which counts the pages of memory-mapped files the
+stage touched (they are the page cache's, given back under memory pressure).
+"""
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import bench_utils  # pylint: disable=wrong-import-position
+from bench import paper_scale_data as data  # pylint: disable=wrong-import-position
+
+_NUM_BLOCKS = flags.DEFINE_list("num_blocks", ["1000000", "3000000", "13353718"], "Sizes N.")
+_STAGES = flags.DEFINE_list("stages", ["write", "open", "featurize", "index", "search"],
+                            "Stages to run for each N.")
+_WORK_DIR = flags.DEFINE_string("work_dir", "/tmp/paper_scale", "Where the data goes.")
+_SHARD_SIZE = flags.DEFINE_integer("index_shard_size", 2_000_000, "Rows per index shard.")
+_DPR_PASSAGES = flags.DEFINE_integer("dpr_passages", 21_015_324, "Passages of the dpr stage.")
+_STAGE = flags.DEFINE_string("stage", "", "Internal: run one stage in this process.")
+_N = flags.DEFINE_integer("n", 0, "Internal: the N of --stage.")
+_NAME = flags.DEFINE_string("name", "paper_scale", "Result file name.")
+
+
+def _rss() -> int:
+  with open("/proc/self/status", encoding="ascii") as f:
+    return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+
+
+def _peak() -> int:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _paths(n: int):
+  root = os.path.join(_WORK_DIR.value, f"n{n}")
+  return {"corpus": os.path.join(root, "corpus"), "embeddings": os.path.join(root, "emb.npy"),
+          "index_root": os.path.join(root, "index"), "sample": os.path.join(_WORK_DIR.value,
+                                                                            "leads288")}
+
+
+def stage_write(n: int, paths) -> dict:
+  import shutil  # pylint: disable=import-outside-toplevel
+  sample = data.real_block_sample(paths["sample"])
+  shutil.rmtree(paths["corpus"], ignore_errors=True)
+  started = time.perf_counter()
+  data.write_corpus(paths["corpus"], n, sample)
+  corpus_seconds = time.perf_counter() - started
+  started = time.perf_counter()
+  data.write_embeddings(paths["embeddings"], n)
+  sizes = {}
+  for folder, _, files in os.walk(paths["corpus"]):
+    for name in files:
+      key = os.path.relpath(os.path.join(folder, name), paths["corpus"])
+      sizes[key] = os.path.getsize(os.path.join(folder, name)) / n
+  return {"write_corpus_s": corpus_seconds, "write_embeddings_s": time.perf_counter() - started,
+          "corpus_bytes_per_block": sum(sizes.values()), "file_bytes_per_block": sizes,
+          "embedding_bytes_per_block": os.path.getsize(paths["embeddings"]) / n,
+          "peak_rss": _peak()}
+
+
+def stage_open(n: int, paths) -> dict:
+  from realm_tf.retrieval.corpus import Corpus  # pylint: disable=import-outside-toplevel
+  before = _rss()
+  started = time.perf_counter()
+  store = Corpus.load(paths["corpus"])
+  seconds = time.perf_counter() - started
+  fingerprint = store.fingerprint
+  grown = _rss() - before
+  rng = np.random.default_rng(0)
+  rows = rng.integers(n, size=1000)
+  started = time.perf_counter()
+  texts = [store.texts[r] for r in rows]
+  read_s = (time.perf_counter() - started) / len(rows)
+  return {"open_s": seconds, "open_rss_growth": grown, "open_bytes_per_block": grown / n,
+          "blocks": len(store), "fingerprint": fingerprint[:12],
+          "text_read_us": read_s * 1e6, "text_chars": float(np.mean([len(t) for t in texts]))}
+
+
+def stage_featurize(n: int, paths) -> dict:
+  from realm_tf import pretrained  # pylint: disable=import-outside-toplevel
+  from realm_tf.retrieval.corpus import Corpus  # pylint: disable=import-outside-toplevel
+  from realm_tf.tokenization.featurizers import Featurizer  # pylint: disable=import-outside-toplevel
+  from realm_tf.training.candidates import CandidateBuilder  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  store = Corpus.load(paths["corpus"])
+  before = _rss()
+  builder = CandidateBuilder(store, Featurizer(pretrained.minilm_tokenizer(), 96, 288), 8)
+  rng = np.random.default_rng(0)
+  query_ids = tf.ragged.constant([[2000 + i % 100] * 20 for i in range(512)], tf.int64)
+  builder.features(rng.integers(n, size=[512, 8]), query_ids)  # traces
+  times = []
+  for _ in range(5):
+    rows = rng.integers(n, size=[512, 8])
+    started = time.perf_counter()
+    docs, _ = builder.features(rows, query_ids)
+    docs["input_word_ids"].numpy()
+    times.append(time.perf_counter() - started)
+  return {"featurize_blocks_per_s": 512 * 8 / float(np.median(times)),
+          "featurize_batch_s": float(np.median(times)), "featurize_rss_growth": _rss() - before}
+
+
+def stage_index(n: int, paths) -> dict:
+  import shutil  # pylint: disable=import-outside-toplevel
+  from realm_tf.mips import index_builder  # pylint: disable=import-outside-toplevel
+  from realm_tf.mips import index_publisher  # pylint: disable=import-outside-toplevel
+  from realm_tf.retrieval.corpus import Corpus  # pylint: disable=import-outside-toplevel
+  fingerprint = Corpus.load(paths["corpus"]).fingerprint
+  shutil.rmtree(paths["index_root"], ignore_errors=True)
+  embeddings = np.load(paths["embeddings"], mmap_mode="r")
+  settings = index_builder.ScannSettings(shard_size=_SHARD_SIZE.value)
+  before = _rss()
+  started = time.perf_counter()
+  index_publisher.publish(
+      lambda directory: index_builder.save_index(embeddings, directory, "scann", settings),
+      paths["index_root"], index_publisher.version_for_step(0),
+      {"corpus_fingerprint": fingerprint, "snapshot_step": 0})
+  seconds = time.perf_counter() - started
+  version = os.path.join(paths["index_root"], index_publisher.version_for_step(0))
+  size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(version) for f in fs)
+  return {"index_build_publish_s": seconds, "index_peak_rss": _peak(), "index_rss_before": before,
+          "index_peak_over_embeddings": (_peak() - before) / (n * data.DIM * 4),
+          "index_bytes_per_block": size / n,
+          "index_shards": len(settings.shard_ranges(n))}
+
+
+def stage_search(n: int, paths) -> dict:
+  from realm_tf.mips import index_publisher  # pylint: disable=import-outside-toplevel
+  before = _rss()
+  started = time.perf_counter()
+  _, index, _ = index_publisher.load_latest(paths["index_root"])
+  load_s = time.perf_counter() - started
+  loaded_rss = _rss() - before
+  query = data.queries(1000)
+  index.search(query[:1], 10)
+  index.search(query[:512], 10)
+  one = []
+  for q in range(200):
+    started = time.perf_counter()
+    index.search(query[q:q + 1], 10)[1].numpy()
+    one.append(time.perf_counter() - started)
+  batch = []
+  for _ in range(5):
+    started = time.perf_counter()
+    index.search(query[:512], 10)[1].numpy()
+    batch.append(time.perf_counter() - started)
+  found = np.concatenate([index.search(query[b:b + 250], 10)[1].numpy()
+                          for b in range(0, 1000, 250)])
+  exact = data.exact_top_k(np.load(paths["embeddings"], mmap_mode="r"), query, 10)
+  recall = float(np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact)]))
+  return {"swap_load_s": load_s, "index_loaded_rss": loaded_rss, "search_peak_rss": _peak(),
+          "search1_p50_ms": 1e3 * float(np.percentile(one, 50)),
+          "search1_p99_ms": 1e3 * float(np.percentile(one, 99)),
+          "search512_p50_ms": 1e3 * float(np.percentile(batch, 50)),
+          "search512_p99_ms": 1e3 * float(np.percentile(batch, 99)),
+          "recall10_vs_exact": recall}
+
+
+def stage_dpr(n: int, paths) -> dict:
+  from realm_tf.retrieval.corpus import Corpus  # pylint: disable=import-outside-toplevel
+  tsv = os.path.join(_WORK_DIR.value, f"psgs_w100_{n}.tsv")
+  started = time.perf_counter()
+  if not os.path.exists(tsv):
+    data.write_dpr_tsv(tsv, n, data.real_block_sample(paths["sample"]))
+  write_s = time.perf_counter() - started
+  before = _rss()
+  started = time.perf_counter()
+  store = Corpus.load(tsv, cache_dir=os.path.join(_WORK_DIR.value, "cache"))
+  return {"dpr_passages": len(store), "dpr_tsv_bytes": os.path.getsize(tsv),
+          "dpr_write_tsv_s": write_s, "dpr_load_s": time.perf_counter() - started,
+          "dpr_peak_rss": _peak(), "dpr_rss_before": before,
+          "dpr_bytes_per_passage": (_peak() - before) / len(store)}
+
+
+STAGES = {"write": stage_write, "open": stage_open, "featurize": stage_featurize,
+          "index": stage_index, "search": stage_search, "dpr": stage_dpr}
+
+
+def _run_stage(stage: str, n: int) -> dict:
+  command = [sys.executable, os.path.abspath(__file__), f"--stage={stage}", f"--n={n}",
+             f"--work_dir={_WORK_DIR.value}", f"--index_shard_size={_SHARD_SIZE.value}"]
+  started = time.perf_counter()
+  result = subprocess.run(command, capture_output=True, text=True, check=False)
+  lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+  if result.returncode or not lines:
+    raise RuntimeError(f"stage {stage} at N={n} failed:\n{result.stderr[-3000:]}")
+  out = json.loads(lines[-1][len("RESULT "):])
+  out[f"{stage}_process_s"] = time.perf_counter() - started
+  print(f"N={n:,} {stage}: {json.dumps(out)}", flush=True)
+  return out
+
+
+def main(argv):
+  del argv
+  if _STAGE.value:
+    result = STAGES[_STAGE.value](_N.value, _paths(_N.value))
+    print("RESULT " + json.dumps(result, default=float), flush=True)
+    return
+  os.makedirs(_WORK_DIR.value, exist_ok=True)
+  rows = []
+  for n in [int(v) for v in _NUM_BLOCKS.value]:
+    row = {"blocks": n}
+    for stage in _STAGES.value:
+      row.update(_run_stage(stage, _DPR_PASSAGES.value if stage == "dpr" else n))
+    rows.append(row)
+    bench_utils.write_results(_NAME.value, rows, _markdown(rows))
+  print(_markdown(rows))
+
+
+def _markdown(rows) -> str:
+  gib = lambda b: f"{b / 2**30:.2f}" if isinstance(b, (int, float)) else b
+  columns = ["blocks", "write_corpus_s", "corpus_bytes_per_block", "open_s",
+             "open_bytes_per_block", "featurize_blocks_per_s", "index_build_publish_s",
+             "index_peak_rss", "index_peak_over_embeddings", "index_bytes_per_block",
+             "swap_load_s", "search1_p50_ms", "search1_p99_ms", "search512_p50_ms",
+             "recall10_vs_exact"]
+  shown = [{c: (gib(r[c]) if c.endswith("rss") else r.get(c, "")) for c in columns}
+           for r in rows]
+  return bench_utils.markdown_table(shown, columns)
+
+
+if __name__ == "__main__":
+  app.run(main)
