@@ -8,7 +8,9 @@ See `build_index_lib`. Local (DirectRunner), as the trainer's asynchronous refre
 Prints the published version and directory; the index is then `load_latest(index_root)`.
 ScaNN settings (`realm_tf.mips.index_builder`, recorded in the index manifest): by default
 sqrt(N) leaves from 10k blocks, 1/20 of them searched; the reference REALM's full-Wikipedia
-index is `--scann_num_leaves=1000 --scann_num_leaves_to_search=100`.
+index is `--scann_num_leaves=1000 --scann_num_leaves_to_search=100`. A corpus of more than
+`--index_shard_size` blocks (default 2,000,000) is indexed in shards of at most that many,
+built one at a time, each with those settings applied to its own size.
 """
 import shlex
 
@@ -28,7 +30,7 @@ _KIND = flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS,
                           "ScaNN (approximate) or brute force (exact).")
 flags.DEFINE_alias("kind", "index_kind")
 _SCANN = cli.define_scann_flags()
-flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
+flags.adopt_module_key_flags(cli)  # the --scann_* and --index_shard_size flags in --help
 _VERSION = flags.DEFINE_string("version", "",
                                "Version to publish; empty: step-<export's snapshot step>.")
 _EMBEDDINGS_DIR = flags.DEFINE_string("embeddings_dir", "",

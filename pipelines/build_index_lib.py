@@ -3,8 +3,10 @@
     ReadBlocks -> EmbedBlocks (RunInference over the doc-embedder export, parallel batches
                                of one length bucket)
                -> WriteEmbeddingShards (range-sharded by block id, each shard sorted)
-    then, in the launching process: collect the shards in order (= canonical block order),
-    check them against the corpus, build ScaNN (or exact) and `index_publisher.publish`.
+    then, in the launching process: stream the shards in order (= canonical block order)
+    once to check them against the corpus (`embedding_rows.EmbeddingRows`), build the index
+    one index shard of at most `--index_shard_size` rows at a time (ScaNN or exact; on the
+    Beam workers when the runner is not the local one) and `index_publisher.publish`.
 
 This is the builder of REALM's asynchronous index refresh: the trainer exports a doc-embedder
 snapshot and runs `python -m pipelines.build_index ...` (or `build_index(...)`) on it; the
@@ -24,7 +26,9 @@ beside the embedding shards. Checks before publishing: every corpus block has ex
 embedding, the ids read back are the corpus's canonical ids
 (`block_records.corpus_ids_and_fingerprint`, whose fingerprint is
 `Corpus.load(corpus_dir).fingerprint`), all
-embeddings finite with the export's dimension.
+embeddings finite with the export's dimension. The launcher never holds all N embeddings:
+one batch while checking, one index shard while building (its peak memory:
+bench/index_builder_memory.py, BENCHMARKS.md §9).
 The manifest's builder parameters carry `corpus_fingerprint`, `snapshot_step` (from the
 export), `embedder_dir` and `num_blocks`.
 
@@ -32,19 +36,23 @@ Counters: `blocks_embedded`, `embedding_batches`, `embedding_shards`.
 Legend: N blocks, D embedding dimension, S shards.
 """
 import dataclasses
+import functools
 import math
 import os
 import uuid
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.ml.inference.base import ModelHandler
 from apache_beam.ml.inference.base import RunInference
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import StandardOptions
 import numpy as np
 import tensorflow as tf
 
 from pipelines import beam_runner
 from pipelines import block_records
+from pipelines import embedding_rows
 from pipelines import pipeline_io
 from realm_tf import errors
 from realm_tf.data import formats
@@ -56,15 +64,13 @@ from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_attributes
 from realm_tf.tokenization.bert_packer import padded_length
 
-EMBEDDINGS_PREFIX = "embeddings"
+EMBEDDINGS_PREFIX = embedding_rows.EMBEDDINGS_PREFIX
+IndexBuildError = embedding_rows.IndexBuildError
+shard_path = embedding_rows.shard_path
+
 BLOCKS_PER_SHARD = 100_000
 BATCHES_PER_GROUP = 64  # build_index: ~N / (64 batches) groups per length bucket
 _ID_SPACE = 1 << 63
-
-
-class IndexBuildError(errors.InputError):
-  """The embeddings do not match the corpus (missing, duplicate or foreign block ids, wrong
-  dimension, non-finite values); nothing was published."""
 
 
 @dataclasses.dataclass
@@ -88,10 +94,6 @@ class IndexBuild:
 def shard_of(block_id: int, num_shards: int) -> int:
   """The embedding shard of `block_id`: its range of the 63-bit id space."""
   return (int(block_id) * num_shards) >> 63
-
-
-def shard_path(directory: str, shard: int, num_shards: int) -> str:
-  return os.path.join(directory, f"{EMBEDDINGS_PREFIX}-{shard:05d}-of-{num_shards:05d}.tfrecord")
 
 
 def length_bucket(block: block_records.BlockRecord, multiple: int, block_length: int) -> int:
@@ -229,8 +231,8 @@ class WriteEmbeddingShards(beam.PTransform):
 
 
 def read_embedding_shards(directory: str, num_shards: int) -> Tuple[np.ndarray, np.ndarray]:
-  """Concatenates the shards in order, verified by `shards.check_shards` (against
-  `embeddings.manifest.json` where there is one).
+  """Concatenates the shards in order (all of them in memory: for inspection and tests; the
+  builder reads them as `EmbeddingRows`), verified by `shards.check_shards`.
 
   Returns:
     (block_ids int64 [N], embeddings float32 [N, D]).
@@ -239,61 +241,37 @@ def read_embedding_shards(directory: str, num_shards: int) -> Tuple[np.ndarray, 
     ShardError: a missing, damaged or miscounted shard.
   """
   ids, rows = [], []
-  spec = {"block_id": formats.EMBEDDING_FEATURES["block_id"],
-          "embedding": formats.EMBEDDING_FEATURES["embedding"]}
-  files = shards.check_shards(directory, EMBEDDINGS_PREFIX).files
-  expected = [shard_path(directory, s, num_shards) for s in range(num_shards)]
-  if files != expected:
-    raise shards.ShardError(errors.describe(
-        directory, f"{len(files)} embedding shards, expected {num_shards} "
-        f"({os.path.basename(expected[0])} ...)", "Rerun the index builder into an empty "
-        "--embeddings_dir"))
-  for batch in tf.data.TFRecordDataset(files).batch(4096).map(
-      lambda records: tf.io.parse_example(records, spec)):
-    lengths = batch["embedding"].row_lengths().numpy()
-    if lengths.size and lengths.min() != lengths.max():
-      raise IndexBuildError(f"embeddings of different dimensions: {sorted(set(lengths))}")
-    ids.append(batch["block_id"].numpy())
-    rows.append(batch["embedding"].to_tensor().numpy())
+  for batch_ids, vectors in embedding_rows.read_batches(
+      embedding_rows.shard_files(directory, num_shards)):
+    ids.append(batch_ids)
+    rows.append(vectors)
   if not ids:
     return np.zeros([0], np.int64), np.zeros([0, 0], np.float32)
   dims = {r.shape[1] for r in rows}
   if len(dims) != 1:
     raise IndexBuildError(f"embeddings of different dimensions: {sorted(dims)}")
-  return (np.concatenate(ids).astype(np.int64, copy=False),
-          np.concatenate(rows).astype(np.float32, copy=False))  # no third copy of [N, D]
-
-
-def check_embeddings(block_ids: np.ndarray, embeddings: np.ndarray, corpus_ids: np.ndarray,
-                     dim: int) -> None:
-  """Raises IndexBuildError unless the embeddings are exactly the corpus's, in order."""
-  if len(block_ids) != len(corpus_ids):
-    raise IndexBuildError(f"{len(block_ids)} embeddings for {len(corpus_ids)} corpus blocks")
-  if not np.array_equal(block_ids, corpus_ids):
-    wrong = np.nonzero(block_ids != corpus_ids)[0]
-    raise IndexBuildError(
-        f"embedding ids are not the corpus's canonical ids: first mismatch at row {wrong[0]} "
-        f"(id {block_ids[wrong[0]]}, the corpus has {corpus_ids[wrong[0]]})")
-  if embeddings.shape != (len(corpus_ids), dim):
-    raise IndexBuildError(f"embeddings have shape {embeddings.shape}, expected "
-                          f"({len(corpus_ids)}, {dim})")
-  if not np.isfinite(embeddings).all():
-    raise IndexBuildError(f"{int((~np.isfinite(embeddings)).sum())} non-finite embedding values")
+  return np.concatenate(ids).astype(np.int64, copy=False), np.concatenate(rows)
 
 
 def publish_embeddings(embeddings_dir: str, num_shards: int, corpus_ids: np.ndarray, dim: int,
                        index_root: str, version: str, metadata: Dict[str, object],
                        kind: str = "scann",
-                       scann: index_builder.ScannSettings = index_builder.ScannSettings()) -> str:
-  """The launching process's part after the pipeline: reads the S embedding shards into one
-  float32 [N, D] array, checks them against the corpus ids [N], builds the index and publishes
-  it as `version`; returns its directory. Its peak memory is the builder's
-  (bench/index_builder_memory.py)."""
-  block_ids, embeddings = read_embedding_shards(embeddings_dir, num_shards)
-  check_embeddings(block_ids, embeddings, corpus_ids, dim)
-  index = index_builder.build_index(embeddings, kind, scann)
-  del block_ids, embeddings  # ScaNN holds its own copy: saving and verifying need only it
-  return index_publisher.publish(index, index_root, version, metadata)
+                       scann: index_builder.ScannSettings = index_builder.ScannSettings(),
+                       options: Optional[PipelineOptions] = None) -> str:
+  """The launching process's part after the pipeline: checks the S embedding shards against
+  the corpus ids [N] in one streaming pass (`EmbeddingRows.check`), builds the index one
+  index shard at a time (`index_builder.save_index`: on the Beam workers of `options` when
+  its runner is not the local one, else here) and publishes it as `version` (verified shard
+  by shard); returns its directory. It holds one index shard's embeddings at a time, never
+  all N (bench/index_builder_memory.py)."""
+  rows = embedding_rows.EmbeddingRows.check(embeddings_dir, num_shards, corpus_ids, dim)
+  build_shards = None
+  if options is not None and (options.view_as(StandardOptions).runner !=
+                              beam_runner.LOCAL_RUNNER):
+    build_shards = functools.partial(embedding_rows.build_shards_on_workers, options, rows,
+                                     kind, scann)
+  write = lambda directory: index_builder.save_index(rows, directory, kind, scann, build_shards)
+  return index_publisher.publish(write, index_root, version, metadata)
 
 
 def build_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
@@ -361,7 +339,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
   attributes = export_attributes(embedder_dir)
   snapshot_step, dim = attributes.snapshot_step, attributes.embedding_dim
   if kind == "scann":
-    scann.build_args(len(corpus_ids), dim)  # bad settings fail now, not after embedding
+    scann.check(len(corpus_ids), dim)  # bad settings fail now, not after embedding
   version = version or index_publisher.version_for_step(max(0, snapshot_step))
   if tf.io.gfile.exists(os.path.join(index_root, version)):
     raise FileExistsError(f"index version {version} exists already in {index_root}")
@@ -370,7 +348,8 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
       index_root, f"{version}.tmp-{uuid.uuid4().hex}-{EMBEDDINGS_PREFIX}")
   tf.io.gfile.makedirs(work_dir)
   try:
-    pipeline = beam.Pipeline(options=beam_runner.pipeline_options(pipeline_options))
+    options = beam_runner.pipeline_options(pipeline_options)
+    pipeline = beam.Pipeline(options=options)
     groups_per_bucket = max(1, len(corpus_ids) // (blocks_per_batch * BATCHES_PER_GROUP))
     counters = run_pipeline(pipeline, corpus_dir, embedder_dir, work_dir, num_shards,
                             blocks_per_batch, groups_per_bucket, verify=False)
@@ -378,7 +357,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
                 "snapshot_step": snapshot_step, "embedder_dir": embedder_dir,
                 "num_blocks": int(len(corpus_ids))}
     directory = publish_embeddings(work_dir, num_shards, corpus_ids, dim, index_root, version,
-                                   metadata, kind, scann)
+                                   metadata, kind, scann, options)
   finally:
     if not embeddings_dir and tf.io.gfile.exists(work_dir):
       tf.io.gfile.rmtree(work_dir)

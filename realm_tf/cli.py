@@ -36,15 +36,21 @@ class ScannFlags(NamedTuple):
   num_leaves_to_search: flags.FlagHolder
   dimensions_per_block: flags.FlagHolder
   reorder_k: flags.FlagHolder
+  shard_size: flags.FlagHolder
 
   def values(self) -> Dict[str, int]:
     """{setting: value}, the keyword arguments of `realm_tf.mips.index_builder.ScannSettings`."""
     return {name: holder.value for name, holder in self._asdict().items()}
 
+  def names(self) -> Dict[str, str]:
+    """{flag name: setting}, e.g. {"index_shard_size": "shard_size"}."""
+    return {holder.name: name for name, holder in self._asdict().items()}
+
 
 def define_scann_flags() -> ScannFlags:
   """Defines `--scann_num_leaves`, `--scann_num_leaves_to_search`,
-  `--scann_dimensions_per_block` and `--scann_reorder_k` (`realm_tf.mips.index_builder`)."""
+  `--scann_dimensions_per_block`, `--scann_reorder_k` and `--index_shard_size`
+  (`realm_tf.mips.index_builder`)."""
   return ScannFlags(
       flags.DEFINE_integer("scann_num_leaves", 0, "ScaNN tree leaves; 0: sqrt(N) from 10k "
                            "blocks (1000 for full Wikipedia, as the reference)."),
@@ -53,7 +59,9 @@ def define_scann_flags() -> ScannFlags:
       flags.DEFINE_integer("scann_dimensions_per_block", 2,
                            "ScaNN asymmetric-hashing dimensions per block."),
       flags.DEFINE_integer("scann_reorder_k", 100,
-                           "ScaNN candidates re-scored exactly per query."))
+                           "ScaNN candidates re-scored exactly per query."),
+      flags.DEFINE_integer("index_shard_size", 0, "Most rows per index shard (each shard a "
+                           "ScaNN or exact index, built one at a time); 0: 2,000,000."))
 
 
 def define_dev_recall_flags(eval_every: int) -> None:

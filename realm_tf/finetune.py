@@ -114,7 +114,7 @@ SETTINGS = {
     "retriever_top_k": "task.retriever_top_k", "max_gold_spans": "task.max_gold_spans",
     "read_answer_block": "task.read_answer_block",
     "index_kind": "task.index_kind",
-    **{f"scann_{name}": f"task.scann.{name}" for name in _SCANN._fields},
+    **{flag: f"task.scann.{name}" for flag, name in _SCANN.names().items()},
     "refresh_every": "task.index_refresh_steps", "eval_every": "trainer.eval_every",
     "eval_max_examples": "trainer.eval_max_examples",
     "checkpoint_every": "trainer.checkpoint_every",

@@ -79,7 +79,7 @@ SETTINGS = {
     "masking": "task.masking", "query_length": "task.model.query_length",
     "block_length": "task.model.block_length", "refresh": "task.refresh",
     "refresh_every": "task.refresh_every", "index_kind": "task.index_kind",
-    **{f"scann_{name}": f"task.scann.{name}" for name in _SCANN._fields},
+    **{flag: f"task.scann.{name}" for flag, name in _SCANN.names().items()},
     "builder_args": "task.builder_args", "max_builder_failures": "task.max_builder_failures",
     "embedding_dtype": "task.embedding_dtype", "compute_dtype": "runtime.compute_dtype",
     "embedding_jit_compile": "task.embedding_jit_compile",

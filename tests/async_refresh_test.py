@@ -3,17 +3,21 @@ and a builder killed mid-build leaves the previous index in use and recovers nex
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.mips import index_publisher
+from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.sharded_index import ShardedIndex
 from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _tiny_refresher(tmp_path, refresher_class):
+def _tiny_refresher(tmp_path, refresher_class, **kwargs):
   """A started refresher (a snapshot every 5 steps) over the tiny world, and its retriever."""
   store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
   retriever = configs.build_retriever(configs.RetrieverConfig(
@@ -23,7 +27,7 @@ def _tiny_refresher(tmp_path, refresher_class):
   refresher = refresher_class(
       str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
       corpus_dir=str(tmp_path / "corpus"), snapshot_root=str(tmp_path / "snapshots"),
-      kind="brute_force", block_length=24)
+      kind="brute_force", block_length=24, **kwargs)
   refresher.start(0, retriever)
   return refresher, retriever
 
@@ -60,6 +64,29 @@ def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_p
   refresher.close()
   assert not [n for n in os.listdir(tmp_path / "index") if ".tmp-" in n and
               n.startswith("step-00000015")]
+
+
+@pytest.mark.slow
+def test_async_refresh_publishes_and_swaps_in_a_sharded_index(tmp_path, monkeypatch):
+  monkeypatch.setenv("PYTHONPATH", ROOT)
+  refresher, retriever = _tiny_refresher(tmp_path, AsynchronousRefresher,
+                                         scann=ScannSettings(shard_size=10))
+  num_blocks = len(refresher.store)
+  shards = -(-num_blocks // 10)
+  assert shards >= 2
+  assert isinstance(refresher.index, ShardedIndex) and len(refresher.index.shards) == shards
+  assert not refresher.maybe_refresh(5, retriever)  # the builder gets --index_shard_size=10
+  refresher.wait(timeout=600)
+  assert refresher.maybe_refresh(6, retriever)
+  index = refresher.index
+  assert refresher.version == "step-00000005" and isinstance(index, ShardedIndex)
+  assert [b - a for a, b in index.row_ranges] == [len(r) for r in ScannSettings(
+      shard_size=10).shard_ranges(num_blocks)]
+  queries = index.document_embeddings()[:4]
+  scores, _ = index.search(queries, num_blocks // 2)  # k > a shard: merged across shards
+  want, _ = BruteForceIndex(index.document_embeddings()).search(queries, num_blocks // 2)
+  np.testing.assert_allclose(scores, want, rtol=1e-5, atol=1e-5)
+  refresher.close()
 
 
 class _IdleBuilder(AsynchronousRefresher):

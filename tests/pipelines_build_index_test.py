@@ -16,13 +16,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipelines import beam_runner
 from pipelines import block_packer
 from pipelines import block_records
 from pipelines import build_index_lib
+from pipelines import embedding_rows
 from realm_tf import configs
 from realm_tf.data import formats
 from realm_tf.mips import index_publisher
+from realm_tf.mips.brute_force_index import BruteForceIndex
+from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.manifest import IndexManifest
+from realm_tf.mips.sharded_index import ShardedIndex
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_doc_embedder
@@ -159,18 +164,62 @@ def test_build_index_publishes_versions(corpus, tmp_path):
     build_index_lib.build_index(corpus_dir, embedder_dir, root, version="step-00002400")
 
 
-def test_check_embeddings_rejects_a_mismatch():
-  ids = np.array([1, 5, 9], np.int64)
-  good = np.zeros((3, 4), np.float32)
-  build_index_lib.check_embeddings(ids, good, ids, 4)
-  with pytest.raises(build_index_lib.IndexBuildError, match="2 embeddings for 3"):
-    build_index_lib.check_embeddings(ids[:2], good[:2], ids, 4)
-  with pytest.raises(build_index_lib.IndexBuildError, match="first mismatch at row 1"):
-    build_index_lib.check_embeddings(np.array([1, 6, 9]), good, ids, 4)
-  with pytest.raises(build_index_lib.IndexBuildError, match="shape"):
-    build_index_lib.check_embeddings(ids, np.zeros((3, 5), np.float32), ids, 4)
-  with pytest.raises(build_index_lib.IndexBuildError, match="non-finite"):
-    build_index_lib.check_embeddings(ids, np.full((3, 4), np.nan, np.float32), ids, 4)
+def _write_embeddings(directory, ids, vectors, num_shards):
+  """Writes rows as the pipeline's embedding shards, in order, split by `shard_of`."""
+  owner = np.array([build_index_lib.shard_of(i, num_shards) for i in ids])
+  for shard in range(num_shards):
+    with tf.io.TFRecordWriter(build_index_lib.shard_path(directory, shard, num_shards)) as w:
+      for row in np.nonzero(owner == shard)[0]:
+        w.write(formats.embedding_example(int(ids[row]), vectors[row]))
+
+
+def test_embedding_rows_are_checked_in_one_pass_and_sliced_across_files(tmp_path):
+  ids = np.sort(np.random.default_rng(0).choice(1 << 62, 50, replace=False)) * 2
+  vectors = np.random.default_rng(1).standard_normal((50, 4)).astype(np.float32)
+  _write_embeddings(str(tmp_path), ids, vectors, 3)
+  rows = embedding_rows.EmbeddingRows.check(str(tmp_path), 3, ids, 4)
+  assert rows.shape == (50, 4) and sum(rows.counts) == 50 and len(rows.counts) == 3
+  first_file = rows.counts[0]
+  np.testing.assert_array_equal(rows[first_file - 2:first_file + 3],
+                                vectors[first_file - 2:first_file + 3])  # two files
+  np.testing.assert_array_equal(rows[0:50], vectors)
+  error = build_index_lib.IndexBuildError
+  with pytest.raises(error, match="50 embeddings for 51 corpus blocks"):
+    embedding_rows.EmbeddingRows.check(str(tmp_path), 3, np.append(ids, ids[-1] + 1), 4)
+  with pytest.raises(error, match="more than 49 embeddings"):
+    embedding_rows.EmbeddingRows.check(str(tmp_path), 3, ids[:49], 4)
+  wrong = ids.copy()
+  wrong[7] += 1
+  with pytest.raises(error, match="first mismatch at row 7"):
+    embedding_rows.EmbeddingRows.check(str(tmp_path), 3, wrong, 4)
+  with pytest.raises(error, match="expected \\[N, 5\\]"):
+    embedding_rows.EmbeddingRows.check(str(tmp_path), 3, ids, 5)
+  vectors[30, 2] = np.nan
+  _write_embeddings(str(tmp_path), ids, vectors, 3)
+  with pytest.raises(error, match="1 non-finite embedding values"):
+    embedding_rows.EmbeddingRows.check(str(tmp_path), 3, ids, 4)
+
+
+@pytest.mark.parametrize("runner", ["", "--runner=BundleBasedDirectRunner"])
+def test_publish_embeddings_builds_index_shards_in_turn_or_on_workers(tmp_path, runner):
+  """Local runner: the launcher builds the shards in turn; another runner: one Beam task per
+  index shard. Either way the published sharded index is exact search over all rows."""
+  ids = np.arange(1, 61, dtype=np.int64) << 56
+  vectors = np.random.default_rng(2).standard_normal((60, 8)).astype(np.float32)
+  embeddings_dir = str(tmp_path / "embeddings")
+  os.makedirs(embeddings_dir)
+  _write_embeddings(embeddings_dir, ids, vectors, 4)
+  directory = build_index_lib.publish_embeddings(
+      embeddings_dir, 4, ids, 8, str(tmp_path / "index"), "step-00000001", {"num_blocks": 60},
+      "brute_force", ScannSettings(shard_size=25), beam_runner.pipeline_options(runner))
+  manifest = IndexManifest.read(directory)
+  assert manifest.kind == "sharded" and manifest.builder["shard_size"] == 25
+  assert [e["num_docs"] for e in manifest.builder["shards"]] == [20, 20, 20]
+  _, index, metadata = index_publisher.load_latest(str(tmp_path / "index"))
+  assert isinstance(index, ShardedIndex) and metadata == {"num_blocks": 60}
+  queries = vectors[:5]
+  np.testing.assert_array_equal(index.search(queries, 30)[1],
+                                BruteForceIndex(vectors).search(queries, 30)[1])
 
 
 def test_builder_killed_mid_build_publishes_nothing(corpus, tmp_path):
@@ -212,9 +261,14 @@ def test_binary_scann_flags_are_checked_first_and_recorded_in_the_manifest(corpu
           in bad.stderr)
   assert not os.path.exists(root) or not os.listdir(root)  # nothing embedded or published
   good = subprocess.run(command + ["--scann_num_leaves=4", "--scann_num_leaves_to_search=2",
-                                   "--scann_dimensions_per_block=4", "--scann_reorder_k=20"],
+                                   "--scann_dimensions_per_block=4", "--scann_reorder_k=20",
+                                   f"--index_shard_size={num_blocks // 2 + 1}"],
                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert good.returncode == 0, good.stderr[-2000:]
-  builder = IndexManifest.read(os.path.join(root, "step-00001200")).builder
-  assert (builder["num_leaves"], builder["num_leaves_to_search"],
-          builder["dimensions_per_block"], builder["reorder_k"]) == (4, 2, 4, 20)
+  top = IndexManifest.read(os.path.join(root, "step-00001200"))
+  assert (top.kind, top.builder["shard_size"], len(top.builder["shards"])) == (
+      "sharded", num_blocks // 2 + 1, 2)
+  for shard in top.builder["shards"]:
+    builder = IndexManifest.read(os.path.join(root, "step-00001200", shard["directory"])).builder
+    assert (builder["num_leaves"], builder["num_leaves_to_search"],
+            builder["dimensions_per_block"], builder["reorder_k"]) == (4, 2, 4, 20)

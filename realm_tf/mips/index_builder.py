@@ -1,41 +1,55 @@
-"""What every index builder builds: an exact index, or ScaNN with the user's settings.
+"""What every index builder builds: an exact index, or ScaNN with the user's settings, in shards.
 
-Legend: N documents, D embedding dimension, L tree leaves.
+Legend: N documents, D embedding dimension, L tree leaves, M rows per shard, S shards.
 
-`ScannSettings` are the four ScaNN knobs every index-building binary exposes as flags
+`ScannSettings` are the knobs every index-building binary exposes as flags
 (`realm_tf.cli.define_scann_flags`: `--scann_num_leaves`, `--scann_num_leaves_to_search`,
-`--scann_dimensions_per_block`, `--scann_reorder_k`). The defaults are the automatic rule of
-`ScannIndex.build`: L = round(sqrt(N)) leaves from N >= 10,000 documents (exact brute force
-below), ceil(L / 20) of them searched, 2 dimensions per asymmetric-hashing block, 100
-candidates re-scored exactly. `FULL_WIKIPEDIA` is the reference REALM's setting for its 13.3M
-blocks: 1000 leaves, 100 searched. The resolved values are recorded in the index manifest
-(`manifest.json`, "builder").
+`--scann_dimensions_per_block`, `--scann_reorder_k`, and `--index_shard_size`). The defaults are
+the automatic rule of `ScannIndex.build`: L = round(sqrt(N)) leaves from N >= 10,000 documents
+(exact brute force below), ceil(L / 20) of them searched, 2 dimensions per asymmetric-hashing
+block, 100 candidates re-scored exactly. `FULL_WIKIPEDIA` is the reference REALM's setting for
+its 13.3M blocks: 1000 leaves, 100 searched. The resolved values are recorded in the index
+manifest (`manifest.json`, "builder").
+
+Sharding: N > M rows (M = `--index_shard_size`, default `DEFAULT_SHARD_SIZE`) make a
+`ShardedIndex` of S = ceil(N / M) shards of balanced consecutive row ranges, each built with the
+settings above applied to its own row count. `save_index` builds, saves and frees one shard at a
+time, converting only that shard's rows to float32, so memory grows with M, not N; the pages of
+a memory-mapped input (`np.load(..., mmap_mode="r")`) are released after each shard (they stay
+in the page cache), so they do not accumulate in the builder's resident memory either.
 """
 import dataclasses
 import math
-from typing import Any, Dict, List
+import mmap
+import os
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
+import tensorflow as tf
 
 from realm_tf import errors
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.mips.scann_index import MIN_DOCS_FOR_PARTITIONING
 from realm_tf.mips.scann_index import ScannIndex
+from realm_tf.mips.sharded_index import ShardedIndex
 
 KINDS = ("scann", "brute_force")
+DEFAULT_SHARD_SIZE = 2_000_000  # rows: ~1 GiB of float32 128-d embeddings per shard
 _DEFAULT_NUM_NEIGHBORS = 8
 
 
 @dataclasses.dataclass(frozen=True)
 class ScannSettings:
-  """ScaNN build settings; 0 means the automatic rule (see the module docstring).
+  """ScaNN build settings and the shard size; 0 means the automatic rule (module docstring).
 
   Attributes:
-    num_leaves: L, k-means tree leaves; 1: no tree (exact scoring); 0: sqrt(N) from N >= 10k.
+    num_leaves: L, k-means tree leaves of each shard; 1: no tree (exact scoring); 0: sqrt(n)
+      for a shard of n >= 10k rows.
     num_leaves_to_search: leaves probed per query, at most L; 0: ceil(L / 20).
     dimensions_per_block: dimensions per asymmetric-hashing block, at most D.
     reorder_k: candidates re-scored exactly per query (a search for more takes k).
+    shard_size: M, the most rows per shard (ScaNN or exact); 0: `DEFAULT_SHARD_SIZE`.
 
   Raises:
     InputError: a negative value, a zero block size or reorder size, or more leaves to search
@@ -45,15 +59,15 @@ class ScannSettings:
   num_leaves_to_search: int = 0
   dimensions_per_block: int = 2
   reorder_k: int = 100
+  shard_size: int = 0
 
   def __post_init__(self):
     for name, least in (("num_leaves", 0), ("num_leaves_to_search", 0),
-                        ("dimensions_per_block", 1), ("reorder_k", 1)):
+                        ("dimensions_per_block", 1), ("reorder_k", 1), ("shard_size", 0)):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
         raise errors.InputError(errors.describe(
-            f"--scann_{name}", f"{value!r} is not an integer >= {least}",
-            _fix(name)))
+            _flag(name), f"{value!r} is not an integer >= {least}", _fix(name)))
     if self.num_leaves and self.num_leaves_to_search > self.num_leaves:
       raise errors.InputError(errors.describe(
           "--scann_num_leaves_to_search", f"{self.num_leaves_to_search} leaves to search, but "
@@ -61,7 +75,19 @@ class ScannSettings:
 
   def flag_args(self) -> List[str]:
     """These settings as the flags of an index-builder binary."""
-    return [f"--scann_{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)]
+    return [f"{_flag(f.name)}={getattr(self, f.name)}" for f in dataclasses.fields(self)]
+
+  def shard_ranges(self, num_docs: int) -> List[range]:
+    """The row ranges of the S = ceil(N / M) shards of N rows, sizes within 1 of each other."""
+    shard_size = self.shard_size or DEFAULT_SHARD_SIZE
+    num_shards = max(1, -(-num_docs // shard_size))
+    bounds = [num_docs * s // num_shards for s in range(num_shards + 1)]
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+  def check(self, num_docs: int, dim: int) -> None:
+    """Raises InputError (as `build_args`) unless the settings fit every shard of N rows."""
+    for size in sorted({len(r) for r in self.shard_ranges(num_docs)}):
+      self.build_args(size, dim)
 
   def build_args(self, num_docs: int, dim: int) -> Dict[str, Any]:
     """`ScannIndex.build` keyword arguments for N = `num_docs` embeddings of dimension D.
@@ -94,9 +120,15 @@ class ScannSettings:
 FULL_WIKIPEDIA = ScannSettings(num_leaves=1000, num_leaves_to_search=100)
 
 
+def _flag(name: str) -> str:
+  return "--index_shard_size" if name == "shard_size" else f"--scann_{name}"
+
+
 def _fix(name: str) -> str:
   if name in ("num_leaves", "num_leaves_to_search"):
     return "Pass 0 for the automatic rule (sqrt(N) leaves, 1/20 of them searched)"
+  if name == "shard_size":
+    return f"Pass a positive number of rows, or 0 for {DEFAULT_SHARD_SIZE:,}"
   return f"Pass a positive integer (default {getattr(ScannSettings, name)})"
 
 
@@ -107,18 +139,100 @@ def check_kind(kind: str) -> None:
         "--index_kind", f"{kind!r} is not an index kind", f"Pass one of {', '.join(KINDS)}"))
 
 
-def build_index(embeddings: np.ndarray, kind: str,
-                scann: ScannSettings = ScannSettings()) -> MipsIndex:
-  """A `ScannIndex` ("scann", built with `scann`) or `BruteForceIndex` ("brute_force") over
-  float32 [N, D] embeddings.
+def _file_mapping(array: Any) -> Optional[mmap.mmap]:
+  """The read-only or shared file mapping `array` is a view of, or None (copy-on-write
+  mappings too: dropping their pages would drop the caller's changes)."""
+  while array is not None and not isinstance(array, mmap.mmap):
+    if isinstance(array, np.memmap) and array.mode == "c":
+      return None
+    array = getattr(array, "base", None)
+  return array
 
-  Raises:
-    InputError: an unknown kind, or ScaNN settings that do not fit N and D.
-  """
-  check_kind(kind)
+
+def _shard_rows(embeddings: Any, rows: range) -> np.ndarray:
+  """float32 [n, D] rows of any [N, D] array-like; a memory-mapped input's pages are then
+  released from this process's resident memory."""
+  mapping = _file_mapping(embeddings)
+  if mapping is None:
+    return np.ascontiguousarray(embeddings[rows.start:rows.stop], dtype=np.float32)
+  shard = np.array(embeddings[rows.start:rows.stop], dtype=np.float32, order="C")  # a copy
+  mapping.madvise(mmap.MADV_DONTNEED)
+  return shard
+
+
+def _build_one(embeddings: np.ndarray, kind: str, scann: ScannSettings) -> MipsIndex:
   if kind == "brute_force":
     return BruteForceIndex(embeddings)
+  return ScannIndex.build(embeddings, **scann.build_args(*embeddings.shape))
+
+
+def _checked_shape(embeddings: Any, kind: str):
+  check_kind(kind)
   shape = np.shape(embeddings)
   if len(shape) != 2 or min(shape) < 1:
-    return ScannIndex.build(embeddings)  # raises its ValueError for a malformed matrix
-  return ScannIndex.build(embeddings, **scann.build_args(*shape))
+    raise ValueError(f"embeddings must be a non-empty [N, D] matrix, got {shape}")
+  return shape
+
+
+def build_index(embeddings: Any, kind: str, scann: ScannSettings = ScannSettings()) -> MipsIndex:
+  """A `ScannIndex` ("scann", built with `scann`) or `BruteForceIndex` ("brute_force") over
+  [N, D] embeddings (float32, float16 or bfloat16, converted to float32), in memory; a
+  `ShardedIndex` of such indexes when N exceeds the shard size.
+
+  Raises:
+    InputError: an unknown kind, or ScaNN settings that do not fit the shards and D.
+    ValueError: embeddings are not a non-empty [N, D] matrix.
+  """
+  num_docs, dim = _checked_shape(embeddings, kind)
+  if kind == "scann":
+    scann.check(num_docs, dim)
+  ranges = scann.shard_ranges(num_docs)
+  shards = [_build_one(_shard_rows(embeddings, rows), kind, scann) for rows in ranges]
+  if len(shards) == 1:
+    return shards[0]
+  return ShardedIndex(shards, scann.shard_size or DEFAULT_SHARD_SIZE)
+
+
+def save_index(embeddings: Any, directory: str, kind: str,
+               scann: ScannSettings = ScannSettings(),
+               build_shards: Optional[Callable[[str, List[range], List[str]], None]] = None
+               ) -> None:
+  """Builds the index of `build_index` and saves it into `directory`, one shard at a time:
+  each shard's rows are converted to float32, indexed, saved and freed before the next.
+
+  Args:
+    embeddings: [N, D] array-like (np.ndarray, a memmap; float32, float16 or bfloat16).
+    directory: the index directory to write (created).
+    kind: "scann" or "brute_force".
+    scann: the ScaNN settings of each shard, and the shard size.
+    build_shards: with several shards, called as `build_shards(directory, ranges, names)` to
+      build and save shard s of rows `ranges[s]` into `directory/names[s]` (e.g. on Beam
+      workers) instead of doing so here, in turn; the top manifest is written after it.
+
+  Raises:
+    InputError: an unknown kind, or ScaNN settings that do not fit the shards and D.
+    ValueError: embeddings are not a non-empty [N, D] matrix.
+  """
+  num_docs, dim = _checked_shape(embeddings, kind)
+  if kind == "scann":
+    scann.check(num_docs, dim)
+  ranges = scann.shard_ranges(num_docs)
+  if len(ranges) == 1:
+    _build_one(_shard_rows(embeddings, ranges[0]), kind, scann).save(directory)
+    return
+  names = [ShardedIndex.shard_directory(s, len(ranges)) for s in range(len(ranges))]
+  tf.io.gfile.makedirs(directory)
+  if build_shards is not None:
+    build_shards(directory, ranges, names)
+  else:
+    for rows, name in zip(ranges, names):
+      shard = _build_one(_shard_rows(embeddings, rows), kind, scann)
+      shard.save(os.path.join(directory, name))
+      del shard  # ScaNN's copy of the shard goes before the next shard's rows are read
+  ShardedIndex.write_manifest(directory, names, scann.shard_size or DEFAULT_SHARD_SIZE)
+
+
+def kind_of(index: MipsIndex) -> str:
+  """The kind `build_index` was given for `index`: "scann" or "brute_force" (a sharded index's
+  shards' kind)."""
+  return index.shard_kind if isinstance(index, ShardedIndex) else index.KIND

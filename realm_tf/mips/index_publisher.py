@@ -7,8 +7,8 @@ Layout of an index root (local path or any `tf.io.gfile` URL):
     <index_root>/step-00003600.tmp-<uuid>/ being written (or left by a killed builder)
     <index_root>/LATEST                    "step-00002400\\n": the published version
 
-`publish` writes the index into `<version>.tmp-<uuid>/`, verifies it (`load_index`, which
-checks the manifest and every checksum, and a search sanity check), renames it to
+`publish` writes the index into `<version>.tmp-<uuid>/`, verifies it (`check_index`: the
+manifest, every checksum, a search sanity check; shard by shard), renames it to
 `<version>/`, and only then replaces `LATEST` (written to a temporary file and renamed over
 the old one, atomic on POSIX and on object stores). A reader goes through `LATEST`
 (`load_latest`), so it never sees a half-written index: a builder killed at any point leaves
@@ -36,7 +36,7 @@ import os
 import re
 import time
 import uuid
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -115,14 +115,15 @@ def metadata_of(manifest: manifest_lib.IndexManifest) -> Dict[str, Any]:
   return {key: manifest.builder[key] for key in keys if key in manifest.builder}
 
 
-def write_index(index: mips_index.MipsIndex, directory: str,
+def write_index(index: Union[mips_index.MipsIndex, Callable[[str], None]], directory: str,
                 metadata: Optional[Mapping[str, Any]] = None) -> None:
-  """Saves `index` into `directory` with `metadata` (JSON values) merged into its manifest.
+  """Saves `index` (or calls `index(directory)`, e.g. `index_builder.save_index`) into
+  `directory` with `metadata` (JSON values) merged into its manifest.
 
   Raises:
     ValueError: metadata keys clash with the index's build parameters.
   """
-  index.save(directory)
+  index.save(directory) if isinstance(index, mips_index.MipsIndex) else index(directory)
   _write_metadata(directory, dict(metadata or {}))
 
 
@@ -174,12 +175,12 @@ def _write_atomically(path: str, content: str) -> None:
   tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
-def publish(index: mips_index.MipsIndex, index_root: str, version: str,
-            metadata: Optional[Mapping[str, Any]] = None) -> str:
+def publish(index: Union[mips_index.MipsIndex, Callable[[str], None]], index_root: str,
+            version: str, metadata: Optional[Mapping[str, Any]] = None) -> str:
   """Saves, verifies and atomically publishes `index` as `<index_root>/<version>/`.
 
   Args:
-    index: the built index.
+    index: the built index, or a function that writes one into a directory (`write_index`).
     index_root: the directory holding the versions and `LATEST`.
     version: the new version's name (`version_for_step(snapshot_step)`); it becomes `LATEST`.
     metadata: JSON values merged into the manifest's builder parameters (e.g.
@@ -202,7 +203,7 @@ def publish(index: mips_index.MipsIndex, index_root: str, version: str,
   try:
     write_index(index, tmp, metadata)
     try:
-      _sanity_check(mips_index.load_index(tmp), tmp)
+      mips_index.check_index(tmp, _sanity_check)
     except manifest_lib.IndexCorruptedError as e:
       raise PublishError(f"index written to {tmp} does not verify: {e}") from e
     tf.io.gfile.rename(tmp, final)

@@ -22,7 +22,7 @@ from realm_tf import errors
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
-KINDS = ("brute_force", "scann")
+KINDS = ("brute_force", "scann", "sharded")
 _READ_BLOCK_BYTES = 1 << 24
 
 

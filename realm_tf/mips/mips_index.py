@@ -6,7 +6,7 @@ Every index returns the k documents with the largest inner product <query, doc>,
 as TF ops, so `search` runs eagerly and inside a `tf.function`. Building and loading are eager.
 """
 import abc
-from typing import Tuple, Union
+from typing import Callable, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -98,7 +98,8 @@ def load_index(directory: str, verify_checksums: bool = True) -> MipsIndex:
     verify_checksums: recompute the files' sha256 (the whole index is read once more).
 
   Returns:
-    The index, a `BruteForceIndex` or a `ScannIndex`.
+    The index, a `BruteForceIndex`, a `ScannIndex` or a `ShardedIndex` of either (whose
+    shards' checksums `verify_checksums` covers too).
 
   Raises:
     IndexCorruptedError: the manifest is missing or invalid, a file is missing or fails its
@@ -107,8 +108,27 @@ def load_index(directory: str, verify_checksums: bool = True) -> MipsIndex:
   # The implementations import this module, so they are imported when first needed.
   from realm_tf.mips import brute_force_index  # pylint: disable=g-import-not-at-top
   from realm_tf.mips import scann_index  # pylint: disable=g-import-not-at-top
+  from realm_tf.mips import sharded_index  # pylint: disable=g-import-not-at-top
   implementations = {cls.KIND: cls for cls in (brute_force_index.BruteForceIndex,
                                                 scann_index.ScannIndex)}
   manifest = manifest_lib.IndexManifest.read(directory)
   manifest.verify(directory, checksums=verify_checksums)
+  if manifest.kind == sharded_index.ShardedIndex.KIND:  # its shards are indexes of their own
+    return sharded_index.ShardedIndex.from_directory(directory, manifest, verify_checksums)
   return implementations[manifest.kind].from_directory(directory, manifest)
+
+
+def check_index(directory: str, check: Callable[[MipsIndex, str], None]) -> None:
+  """Loads the index in `directory` (checksums verified) and calls `check(index, directory)`;
+  a `ShardedIndex` shard by shard, each dropped before the next is loaded, so that verifying
+  an index written shard by shard never needs all of it in memory.
+
+  Raises:
+    IndexCorruptedError: as `load_index`.
+  """
+  from realm_tf.mips import sharded_index  # pylint: disable=g-import-not-at-top
+  manifest = manifest_lib.IndexManifest.read(directory)
+  if manifest.kind == sharded_index.ShardedIndex.KIND:
+    sharded_index.ShardedIndex.check_shards(directory, manifest, check)
+  else:
+    check(load_index(directory), directory)

@@ -32,6 +32,7 @@ from realm_tf.data import formats
 from realm_tf.data import shards
 from realm_tf.mips import index_publisher
 from realm_tf.mips.index_builder import build_index
+from realm_tf.mips.index_builder import kind_of
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.retrieval.corpus import Corpus
@@ -118,7 +119,7 @@ class DocIndex:
     index: the `MipsIndex` (row r = corpus row r).
     corpus_fingerprint: `Corpus.fingerprint` of the corpus embedded.
     snapshot_step: the training step of the doc tower that embedded it (0: pre-trained).
-    kind: "scann" or "brute_force".
+    kind: "scann" or "brute_force" (of each shard of a sharded index).
     embedding_dtype: the precision the embeddings were computed in ("float32" / "bfloat16").
   """
   embeddings: np.ndarray
@@ -160,7 +161,7 @@ class DocIndex:
   def from_index(cls, index: MipsIndex, metadata: Dict[str, Any]) -> "DocIndex":
     """The `DocIndex` of a loaded index version and its metadata."""
     return cls(index.document_embeddings(), index, str(metadata.get("corpus_fingerprint", "")),
-               int(metadata.get("snapshot_step", 0)), index.KIND,
+               int(metadata.get("snapshot_step", 0)), kind_of(index),
                str(metadata.get("embedding_dtype", "float32")))
 
   def save(self, directory: str) -> None:
@@ -187,7 +188,8 @@ class DocIndex:
     manifest = index_publisher.read_manifest(directory)
     info = {"snapshot_step": 0, "embedding_dtype": "float32"}
     info.update(index_publisher.metadata_of(manifest))
-    info.update(kind=manifest.kind, num_blocks=manifest.num_docs, dim=manifest.dim)
+    info.update(kind=manifest.builder.get("shard_kind", manifest.kind),  # a sharded index's
+                num_blocks=manifest.num_docs, dim=manifest.dim)  # shards' kind
     return info
 
   @classmethod

@@ -227,8 +227,9 @@ class IndexRefresher(abc.ABC):
       self._snapshot(step, retriever)
     if version in index_publisher.list_versions(self.index_root):
       tf.io.gfile.rmtree(os.path.join(self.index_root, version))  # another doc tower's
-    index_publisher.publish(index_builder.build_index(embeddings, self.kind, self.scann),
-                            self.index_root, version,
+    write = lambda directory: index_builder.save_index(embeddings, directory, self.kind,
+                                                       self.scann)  # shard by shard
+    index_publisher.publish(write, self.index_root, version,
                             {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint,
                              "embedding_dtype": precision.resolve(self.compute_dtype)})
     self._load(version)
