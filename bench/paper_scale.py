@@ -16,6 +16,7 @@ index's `search`. Stages:
   index      the sharded ScaNN index built and published: seconds, peak RSS, bytes per block
   search     load_latest (the swap), p50/p99 of one query and of B = 512, recall@10 vs exact
              on 1,000 queries
+  pretrain   `realm-pretrain` for 4 steps with that index: seconds, peak RSS
   dpr        (--dpr_passages) a DPR-shaped psgs_w100.tsv through Corpus.load: seconds, RSS
 
 Results: bench/results/paper_scale.{json,md}. Peak RSS is `ru_maxrss` of the stage's process;
@@ -42,6 +43,9 @@ _STAGES = flags.DEFINE_list("stages", ["write", "open", "featurize", "index", "s
                             "Stages to run for each N.")
 _WORK_DIR = flags.DEFINE_string("work_dir", "/tmp/paper_scale", "Where the data goes.")
 _SHARD_SIZE = flags.DEFINE_integer("index_shard_size", 2_000_000, "Rows per index shard.")
+_LEAVES = flags.DEFINE_integer("scann_num_leaves", 0, "ScaNN leaves per shard (0: sqrt).")
+_SEARCHED = flags.DEFINE_integer("scann_num_leaves_to_search", 0,
+                                 "ScaNN leaves searched per shard (0: 1/20 of the leaves).")
 _DPR_PASSAGES = flags.DEFINE_integer("dpr_passages", 21_015_324, "Passages of the dpr stage.")
 _STAGE = flags.DEFINE_string("stage", "", "Internal: run one stage in this process.")
 _N = flags.DEFINE_integer("n", 0, "Internal: the N of --stage.")
@@ -60,8 +64,9 @@ def _peak() -> int:
 def _paths(n: int):
   root = os.path.join(_WORK_DIR.value, f"n{n}")
   return {"corpus": os.path.join(root, "corpus"), "embeddings": os.path.join(root, "emb.npy"),
-          "index_root": os.path.join(root, "index"), "sample": os.path.join(_WORK_DIR.value,
-                                                                            "leads288")}
+          "pretrain": os.path.join(root, "pretrain"), "examples": os.path.join(root, "examples"),
+          "index_root": os.path.join(root, "pretrain", "index"),
+          "sample": os.path.join(_WORK_DIR.value, "leads288")}
 
 
 def stage_write(n: int, paths) -> dict:
@@ -133,7 +138,8 @@ def stage_index(n: int, paths) -> dict:
   fingerprint = Corpus.load(paths["corpus"]).fingerprint
   shutil.rmtree(paths["index_root"], ignore_errors=True)
   embeddings = np.load(paths["embeddings"], mmap_mode="r")
-  settings = index_builder.ScannSettings(shard_size=_SHARD_SIZE.value)
+  settings = index_builder.ScannSettings(shard_size=_SHARD_SIZE.value, num_leaves=_LEAVES.value,
+                                         num_leaves_to_search=_SEARCHED.value)
   before = _rss()
   started = time.perf_counter()
   index_publisher.publish(
@@ -146,7 +152,8 @@ def stage_index(n: int, paths) -> dict:
   return {"index_build_publish_s": seconds, "index_peak_rss": _peak(), "index_rss_before": before,
           "index_peak_over_embeddings": (_peak() - before) / (n * data.DIM * 4),
           "index_bytes_per_block": size / n,
-          "index_shards": len(settings.shard_ranges(n))}
+          "index_shards": len(settings.shard_ranges(n)),
+          "scann_leaves_searched": f"{_SEARCHED.value or 'auto'}/{_LEAVES.value or 'auto'}"}
 
 
 def stage_search(n: int, paths) -> dict:
@@ -171,9 +178,10 @@ def stage_search(n: int, paths) -> dict:
     batch.append(time.perf_counter() - started)
   found = np.concatenate([index.search(query[b:b + 250], 10)[1].numpy()
                           for b in range(0, 1000, 250)])
+  search_peak = _peak()
   exact = data.exact_top_k(np.load(paths["embeddings"], mmap_mode="r"), query, 10)
   recall = float(np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact)]))
-  return {"swap_load_s": load_s, "index_loaded_rss": loaded_rss, "search_peak_rss": _peak(),
+  return {"swap_load_s": load_s, "index_loaded_rss": loaded_rss, "search_peak_rss": search_peak,
           "search1_p50_ms": 1e3 * float(np.percentile(one, 50)),
           "search1_p99_ms": 1e3 * float(np.percentile(one, 99)),
           "search512_p50_ms": 1e3 * float(np.percentile(batch, 50)),
@@ -197,13 +205,44 @@ def stage_dpr(n: int, paths) -> dict:
           "dpr_bytes_per_passage": (_peak() - before) / len(store)}
 
 
+def _child_peak(command) -> dict:
+  """Runs a binary to completion; its wall seconds and peak RSS (of the largest child)."""
+  started = time.perf_counter()
+  result = subprocess.run(command, capture_output=True, text=True, check=False)
+  if result.returncode:
+    raise RuntimeError(f"{command[0]} failed:\n{result.stderr[-3000:]}")
+  return {"seconds": time.perf_counter() - started,
+          "peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+
+
+def stage_pretrain(n: int, paths) -> dict:
+  """`realm-pretrain` for a few steps (MiniLM towers, K = 8, B = 2) on the N-block corpus with
+  the published step-0 index (loaded as a resumed run's), no refresh before the last step."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  shutil.rmtree(paths["examples"], ignore_errors=True)
+  data.write_examples(paths["examples"], n)
+  for name in os.listdir(paths["pretrain"]):
+    if name != "index":
+      shutil.rmtree(os.path.join(paths["pretrain"], name), ignore_errors=True)
+  binary = os.path.join(os.path.dirname(sys.executable), "realm-pretrain")
+  out = _child_peak([binary, f"--corpus={paths['corpus']}", f"--examples_dir={paths['examples']}",
+                     f"--model_dir={paths['pretrain']}", "--num_steps=4", "--batch_size=2",
+                     "--refresh=sync", "--refresh_every=100000", "--mlm_warmup_steps=0",
+                     "--checkpoint_every=100000", "--keep_indexes=1",
+                     "--retriever_head=realm"])
+  return {"pretrain_s": out["seconds"], "pretrain_peak_rss": out["peak_rss"]}
+
+
 STAGES = {"write": stage_write, "open": stage_open, "featurize": stage_featurize,
-          "index": stage_index, "search": stage_search, "dpr": stage_dpr}
+          "index": stage_index, "search": stage_search, "pretrain": stage_pretrain,
+          "dpr": stage_dpr}
 
 
 def _run_stage(stage: str, n: int) -> dict:
   command = [sys.executable, os.path.abspath(__file__), f"--stage={stage}", f"--n={n}",
-             f"--work_dir={_WORK_DIR.value}", f"--index_shard_size={_SHARD_SIZE.value}"]
+             f"--work_dir={_WORK_DIR.value}", f"--index_shard_size={_SHARD_SIZE.value}",
+             f"--scann_num_leaves={_LEAVES.value}",
+             f"--scann_num_leaves_to_search={_SEARCHED.value}"]
   started = time.perf_counter()
   result = subprocess.run(command, capture_output=True, text=True, check=False)
   lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
@@ -222,13 +261,18 @@ def main(argv):
     print("RESULT " + json.dumps(result, default=float), flush=True)
     return
   os.makedirs(_WORK_DIR.value, exist_ok=True)
-  rows = []
+  previous = os.path.join("bench", "results", f"{_NAME.value}.json")
+  rows = {}  # stages run separately add to the row of their N
+  if os.path.exists(previous):
+    with open(previous, encoding="utf-8") as f:
+      rows = {row["blocks"]: row for row in json.load(f)["rows"]}
   for n in [int(v) for v in _NUM_BLOCKS.value]:
-    row = {"blocks": n}
+    row = rows.setdefault(n, {"blocks": n})
     for stage in _STAGES.value:
       row.update(_run_stage(stage, _DPR_PASSAGES.value if stage == "dpr" else n))
-    rows.append(row)
-    bench_utils.write_results(_NAME.value, rows, _markdown(rows))
+      bench_utils.write_results(_NAME.value, [rows[k] for k in sorted(rows)],
+                                _markdown([rows[k] for k in sorted(rows)]))
+  rows = [rows[k] for k in sorted(rows)]
   print(_markdown(rows))
 
 
@@ -238,8 +282,8 @@ def _markdown(rows) -> str:
              "open_bytes_per_block", "featurize_blocks_per_s", "index_build_publish_s",
              "index_peak_rss", "index_peak_over_embeddings", "index_bytes_per_block",
              "swap_load_s", "search1_p50_ms", "search1_p99_ms", "search512_p50_ms",
-             "recall10_vs_exact"]
-  shown = [{c: (gib(r[c]) if c.endswith("rss") else r.get(c, "")) for c in columns}
+             "recall10_vs_exact", "pretrain_peak_rss"]
+  shown = [{c: (gib(r.get(c, "")) if c.endswith("rss") else r.get(c, "")) for c in columns}
            for r in rows]
   return bench_utils.markdown_table(shown, columns)
 

@@ -30,7 +30,8 @@ def real_block_sample(cache_dir: str) -> Dict[str, np.ndarray]:
   """The real blocks' columns: lengths (M) and pools of their texts and wordpieces."""
   from realm_tf.real_data import corpus as real_corpus  # pylint: disable=import-outside-toplevel
   store, _ = real_corpus.prepare_corpus(cache_dir, num_docs=0, block_length=288)
-  return {"titles": store.titles, "title_ids": store.title_ids,
+  in_memory = lambda c: type(c)(np.asarray(c.values), np.asarray(c.offsets))
+  return {"titles": in_memory(store.titles), "title_ids": in_memory(store.title_ids),
           "body_len": store.body_ids.row_lengths(), "text_bytes": np.diff(store.texts.offsets),
           "text_pool": np.asarray(store.texts.values),
           "ids_pool": np.asarray(store.body_ids.values, np.uint16)}
@@ -82,6 +83,22 @@ def write_dpr_tsv(path: str, num_passages: int, sample: Dict[str, np.ndarray],
   os.replace(path + ".tmp", path)
 
 
+def write_examples(directory: str, num_blocks: int, count: int = 256, seed: int = 0) -> None:
+  """Writes `count` salient-span pre-training examples (`examples-*.tfrecord` + manifest) whose
+  source blocks are spread over the N blocks."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from realm_tf.data import formats  # pylint: disable=import-outside-toplevel
+  from realm_tf.data import shards  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(seed)
+  os.makedirs(directory, exist_ok=True)
+  with tf.io.TFRecordWriter(os.path.join(directory, "examples-00000-of-00001.tfrecord")) as out:
+    for _ in range(count):
+      query = rng.integers(2000, 29000, size=24)
+      out.write(formats.pretraining_example(query, 5, 7, int(rng.integers(num_blocks)),
+                                            "span", "PERSON"))
+  shards.write_manifest(directory, "examples", {"synthetic": True})
+
+
 def _centres(seed: int) -> Tuple[np.ndarray, np.ndarray]:
   rng = np.random.default_rng(seed)
   centres = rng.normal(size=[_CLUSTERS, DIM]).astype(np.float32)
@@ -119,8 +136,9 @@ def exact_top_k(embeddings: np.ndarray, query: np.ndarray, k: int) -> np.ndarray
   """int64 [Q, k] exact top-k rows by inner product, streamed over the rows in chunks."""
   best_scores = np.full([len(query), k], -np.inf, np.float32)
   best_rows = np.zeros([len(query), k], np.int64)
-  for begin in range(0, len(embeddings), _CHUNK):
-    scores = query @ np.asarray(embeddings[begin:begin + _CHUNK], np.float32).T
+  chunk = 1 << 17
+  for begin in range(0, len(embeddings), chunk):
+    scores = query @ np.asarray(embeddings[begin:begin + chunk], np.float32).T
     top = np.argpartition(-scores, min(k, scores.shape[1] - 1), axis=1)[:, :k]
     scores = np.concatenate([best_scores, np.take_along_axis(scores, top, 1)], axis=1)
     rows = np.concatenate([best_rows, top + begin], axis=1)

@@ -251,8 +251,8 @@ def test_latest_is_confined_and_checked_in_every_reader(tmp_path, content, error
      r"least one block\.$"),
     ("twice.jsonl", '{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n',
      r"twice\.jsonl: duplicate block ids \[1\]\. Give each block its own id"),
-    ("missing.jsonl", None, r"missing\.jsonl: no corpus at this path\. Pass a blocks-\*\.tfrecord "
-     r"directory"),
+    ("missing.jsonl", None, r"missing\.jsonl: no corpus at this path\. Pass a corpus directory, a "
+     r"blocks-\*\.tfrecord directory"),
 ])
 def test_ask_corpus_files_are_named_with_line_and_fix(tmp_path, name, content, message):
   path = tmp_path / name

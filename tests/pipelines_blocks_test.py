@@ -197,8 +197,9 @@ def test_run_pipeline_writes_the_corpus(tmp_path):
   store = Corpus.load(out)
   assert sorted(os.listdir(out)) == ["blocks-00000-of-00002.tfrecord",
                                      "blocks-00001-of-00002.tfrecord",
-                                     "blocks.manifest.json",
+                                     "blocks.manifest.json", "corpus",
                                      "dead_letter-00000-of-00001.jsonl"]
+  assert store.directory == os.path.join(out, "corpus")  # the launcher converted the shards
   manifest = shards.check_shards(out, "blocks").manifest
   assert manifest["num_records"] == len(store) and manifest["config"]["num_shards"] == 2
   blocks = sorted(zip(store.texts, store.body_ids.to_list(), store.title_ids.to_list()),

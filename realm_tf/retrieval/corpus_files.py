@@ -76,7 +76,8 @@ class _ColumnWriter:
 
   def _cast(self, values) -> np.ndarray:
     values = np.asarray(values)
-    if self.dtype == np.uint16 and values.size and (values.max() >= 1 << 16 or values.min() < 0):
+    if (self.dtype == np.uint16 and values.dtype not in (np.uint8, np.uint16) and values.size and
+        (values.max() >= 1 << 16 or values.min() < 0)):
       raise OverflowError(f"{self.path}: wordpiece id {values.max()} does not fit uint16")
     return values.astype(self.dtype, copy=False)
 
