@@ -1,9 +1,15 @@
-"""Reading the block records of a corpus directory (`blocks-*.tfrecord`, see
-`realm_tf.data.formats`) in Beam, and the corpus ids and fingerprint without holding the texts.
+"""Reading the block records of a corpus directory in Beam, and the corpus ids and fingerprint
+without holding the texts.
+
+A corpus directory is either block shards (`blocks-*.tfrecord`, `realm_tf.data.formats`), read
+shard by shard by the workers, or the memory-mapped corpus form (`realm_tf.retrieval.
+corpus_files`, with the pipeline's wordpieces), read in row ranges of `_ROWS_PER_READ` by the
+workers (which must see the directory: local, or a shared file system).
 
 `corpus_ids_and_fingerprint(corpus_dir)` gives the canonical ids and the fingerprint that
-`Corpus.load(corpus_dir).fingerprint` gives (`retrieval.fingerprint`), streaming the
-records: it holds 40 bytes a block (id and block digest), so it stays cheap for 13M blocks.
+`Corpus.load(corpus_dir).fingerprint` gives (`retrieval.fingerprint`): from the corpus form's
+manifest, or streaming the shards' records, holding 40 bytes a block (id and block digest), so
+it stays cheap for 13M blocks.
 """
 import dataclasses
 import os
@@ -15,6 +21,8 @@ import tensorflow as tf
 
 from realm_tf.data import formats
 from realm_tf.data import shards
+from realm_tf.retrieval import corpus_files
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.fingerprint import block_digest
 from realm_tf.retrieval.fingerprint import fingerprint_digests
 
@@ -33,6 +41,21 @@ class BlockRecord:
   text: str
   title_ids: np.ndarray
   body_ids: np.ndarray
+
+
+_ROWS_PER_READ = 65536
+
+
+def _corpus_form_rows(corpus_dir: str, rows: Tuple[int, int]):
+  """The `BlockRecord`s of rows [start, stop) of a corpus-form directory."""
+  store = Corpus.open(corpus_dir)
+  if store.title_ids is None:
+    raise ValueError(f"{corpus_dir}: the corpus has no stored wordpieces (it was not made by "
+                     "the corpus pipeline); the index builder needs them")
+  for r in range(*rows):
+    yield BlockRecord(int(store.block_ids[r]), store.titles[r], store.texts[r],
+                      np.asarray(store.title_ids.row(r), np.int64),
+                      np.asarray(store.body_ids.row(r), np.int64))
 
 
 def parse_block_record(serialized: bytes) -> BlockRecord:
@@ -58,10 +81,11 @@ def block_files(corpus_dir: str) -> List[str]:
 
 
 class ReadBlocks(beam.PTransform):
-  """A corpus directory -> `BlockRecord`s (every `blocks-*.tfrecord` shard).
+  """A corpus directory -> `BlockRecord`s (every `blocks-*.tfrecord` shard, or every row of the
+  corpus form).
 
   Args:
-    corpus_dir: the directory pipeline 1 wrote.
+    corpus_dir: the directory pipeline 1 wrote, or a corpus-form directory.
     verify: check the shards (`block_files`) when the pipeline is built.
   """
 
@@ -71,6 +95,13 @@ class ReadBlocks(beam.PTransform):
     self.verify = verify
 
   def expand(self, pbegin):
+    if corpus_files.is_corpus_dir(self.corpus_dir):
+      num_blocks = len(Corpus.open(self.corpus_dir))
+      ranges = [(start, min(start + _ROWS_PER_READ, num_blocks))
+                for start in range(0, num_blocks, _ROWS_PER_READ)]
+      return (pbegin | "RowRanges" >> beam.Create(ranges) | "Reshuffle" >> beam.Reshuffle()
+              | "ReadRows" >> beam.FlatMap(lambda rows, d=self.corpus_dir: _corpus_form_rows(d,
+                                                                                      rows)))
     if self.verify:
       block_files(self.corpus_dir)
     return (pbegin
@@ -83,6 +114,9 @@ def corpus_ids_and_fingerprint(corpus_dir: str, batch_size: int = 4096
                                ) -> Tuple[np.ndarray, str]:
   """The block ids of `corpus_dir` in canonical (ascending) order, int64 [N], and the corpus
   fingerprint (= `Corpus.load(corpus_dir).fingerprint`), the texts streamed."""
+  if corpus_files.is_corpus_dir(corpus_dir):
+    store = Corpus.open(corpus_dir)
+    return np.asarray(store.block_ids), store.fingerprint
   spec = {name: formats.BLOCK_FEATURES[name] for name in ("block_id", "title", "text")}
   dataset = (tf.data.TFRecordDataset(block_files(corpus_dir))
              .batch(batch_size)

@@ -164,3 +164,21 @@ def test_text_inputs_skip_a_byte_order_mark_and_refuse_bytes_that_are_not_text(t
   tsv = tmp_path / "p.tsv"
   tsv.write_bytes("\ufeffid\ttext\ttitle\n7\tsome text\tT\n".encode("utf-8"))
   assert Corpus.load(str(tsv)).block_ids.tolist() == [7]
+
+
+def test_beam_reads_the_corpus_form_as_it_reads_the_shards(tmp_path):
+  import apache_beam as beam  # pylint: disable=import-outside-toplevel
+  from apache_beam.testing import test_pipeline  # pylint: disable=import-outside-toplevel
+  from apache_beam.testing import util  # pylint: disable=import-outside-toplevel
+  from pipelines import block_records  # pylint: disable=import-outside-toplevel
+  corpus, _ = tiny_world.write_pipeline(str(tmp_path / "world"))
+  key = lambda r: (r.block_id, r.title, r.text, tuple(r.title_ids), tuple(r.body_ids))
+  for directory in (str(tmp_path / "world"), corpus.directory):
+    with test_pipeline.TestPipeline() as p:
+      records = p | block_records.ReadBlocks(directory) | beam.Map(key)
+      util.assert_that(records, util.equal_to(
+          [(int(i), t, x, tuple(a), tuple(b)) for i, t, x, a, b in zip(
+              corpus.block_ids, corpus.titles, corpus.texts, corpus.title_ids.to_list(),
+              corpus.body_ids.to_list())]))
+  assert block_records.corpus_ids_and_fingerprint(corpus.directory)[1] == corpus.fingerprint
+  assert block_records.corpus_ids_and_fingerprint(str(tmp_path / "world"))[1] == corpus.fingerprint
