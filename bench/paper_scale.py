@@ -261,19 +261,29 @@ def main(argv):
     print("RESULT " + json.dumps(result, default=float), flush=True)
     return
   os.makedirs(_WORK_DIR.value, exist_ok=True)
-  previous = os.path.join("bench", "results", f"{_NAME.value}.json")
-  rows = {}  # stages run separately add to the row of their N
-  if os.path.exists(previous):
-    with open(previous, encoding="utf-8") as f:
-      rows = {row["blocks"]: row for row in json.load(f)["rows"]}
   for n in [int(v) for v in _NUM_BLOCKS.value]:
-    row = rows.setdefault(n, {"blocks": n})
     for stage in _STAGES.value:
-      row.update(_run_stage(stage, _DPR_PASSAGES.value if stage == "dpr" else n))
-      bench_utils.write_results(_NAME.value, [rows[k] for k in sorted(rows)],
-                                _markdown([rows[k] for k in sorted(rows)]))
+      size = _DPR_PASSAGES.value if stage == "dpr" else n
+      _save(size, _run_stage(stage, size))
+  rows = _load_rows()
   rows = [rows[k] for k in sorted(rows)]
   print(_markdown(rows))
+
+
+def _load_rows() -> dict:
+  """The rows already measured, by N (stages run separately add to the row of their N)."""
+  path = os.path.join("bench", "results", f"{_NAME.value}.json")
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    return {row["blocks"]: row for row in json.load(f)["rows"]}
+
+
+def _save(n: int, result: dict) -> None:
+  rows = _load_rows()
+  rows.setdefault(n, {"blocks": n}).update(result)
+  ordered = [rows[k] for k in sorted(rows)]
+  bench_utils.write_results(_NAME.value, ordered, _markdown(ordered))
 
 
 def _markdown(rows) -> str:
