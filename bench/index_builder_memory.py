@@ -1,19 +1,23 @@
-"""The index builder's launcher memory against the number of blocks, and its 13.3M model.
+"""The index builder's memory against the number of blocks, and the sharded index's recall.
 
-  python bench/index_builder_memory.py --num_blocks=10000,100000,300000,1000000
+  python bench/index_builder_memory.py --num_blocks=100000,300000,1000000 --shards=4,8
 
-For each N: synthetic float32 [N, 128] embeddings are written as the embedding pipeline's
-shards (one per 100k blocks), then a fresh process runs the launcher's part of pipeline 3
-after the Beam stage, `build_index_lib.publish_embeddings` (read the shards into one array,
-check them against the corpus ids, build ScaNN with the default settings or `--scann_*`,
-save, verify and publish), and reports its peak resident memory (`ru_maxrss`) and its
-resident memory before the call (Python, TensorFlow, ScaNN loaded). A least-squares line
-peak = a + b·N gives bytes per block and the constant, extrapolated to REALM's 13,353,718
-blocks. Writes bench/results/index_builder_memory.{md,json}.
+For each N and each S of `--shards`: synthetic clustered float32 [N, 128] embeddings (a
+mixture of Gaussians around `--centres` unit-norm centres, normalised) are written to a `.npy`
+file; a fresh process opens it with `np.load(..., mmap_mode="r")` and publishes a ScaNN index
+of it shard by shard (`index_publisher.publish` of `index_builder.save_index`: S shards of
+ceil(N / S) rows, the default ScaNN settings applied to each, then the shard-by-shard
+verification). It reports its resident memory before the call (Python, TensorFlow, ScaNN
+loaded), its peak, and the peak within each phase (a shard's rows converted to float32,
+ScaNN's build, saving, verifying; Linux's VmHWM, reset at each phase change). The parent then
+loads the published index and measures recall@10 against exact search (float64 numpy) on
+`--num_queries` queries drawn near the centres. Writes
+bench/results/index_builder_memory.{md,json}.
 """
+import math
 import multiprocessing
 import os
-import resource
+import re
 import sys
 import tempfile
 import time
@@ -24,22 +28,18 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from pipelines import build_index_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.data import formats  # pylint: disable=g-import-not-at-top
-from realm_tf.data import shards  # pylint: disable=g-import-not-at-top
-from realm_tf.mips import index_builder  # pylint: disable=g-import-not-at-top
 
-_NUM_BLOCKS = flags.DEFINE_list("num_blocks", ["10000", "100000", "300000", "1000000"],
+_NUM_BLOCKS = flags.DEFINE_list("num_blocks", ["100000", "300000", "1000000"],
                                 "Corpus sizes N to measure.")
+_SHARDS = flags.DEFINE_list("shards", ["4", "8"],
+                            "Index shards per corpus (shard size ceil(N/S)); each is measured.")
 _DIM = flags.DEFINE_integer("dim", 128, "Embedding dimension D.")
-_KIND = flags.DEFINE_enum("index_kind", "scann", index_builder.KINDS, "Index to build.")
-_LEAVES = flags.DEFINE_integer("scann_num_leaves", 0, "ScaNN leaves; 0: sqrt(N).")
-_SEARCHED = flags.DEFINE_integer("scann_num_leaves_to_search", 0,
-                                 "ScaNN leaves searched; 0: 1/20 of the leaves.")
+_CENTRES = flags.DEFINE_integer("centres", 2000, "Mixture components of the embeddings.")
+_NUM_QUERIES = flags.DEFINE_integer("num_queries", 1000, "Queries for recall@10.")
 _RESULTS_DIR = flags.DEFINE_string("results_dir", "bench/results", "Where results go.")
 
-FULL_SCALE = 13_353_718
 _KIB = 1024
+_CHUNK = 100_000
 
 
 def _rss_bytes() -> int:
@@ -47,102 +47,164 @@ def _rss_bytes() -> int:
     return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def write_shards(directory: str, num_blocks: int, dim: int, seed: int = 0) -> np.ndarray:
-  """Writes N synthetic embeddings as the pipeline's shards; returns the sorted block ids [N]."""
-  rng = np.random.default_rng(seed)
-  ids = np.unique(rng.integers(0, 1 << 63, size=num_blocks + num_blocks // 100 + 10,
-                               dtype=np.int64))[:num_blocks]
-  rng.shuffle(ids)
-  ids = np.sort(ids[:num_blocks])
-  num_shards = max(1, -(-num_blocks // build_index_lib.BLOCKS_PER_SHARD))
-  owner = np.array([build_index_lib.shard_of(i, num_shards) for i in ids])
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  for shard in range(num_shards):
-    rows = np.nonzero(owner == shard)[0]
-    with tf.io.TFRecordWriter(build_index_lib.shard_path(directory, shard, num_shards)) as w:
-      for begin in range(0, len(rows), 10_000):
-        chunk = rows[begin:begin + 10_000]
-        vectors = rng.standard_normal((len(chunk), dim)).astype(np.float32)
-        for block_id, vector in zip(ids[chunk], vectors):
-          w.write(formats.embedding_example(int(block_id), vector))
-  shards.write_manifest(directory, build_index_lib.EMBEDDINGS_PREFIX, {"synthetic": True})
-  return ids
+def _clustered(rng, centres, n, dim):
+  """n unit-norm points around random centres (noise of norm ~0.5 before normalising)."""
+  points = centres[rng.integers(0, len(centres), n)] + (
+      0.5 / math.sqrt(dim)) * rng.standard_normal((n, dim))
+  return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
 
 
-def _launcher(directory, num_shards, ids, dim, index_root, kind, scann, queue) -> None:
-  """The measured process: the launcher's part of `build_index` after the pipeline."""
+def write_embeddings(path: str, num_blocks: int, dim: int, num_centres: int, num_queries: int):
+  """Writes clustered float32 [N, D] embeddings to `path` (.npy); returns queries [Q, D]."""
+  rng = np.random.default_rng(0)
+  centres = rng.standard_normal((num_centres, dim))
+  centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+  out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(num_blocks, dim))
+  for begin in range(0, num_blocks, _CHUNK):
+    out[begin:begin + _CHUNK] = _clustered(rng, centres, min(_CHUNK, num_blocks - begin), dim)
+  out.flush()
+  del out
+  return _clustered(rng, centres, num_queries, dim)
+
+
+def _peak_bytes() -> int:
+  """This process's peak resident memory since exec or the last `_reset_peak` (VmHWM; unlike
+  `ru_maxrss` it does not carry over the parent's peak through fork + exec)."""
+  with open("/proc/self/status", encoding="ascii") as f:
+    return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) * _KIB
+
+
+def _reset_peak() -> None:
+  with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+    f.write("5")  # resets VmHWM to the current resident memory
+
+
+class _PhasePeaks:
+  """Exact peak resident memory per phase: the high-water mark is read and reset whenever the
+  phase changes."""
+
+  def __init__(self):
+    self.peaks, self.phase = {}, "other"
+    _reset_peak()
+
+  def enter(self, phase):
+    self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), _peak_bytes())
+    _reset_peak()
+    self.phase = phase
+
+  def wrap(self, module, name, phase):
+    inner = getattr(module, name)
+
+    def wrapped(*args, **kwargs):
+      previous = self.phase
+      self.enter(phase)
+      try:
+        return inner(*args, **kwargs)
+      finally:
+        self.enter(previous)
+    setattr(module, name, wrapped)
+
+
+def _builder(path, index_root, shard_size, queue) -> None:
+  """The measured process: publish a sharded ScaNN index of the memory-mapped embeddings."""
+  # pylint: disable=g-import-not-at-top
+  from realm_tf.mips import index_builder
+  from realm_tf.mips import index_publisher
+  from realm_tf.mips import mips_index
+  from realm_tf.mips import scann_index
   before = _rss_bytes()
+  phases = _PhasePeaks()
+  phases.wrap(index_builder, "_shard_rows", "rows to float32")
+  phases.wrap(scann_index.ScannIndex, "build", "ScaNN build")
+  phases.wrap(scann_index.ScannIndex, "save", "save")
+  phases.wrap(mips_index, "check_index", "verify")
+  embeddings = np.load(path, mmap_mode="r")
+  settings = index_builder.ScannSettings(shard_size=shard_size)
   start = time.perf_counter()
-  published = build_index_lib.publish_embeddings(directory, num_shards, ids, dim, index_root,
-                                                 "step-00000001", {"num_blocks": len(ids)},
-                                                 kind, scann)
+  published = index_publisher.publish(
+      lambda d: index_builder.save_index(embeddings, d, "scann", settings), index_root,
+      "step-00000001")
   seconds = time.perf_counter() - start
-  size = sum(os.path.getsize(os.path.join(published, f)) for f in os.listdir(published))
-  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _KIB  # Linux: KiB
-  queue.put({"rss_before": before, "peak_rss": peak, "seconds": seconds, "index_bytes": size})
+  phases.enter("other")
+  size = sum(os.path.getsize(os.path.join(root, f))
+             for root, _, files in os.walk(published) for f in files)
+  peak = max(phases.peaks.values())
+  queue.put({"rss_before": before, "peak_rss": peak, "seconds": seconds, "index_bytes": size,
+             "phase_peaks": phases.peaks})
 
 
-def measure(num_blocks: int, dim: int, kind: str, scann: index_builder.ScannSettings):
-  """One row: the launcher's peak resident memory for N blocks."""
+def _exact_top10(path, queries):
+  embeddings = np.load(path, mmap_mode="r")
+  scores, ids = [], []
+  for begin in range(0, len(embeddings), _CHUNK):
+    chunk = queries.astype(np.float64) @ embeddings[begin:begin + _CHUNK].astype(np.float64).T
+    top = np.argsort(-chunk, axis=1)[:, :10]
+    scores.append(np.take_along_axis(chunk, top, axis=1))
+    ids.append(top + begin)
+  scores, ids = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
+  return np.take_along_axis(ids, np.argsort(-scores, axis=1)[:, :10], axis=1)
+
+
+def measure(num_blocks: int, dim: int, shards: int, centres: int, num_queries: int):
+  """One row: the builder's peak resident memory, and recall@10 of what it published."""
+  shard_size = -(-num_blocks // shards)
   with tempfile.TemporaryDirectory() as tmp:
-    embeddings_dir = os.path.join(tmp, "embeddings")
-    os.makedirs(embeddings_dir)
-    ids = write_shards(embeddings_dir, num_blocks, dim)
-    num_shards = max(1, -(-num_blocks // build_index_lib.BLOCKS_PER_SHARD))
+    path = os.path.join(tmp, "embeddings.npy")
+    queries = write_embeddings(path, num_blocks, dim, centres, num_queries)
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_launcher, args=(
-        embeddings_dir, num_shards, ids, dim, os.path.join(tmp, "index"), kind, scann, queue))
+    process = context.Process(target=_builder, args=(path, os.path.join(tmp, "index"),
+                                                     shard_size, queue))
     process.start()
     row = queue.get()
     process.join()
     if process.exitcode:
-      raise RuntimeError(f"the launcher for N={num_blocks} exited with {process.exitcode}")
+      raise RuntimeError(f"the builder for N={num_blocks} exited with {process.exitcode}")
+    from realm_tf.mips import index_publisher  # pylint: disable=g-import-not-at-top
+    _, index, _ = index_publisher.load_latest(os.path.join(tmp, "index"))
+    _, ids = index.search(queries, 10)
+    true_ids = _exact_top10(path, queries)
+    recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids.numpy(), true_ids)]))
+    num_shards = len(index.shards) if hasattr(index, "shards") else 1
+    del index
   embeddings_bytes = num_blocks * dim * 4
-  return {"num_blocks": num_blocks, "dim": dim, **row,
-          "peak_over_embeddings": (row["peak_rss"] - row["rss_before"]) / embeddings_bytes}
-
-
-def fit(rows):
-  """Least squares peak = a + b·N; returns (a bytes, b bytes per block)."""
-  n = np.array([r["num_blocks"] for r in rows], np.float64)
-  peak = np.array([r["peak_rss"] for r in rows], np.float64)
-  b, a = np.polyfit(n, peak, 1) if len(rows) > 1 else (peak[0] / n[0], 0.0)
-  return float(a), float(b)
+  return {"num_blocks": num_blocks, "dim": dim, "shard_size": shard_size,
+          "num_shards": num_shards, **row, "recall_at_10": recall,
+          "peak_over_embeddings": row["peak_rss"] / embeddings_bytes,
+          "growth_over_embeddings": (row["peak_rss"] - row["rss_before"]) / embeddings_bytes}
 
 
 def main(argv):
   del argv
-  scann = index_builder.ScannSettings(num_leaves=_LEAVES.value,
-                                      num_leaves_to_search=_SEARCHED.value)
   machine = bench_utils.machine_line()
   print(machine, flush=True)
   rows = []
   for num_blocks in sorted(int(n) for n in _NUM_BLOCKS.value):
-    rows.append(measure(num_blocks, _DIM.value, _KIND.value, scann))
-    print(rows[-1], flush=True)
-  a, b = fit(rows)
-  full = a + b * FULL_SCALE
-  gib = lambda x: x / (1 << 30)
+    for shards in sorted(int(s) for s in _SHARDS.value):
+      rows.append(measure(num_blocks, _DIM.value, shards, _CENTRES.value, _NUM_QUERIES.value))
+      print(rows[-1], flush=True)
+  mib = lambda x: f"{x / 2**20:.0f}"
+  phases = ["rows to float32", "ScaNN build", "save", "verify"]
   lines = [
-      "# Index builder: launcher memory vs blocks", "", machine, "",
-      f"Index: {_KIND.value}, settings {scann}, D = {_DIM.value}, float32 synthetic "
-      "embeddings, one shard per 100k blocks.", "",
-      "| blocks N | RSS before (MiB) | peak RSS (MiB) | (peak - before) / (N·D·4) | "
-      "seconds | index on disk (MiB) |", "|---|---|---|---|---|---|"]
+      "# Index builder: peak memory of the sharded build, and recall", "", machine, "",
+      f"ScaNN, default settings per shard, D = {_DIM.value}, S shards per corpus, clustered "
+      f"float32 embeddings ({_CENTRES.value} centres) memory-mapped from a .npy file; "
+      f"recall@10 vs exact on {_NUM_QUERIES.value} queries.", "",
+      "| blocks N | shards × rows | embeddings (MiB) | RSS before (MiB) | peak RSS (MiB) | "
+      "peak / embeddings | (peak - before) / embeddings | "
+      + " | ".join(f"peak in {p} (MiB)" for p in phases) + " | seconds | index on disk (MiB) "
+      "| recall@10 |", "|---" * (10 + len(phases)) + "|"]
   for r in rows:
-    lines.append(f"| {r['num_blocks']:,} | {r['rss_before'] / 2**20:.0f} | "
-                 f"{r['peak_rss'] / 2**20:.0f} | {r['peak_over_embeddings']:.2f} | "
-                 f"{r['seconds']:.1f} | {r['index_bytes'] / 2**20:.0f} |")
-  lines += ["", f"Fit: peak = {gib(a):.2f} GiB + {b:.0f} bytes/block × N "
-            f"({b / (_DIM.value * 4):.2f}× the {_DIM.value * 4} bytes of one embedding).",
-            f"Extrapolated to {FULL_SCALE:,} blocks: {gib(full):.1f} GiB peak in the launcher.",
-            ""]
-  markdown = "\n".join(lines)
+    peaks = [mib(r["phase_peaks"].get(p, 0)) for p in phases]
+    lines.append(
+        f"| {r['num_blocks']:,} | {r['num_shards']} × {r['shard_size']:,} | "
+        f"{mib(r['num_blocks'] * r['dim'] * 4)} | {mib(r['rss_before'])} | "
+        f"{mib(r['peak_rss'])} | {r['peak_over_embeddings']:.2f} | "
+        f"{r['growth_over_embeddings']:.2f} | " + " | ".join(peaks) +
+        f" | {r['seconds']:.1f} | {mib(r['index_bytes'])} | {r['recall_at_10']:.3f} |")
+  markdown = "\n".join(lines + [""])
   print(markdown)
-  bench_utils.write_results("index_builder_memory", rows + [
-      {"fit_constant_bytes": a, "fit_bytes_per_block": b, "full_scale_blocks": FULL_SCALE,
-       "full_scale_peak_bytes": full}], markdown, _RESULTS_DIR.value)
+  bench_utils.write_results("index_builder_memory", rows, markdown, _RESULTS_DIR.value)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ directory, and refuses a missing, damaged or foreign shard naming it.
 
 Dimension legend: Q queries, N documents, D embedding dimension, k results.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -167,7 +168,6 @@ def test_a_shard_of_another_size_is_refused_naming_it(saved, tmp_path):
   with open(top) as f:
     data = json.load(f)
   with open(os.path.join(shard, "manifest.json"), "rb") as f:  # a consistent checksum
-    import hashlib  # pylint: disable=g-import-not-at-top
     data["builder"]["shards"][1]["manifest_sha256"] = hashlib.sha256(f.read()).hexdigest()
   with open(top, "w") as f:
     json.dump(data, f)
@@ -222,3 +222,15 @@ def test_the_shard_size_is_a_checked_flag():
   assert "--index_shard_size=500" in index_builder.ScannSettings(shard_size=500).flag_args()
   with pytest.raises(errors.InputError, match="^--scann_num_leaves: 300 leaves for 250"):
     index_builder.ScannSettings(num_leaves=300, shard_size=250).check(1_000, _DIM)
+
+
+def test_a_qa_document_index_reads_a_sharded_index(tmp_path):
+  from realm_tf.qa.doc_index import DocIndex  # pylint: disable=g-import-not-at-top
+  docs = _gaussian(11, 30, _DIM)
+  doc_index = DocIndex(docs, _exact_shards(docs, [12, 18]), "fp", 7, "brute_force")
+  doc_index.save(str(tmp_path))
+  assert DocIndex.read_info(str(tmp_path))["kind"] == "brute_force"  # its shards' kind
+  loaded = DocIndex.load(str(tmp_path))
+  assert (loaded.kind, loaded.num_blocks, loaded.corpus_fingerprint) == ("brute_force", 30, "fp")
+  assert isinstance(loaded.index, ShardedIndex)
+  np.testing.assert_array_equal(loaded.embeddings, docs)

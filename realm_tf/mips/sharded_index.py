@@ -204,8 +204,7 @@ class ShardedIndex(mips_index.MipsIndex):
 
   @classmethod
   def check_shards(cls, directory: str, manifest: manifest_lib.IndexManifest,
-                   check: Callable[[mips_index.MipsIndex, str], None],
-                   verify_checksums: bool = True) -> None:
+                   check: Callable[[mips_index.MipsIndex, str], None]) -> None:
     """Loads each shard in turn (checksums verified), calls `check(shard, shard_directory)`
     and drops it before the next: at most one shard is held.
 
@@ -213,7 +212,7 @@ class ShardedIndex(mips_index.MipsIndex):
       IndexCorruptedError: a shard is missing, damaged, or not the one listed.
     """
     for entry in _shard_table(directory, manifest):
-      shard = _load_shard(directory, entry, manifest.dim, verify_checksums)
+      shard = _load_shard(directory, entry, manifest.dim, verify_checksums=True)
       check(shard, os.path.join(directory, entry["directory"]))
       del shard
 
