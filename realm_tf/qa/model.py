@@ -15,7 +15,8 @@ Model directory (written by `realm_tf.qa.finetune_lib`, read by `QAModel.load`):
     corpus.jsonl         the knowledge corpus (a copy, so that the directory can move)
     doc_embedder/step-<S>/  doc-embedder SavedModel of the doc tower snapshot of step S
     index/step-<S>/      `DocIndex` of the corpus embedded by it: an index version in the
-                         format pre-training publishes (`realm_tf.mips.index_publisher`)
+                         format pre-training publishes (`realm_tf.mips.index_publisher`),
+                         with block_embeddings.npy (`retrieval.embedding_file`)
     ckpt-<N>.*           tf.train.Checkpoint(retriever, reader, optimizer, step,
                          doc_snapshot_step), managed by tf.train.CheckpointManager
     best/                the checkpoint with the best dev exact match, its own model.json
