@@ -4,7 +4,8 @@ REALM (§4.3) says the whole fine-tuned model runs on a single machine with a 12
 measures ours with REALM's shapes: BERT-base query tower, frozen BERT-base doc tower
 (held in memory, as fine-tuning keeps it), BERT-base reader; the reader reads top-5 blocks of
 288 wordpieces (`[CLS] x [SEP] z_body [SEP]` of 320), the retriever loss covers the top-5000
-blocks (gathered from the frozen [N, 128] block embeddings), AdamW.
+blocks (their rows of the frozen [N, 128] block embeddings, an input of the step [B, 5000, 128]
+that the host reads from the memory-mapped embeddings file), AdamW.
 
 Each scenario runs in a fresh process (`--scenario=...`, spawned by the default run):
   finetune   `open_qa_step.make_replica_step`: Open-QA loss, gradients, AdamW update
@@ -15,7 +16,8 @@ and reports
                    this is what must fit in its memory
   rss_peak_gib     the process's peak resident memory (TF runtime and Python included)
 plus analytic sizes: parameters, Adam slots, and the block embeddings of the 13,353,718-block
-Wikipedia corpus (kept on the host, like the MIPS index).
+Wikipedia corpus in float32 and in bfloat16/float16 storage (a memory-mapped file on the host;
+the MIPS index holds its own copy).
 
     python bench/qa_memory_bench.py                      # both scenarios, B=1 question
     python bench/qa_memory_bench.py --batch_size=4 --output=results/qa_memory.json
@@ -34,7 +36,7 @@ WIKIPEDIA_BLOCKS = 13_353_718
 GIB = 1 << 30
 
 
-def _inputs(batch_size, read_k, retrieve_k, query_length, reader_length, num_blocks, vocab):
+def _inputs(batch_size, read_k, retrieve_k, query_length, reader_length, dim, vocab):
   """Synthetic prepared inputs with the `FineTuner.prepare_batch` names and shapes."""
   rng = np.random.default_rng(0)
   query_ids = rng.integers(5, vocab, [batch_size, query_length]).astype(np.int32)
@@ -54,7 +56,8 @@ def _inputs(batch_size, read_k, retrieve_k, query_length, reader_length, num_blo
       "query_input_type_ids": np.zeros_like(query_ids),
       "reader_input_word_ids": reader_ids, "reader_input_mask": np.ones_like(reader_ids),
       "reader_input_type_ids": types, "reader_block_mask": block_mask,
-      "rows": rng.integers(0, num_blocks, [batch_size, retrieve_k]).astype(np.int64),
+      "rows": rng.integers(0, WIKIPEDIA_BLOCKS, [batch_size, retrieve_k]).astype(np.int64),
+      "block_embeddings": rng.standard_normal([batch_size, retrieve_k, dim]).astype(np.float32),
       "has_answer": has_answer, "gold_starts": gold_starts, "gold_ends": gold_ends,
   }
 
@@ -72,15 +75,13 @@ def run_scenario(args) -> dict:
   config = presets.ModelConfig(encoder=presets.encoder_config("bert_base", 30522))
   with tf.device(device):
     retriever, reader = presets.build_models(config)
-    block_embeddings = tf.Variable(
-        tf.random.normal([args.num_blocks, config.projection_size]), trainable=False)
   inputs = {n: tf.constant(v) for n, v in _inputs(
       args.batch_size, args.read_k, args.retrieve_k, config.query_length,
-      config.reader_length, args.num_blocks, config.encoder.vocab_size).items()}
+      config.reader_length, config.projection_size, config.encoder.vocab_size).items()}
   if args.scenario == "finetune":
     optimizer = optimization.create_optimizer(optimization.OptimizerConfig())
     step = tf.function(open_qa_step.make_replica_step(retriever, reader, optimizer,
-                                                      block_embeddings, args.batch_size))
+                                                      args.batch_size))
   else:
     def infer(prepared):
       query = {n: prepared[f"query_{n}"] for n in ("input_word_ids", "input_mask",
@@ -116,6 +117,8 @@ def run_scenario(args) -> dict:
       "weights_gib": parameters * 4 / GIB,
       "adam_slots_gib": (2 * trained * 4 / GIB) if args.scenario == "finetune" else 0.0,
       "wikipedia_block_embeddings_gib": WIKIPEDIA_BLOCKS * config.projection_size * 4 / GIB,
+      "wikipedia_block_embeddings_16bit_gib": (
+          WIKIPEDIA_BLOCKS * config.projection_size * 2 / GIB),
   }
 
 
@@ -127,8 +130,6 @@ def main(argv=None) -> None:
   parser.add_argument("--read_k", type=int, default=5, help="Blocks read per question.")
   parser.add_argument("--retrieve_k", type=int, default=5000,
                       help="Blocks in the retriever loss.")
-  parser.add_argument("--num_blocks", type=int, default=100_000,
-                      help="Rows of the in-memory block-embedding matrix.")
   parser.add_argument("--steps", type=int, default=2, help="Measured steps after tracing.")
   parser.add_argument("--output", default="", help="Write the figures as JSON here.")
   args = parser.parse_args(argv)
@@ -142,7 +143,7 @@ def main(argv=None) -> None:
   for scenario in ("finetune", "inference"):
     command = [sys.executable, os.path.abspath(__file__), f"--scenario={scenario}"] + [
         f"--{name}={getattr(args, name)}" for name in ("batch_size", "read_k", "retrieve_k",
-                                                      "num_blocks", "steps")]
+                                                      "steps")]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     results.append(json.loads(output.strip().splitlines()[-1]))
     print(json.dumps(results[-1], indent=2), flush=True)

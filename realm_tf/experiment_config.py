@@ -27,6 +27,7 @@ from realm_tf.evaluation.qa_example import dataset_spec
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.presets import InitConfig
 from realm_tf.presets import ModelConfig
+from realm_tf.retrieval.embedding_file import check_storage_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +220,9 @@ class OpenQATaskConfig:
       pre-trained retriever with shared towers).
     embedding_dtype: the doc tower's precision when embedding the index (and of its
       export), recorded in the index manifest's metadata.
+    embedding_storage_dtype: "float32", "bfloat16" or "float16": the dtype the index's block
+      embeddings are stored in (`retrieval.embedding_file`; 4, 2 or 2 bytes per value),
+      recorded in the index manifest's metadata.
   """
   corpus: str = ""
   train_data: str = ""
@@ -235,8 +239,10 @@ class OpenQATaskConfig:
   scann: ScannSettings = ScannSettings()
   index_refresh_steps: int = 0
   embedding_dtype: str = "auto"
+  embedding_storage_dtype: str = "float32"
 
   def __post_init__(self):
+    check_storage_dtype(self.embedding_storage_dtype)
     for name in ("reader_top_k", "retriever_top_k", "max_gold_spans"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -86,6 +86,9 @@ flags.DEFINE_enum("compute_dtype", "auto", cli.COMPUTE_DTYPES,
 flags.DEFINE_enum("embedding_dtype", "auto", cli.COMPUTE_DTYPES,
                   "Doc-tower precision when embedding the QA index (auto as "
                   "--compute_dtype).")
+flags.DEFINE_enum("embedding_storage_dtype", "float32", ("float32", "bfloat16", "float16"),
+                  "Dtype the QA index's block embeddings are stored in, memory-mapped "
+                  "(bytes per block: 4, 2, 2 times the projection size).")
 flags.DEFINE_enum("strategy", "default", cli.STRATEGIES,
                   "tf.distribute strategy.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
@@ -120,7 +123,8 @@ SETTINGS = {
     "checkpoint_every": "trainer.checkpoint_every",
     "keep_checkpoints": "trainer.keep_checkpoints", "log_every": "trainer.log_every",
     "seed": "runtime.seed", "compute_dtype": "runtime.compute_dtype",
-    "embedding_dtype": "task.embedding_dtype", "strategy": "runtime.strategy",
+    "embedding_dtype": "task.embedding_dtype",
+    "embedding_storage_dtype": "task.embedding_storage_dtype", "strategy": "runtime.strategy",
     "tpu": "runtime.tpu"}
 
 

@@ -1,5 +1,6 @@
 """The `ask` front door: Python API, corpus swap, embedding checks, bad questions, CLI."""
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -159,6 +160,32 @@ def test_the_model_index_is_a_published_index_version(world, model_dir, asker, t
   np.testing.assert_array_equal(loaded.embeddings, asker.model.doc_index.embeddings)
   with pytest.raises(EmbeddingMismatchError, match="built for another corpus"):
     DocIndex.load(os.path.join(root, "step-00000007"), Corpus.load(world.new_corpus))
+
+
+def test_damaged_block_embeddings_are_refused_naming_the_file(world, model_dir, asker,
+                                                              tmp_path):
+  """The model's index maps its block embeddings file; a truncated or damaged one, or one of
+  another row count than the index and corpus, is one line naming it."""
+  assert isinstance(asker.model.doc_index.embeddings, np.memmap)
+  corpus = Corpus.load(world.corpus)
+  copy = tmp_path / "index"
+  shutil.copytree(os.path.join(model_dir, "index", "step-00000000"), copy)
+  path = copy / "block_embeddings.npy"
+  content = path.read_bytes()
+  path.write_bytes(content[:-4])
+  with pytest.raises(errors.InputError, match=r"block_embeddings\.npy: .*truncated") as raised:
+    DocIndex.load(str(copy), corpus)
+  assert "\n" not in str(raised.value)
+  path.write_bytes(content[:-1] + bytes([content[-1] ^ 1]))
+  with pytest.raises(errors.InputError, match=r"block_embeddings\.npy: .*sha256"):
+    DocIndex.load(str(copy), corpus)
+  np.save(path, np.zeros([len(corpus) - 1, asker.model.doc_index.dim], np.float32))
+  with pytest.raises(errors.InputError, match=rf"block_embeddings\.npy: {len(corpus) - 1} "
+                     rf"embeddings of dimension \d+, but the index has {len(corpus)} blocks"):
+    DocIndex.load(str(copy), corpus)
+  path.write_bytes(content)
+  np.testing.assert_array_equal(DocIndex.load(str(copy), corpus).embeddings,
+                                asker.model.doc_index.embeddings)
 
 
 def test_an_old_format_doc_index_says_to_rebuild(world, model_dir, tmp_path):

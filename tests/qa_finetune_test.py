@@ -25,6 +25,7 @@ from realm_tf import tiny_world
 from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import QAModel
+from realm_tf.retrieval import embedding_file
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.optimizer import default_warmup_steps
@@ -187,6 +188,54 @@ def test_prepare_batch_supervision(trained):
                    for a in example.answers)
 
 
+def test_gathered_rows_give_the_loss_of_the_whole_matrix(trained):
+  """The step's block embeddings are the K retrieved rows read from the memory-mapped file on
+  the host; in float32 storage the losses equal those of gathering them in-graph from the
+  whole [N, D] matrix (the index's copy), missing rows included."""
+  tuner = trained[0]
+  assert isinstance(tuner.doc_index.embeddings, np.memmap)
+  assert tuner.doc_index.storage_dtype == "float32"
+  batch = tuner.prepare_batch(tuner.train_examples[:8])
+  batch["rows"][0, 3] = batch["rows"][5, -1] = -1
+  batch["block_embeddings"] = embedding_file.gather(tuner.doc_index.embeddings, batch["rows"])
+  matrix = tf.constant(tuner.doc_index.index.document_embeddings())
+  in_graph = dict({n: tf.constant(v) for n, v in batch.items()},
+                  block_embeddings=tf.gather(matrix, tf.maximum(batch["rows"], 0)))
+  want = open_qa_step.open_qa_losses(tuner.retriever, tuner.reader, in_graph, training=False)
+  np.testing.assert_array_equal(tuner.loss(batch), want[0].numpy())
+  assert np.isfinite(want[0].numpy()).all()
+
+
+def test_embeddings_stored_in_bfloat16(trained, world, tmp_path):
+  """embedding_storage_dtype="bfloat16": the index version holds the block embeddings in 2
+  bytes a value, recorded in its manifest, memory-mapped by the tuner and by the QA model
+  loaded from the directory; values within bfloat16's rounding of the float32 ones."""
+  full = trained[0]
+  tuner = FineTuner(tiny_config(world, str(tmp_path / "b16"), dev_data="", num_steps=0,
+                                embedding_storage_dtype="bfloat16"), log=lambda message: None)
+  index_root = os.path.join(tuner.experiment.trainer.model_dir, "index")
+  assert index_publisher.read_metadata(index_root, "step-00000000")[
+      embedding_file.STORAGE_KEY] == "bfloat16"
+  embeddings = tuner.doc_index.embeddings
+  assert isinstance(embeddings, np.memmap) and embeddings.dtype == tf.bfloat16.as_numpy_dtype
+  assert os.path.getsize(os.path.join(index_root, "step-00000000", "block_embeddings.npy")) == (
+      128 + embeddings.size * 2)
+  rows = np.arange(len(tuner.corpus))
+  np.testing.assert_allclose(embedding_file.gather(embeddings, rows), full.doc_index.embeddings,
+                             rtol=2.0**-8, atol=1e-6)
+  assert tuner.refresher.matches_doc_tower(tuner.retriever)
+  batch = tuner.prepare_batch(tuner.train_examples[:8])
+  assert batch["block_embeddings"].dtype == np.float32
+  assert np.isfinite(tuner.loss(batch)).all()
+  tuner.run()
+  model = QAModel.load(tuner.experiment.trainer.model_dir)
+  assert model.doc_index.storage_dtype == "bfloat16"
+  assert isinstance(model.doc_index.embeddings, np.memmap)
+  np.testing.assert_array_equal(model.doc_index.embeddings, embeddings)
+  with pytest.raises(ValueError, match="embedding storage dtype must be one of"):
+    tiny_config(world, str(tmp_path / "bad"), embedding_storage_dtype="int8")
+
+
 def test_read_answer_block_reads_the_best_answer_bearing_block(trained):
   tuner, _, _, _, _ = trained
   experiment, num_read = tuner.experiment, tuner.num_read
@@ -236,7 +285,9 @@ def test_index_refresh_swaps_in_the_snapshot_index_under_a_strategy(world, tmp_p
   tuner.run()
   assert int(tuner.doc_snapshot_step.numpy()) == 3 and tuner.doc_index.snapshot_step == 3
   assert not np.allclose(initial, tuner.doc_index.embeddings)
-  np.testing.assert_array_equal(tuner.block_embeddings.numpy(), tuner.doc_index.embeddings)
+  batch = tuner.prepare_batch(tuner.train_examples[:4])  # the step reads the new index's rows
+  np.testing.assert_array_equal(batch["block_embeddings"],
+                                tuner.refresher.index.document_embeddings()[batch["rows"]])
   assert tuner.refresher.matches_doc_tower(tuner.retriever)
   names = {os.path.join(root, name) for root in ("index", "doc_embedder")
            for name in os.listdir(os.path.join(model_dir, root))}

@@ -127,7 +127,7 @@ def test_finetuning_step_compiles_with_xla(tmp_path):
       runtime=RuntimeConfig(compute_dtype="float32")), log=lambda message: None)
   prepared = tuner.prepare_batch(tuner.train_examples[:4])
   batch = {name: tf.constant(value) for name, value in prepared.items()}
-  step_fn = open_qa_step.make_replica_step(tuner.retriever, tuner.reader, tuner.optimizer,
-                                           tuner.block_embeddings, 4, tuner.retriever_optimizer)
+  step_fn = open_qa_step.make_replica_step(tuner.retriever, tuner.reader, tuner.optimizer, 4,
+                                           tuner.retriever_optimizer)
   _assert_compiles_and_matches(step_fn, batch, [tuner.retriever, tuner.reader],
                                [tuner.optimizer, tuner.retriever_optimizer])

@@ -5,24 +5,31 @@ Legend: N blocks, D embedding dim.
 A `DocIndex` directory is an index version directory of `realm_tf.mips.index_publisher`, the
 format the pre-training refresher and the index builder publish: the MIPS index files, and
 `manifest.json` (format_version, kind, N, D, a sha256 of every file) whose metadata holds
-"corpus_fingerprint", "snapshot_step" and "embedding_dtype". The block embeddings float32
-[N, D] (row r = corpus row r; the retriever logits of fine-tuning are gathered from them) are
-the index's own (`MipsIndex.document_embeddings`). A directory in the older layout (info.json,
-embeddings.npy, index/) is an `InputError` saying to rebuild it.
+"corpus_fingerprint", "snapshot_step" and "embedding_dtype", and the block embeddings [N, D]
+(row r = corpus row r; fine-tuning's retriever logits are computed from their rows) in
+`block_embeddings.npy`, stored as float32, bfloat16 or float16 ("embedding_storage_dtype",
+`retrieval.embedding_file`: 4, 2 or 2 bytes per value, D=128: 512, 256 or 256 bytes a block)
+and memory-mapped when loaded, so the process holds only the pages it reads besides the MIPS
+index's own copy. An index version without that file (e.g. one pre-training published) gives
+the index's float32 copy (`MipsIndex.document_embeddings`). A directory in the older layout
+(info.json, embeddings.npy, index/) is an `InputError` saying to rebuild it.
 
-Embeddings always come from a doc tower through `retrieval.embedding.embed_blocks`: a
-doc-embedder export (`realm_tf.signatures.doc_embedder`) here, as in the index builder, or the
+Embeddings always come from a doc tower through `retrieval.embedding.embed_blocks`, written
+straight into the memory-mapped file: a doc-embedder export (`realm_tf.signatures.doc_embedder`)
+here, over the corpus's wordpieces in the export's vocabulary (`Corpus.wordpieces`), or the
 retriever in memory (fine-tuning's `retrieval.index_refresh` refresher). Embeddings from
 elsewhere (another `DocIndex` directory, or the embedding pipeline's `embeddings-*.tfrecord`
 shards) are checked against the embedder before use: the dimension must agree and a
 deterministic sample of blocks is re-embedded and compared, so a corpus embedded by another
 model is an `EmbeddingMismatchError`, never silently wrong retrieval. The comparison allows the
 rounding of the precision the embeddings were computed in ("embedding_dtype": float32, or
-bfloat16 from a bfloat16 doc tower, `models.precision`):
+bfloat16 from a bfloat16 doc tower, `models.precision`) and stored in:
 `retrieval.embedding.embedding_tolerance`.
 """
 import dataclasses
-from typing import Any, Callable, Dict, Optional, Sequence
+import os
+import tempfile
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -37,9 +44,11 @@ from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval import embedding
+from realm_tf.retrieval import embedding_file
 from realm_tf.signatures.doc_embedder import DocEmbedder
 
 _VERIFY_SAMPLE = 8
+_PIPELINE_BATCH = 4096
 
 
 class EmbeddingMismatchError(errors.InputError):
@@ -52,13 +61,13 @@ def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.
   """Checks that `embeddings` are the doc embedder's embeddings of `corpus`.
 
   Args:
-    dtypes: the precisions of `embeddings` and of `doc_embedder` ("float32" / "bfloat16").
+    dtypes: the precisions of `embeddings` and of `doc_embedder` ("float32" / "bfloat16"), and
+      the dtype `embeddings` are stored in.
 
   Raises:
     EmbeddingMismatchError: a row count or dimension disagreement, or sampled blocks whose
       re-embedding differs by more than `embedding_tolerance(dtypes, ...)`.
   """
-  embeddings = np.asarray(embeddings)
   if embeddings.ndim != 2 or embeddings.shape[0] != len(corpus):
     raise EmbeddingMismatchError(
         f"{source}: {embeddings.shape[0] if embeddings.ndim else 0} embeddings for the "
@@ -71,7 +80,7 @@ def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.
   rows = np.unique(np.linspace(0, len(corpus) - 1, min(_VERIFY_SAMPLE, len(corpus))).astype(int))
   fresh = embedding.embed_texts(embedding.ExportTower(doc_embedder), doc_embedder.tokenizer(),
                                 [corpus.titles[r] for r in rows], [corpus.texts[r] for r in rows])
-  difference = float(np.max(np.abs(fresh - embeddings[rows])))
+  difference = float(np.max(np.abs(fresh - embedding_file.gather(embeddings, rows))))
   tolerance = embedding.embedding_tolerance(dtypes, float(np.max(np.abs(fresh), initial=0.0)))
   if not np.isfinite(difference) or difference > tolerance:
     raise EmbeddingMismatchError(
@@ -81,8 +90,10 @@ def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.
         "doc embedder (e.g. `realm-ask --corpus=...` without a precomputed index)")
 
 
-def load_pipeline_embeddings(directory: str, corpus: Corpus) -> np.ndarray:
-  """Reads the embedding pipeline's `embeddings-*.tfrecord` shards in corpus row order.
+def load_pipeline_embeddings(directory: str, corpus: Corpus, path: str,
+                             storage_dtype: str = "float32") -> np.ndarray:
+  """Writes the embedding pipeline's `embeddings-*.tfrecord` shards in corpus row order into a
+  new embeddings file at `path` (`retrieval.embedding_file`), streaming; returns it mapped.
 
   Raises:
     FileNotFoundError: no shards in `directory`.
@@ -90,24 +101,41 @@ def load_pipeline_embeddings(directory: str, corpus: Corpus) -> np.ndarray:
     EmbeddingMismatchError: blocks of the corpus without an embedding, or unknown blocks.
   """
   files = shards.check_shards(directory, "embeddings").files  # verified, or a warning
+  out, seen, count, unknown, unknown_count = None, np.zeros(len(corpus), bool), 0, [], 0
+  for ids, vectors in _pipeline_records(files):
+    if len({len(v) for v in vectors} | ({out.shape[1]} if out is not None else set())) != 1:
+      raise EmbeddingMismatchError(f"{directory}: embeddings of different dimensions")
+    if out is None:
+      out = embedding_file.create(path, len(corpus), len(vectors[0]), storage_dtype)
+    rows = np.minimum(np.searchsorted(corpus.block_ids, ids), len(corpus) - 1)
+    known = np.asarray(corpus.block_ids[rows]) == ids
+    unknown.extend(ids[~known][:max(0, 5 - len(unknown))].tolist())
+    unknown_count, count = unknown_count + int(np.sum(~known)), count + len(ids)
+    out[rows[known]] = np.stack(vectors)[known].astype(out.dtype)
+    seen[rows[known]] = True
+  missing = np.asarray(corpus.block_ids)[~seen]
+  if out is None or unknown_count or missing.size or count != len(corpus):
+    raise EmbeddingMismatchError(errors.describe(
+        directory, f"does not embed corpus {corpus.source!r}: {missing.size} blocks without "
+        f"an embedding (e.g. {missing[:5].tolist()}), {unknown_count} unknown blocks "
+        f"(e.g. {unknown}), {count} records for {len(corpus)} blocks",
+        "Pass the embeddings of this corpus (python -m pipelines.build_index "
+        "--embeddings_dir=...), or leave --embeddings_dir out to embed it"))
+  out.flush()
+  return embedding_file.open_embeddings(path, storage_dtype)
+
+
+def _pipeline_records(files: List[str]) -> Iterator[Tuple[np.ndarray, List[np.ndarray]]]:
+  """(block ids int64 [C], C embeddings) of the shards' records, `_PIPELINE_BATCH` at a time."""
   ids, vectors = [], []
   for record in tf.data.TFRecordDataset(files).map(formats.parse_embedding):
     ids.append(int(record["block_id"]))
     vectors.append(record["embedding"].numpy())
-  ids = np.asarray(ids, np.int64)
-  if len(set(len(v) for v in vectors)) != 1:
-    raise EmbeddingMismatchError(f"{directory}: embeddings of different dimensions")
-  unknown = np.setdiff1d(ids, corpus.block_ids)
-  missing = np.setdiff1d(corpus.block_ids, ids)
-  if unknown.size or missing.size or len(ids) != len(corpus):
-    raise EmbeddingMismatchError(errors.describe(
-        directory, f"does not embed corpus {corpus.source!r}: {missing.size} blocks without "
-        f"an embedding (e.g. {missing[:5].tolist()}), {unknown.size} unknown blocks "
-        f"(e.g. {unknown[:5].tolist()}), {len(ids)} records for {len(corpus)} blocks",
-        "Pass the embeddings of this corpus (python -m pipelines.build_index "
-        "--embeddings_dir=...), or leave --embeddings_dir out to embed it"))
-  order = np.argsort(ids, kind="stable")
-  return np.stack(vectors)[order].astype(np.float32)
+    if len(ids) == _PIPELINE_BATCH:
+      yield np.asarray(ids, np.int64), vectors
+      ids, vectors = [], []
+  if ids:
+    yield np.asarray(ids, np.int64), vectors
 
 
 @dataclasses.dataclass
@@ -115,12 +143,17 @@ class DocIndex:
   """Block embeddings [N, D] of a corpus and a MIPS index over them.
 
   Attributes:
-    embeddings: float32 [N, D].
+    embeddings: [N, D] in `storage_dtype`, a read-only memmap of the embeddings file (float32
+      in memory for an index version without one); `embedding_file.gather` reads rows as
+      float32.
     index: the `MipsIndex` (row r = corpus row r).
     corpus_fingerprint: `Corpus.fingerprint` of the corpus embedded.
     snapshot_step: the training step of the doc tower that embedded it (0: pre-trained).
     kind: "scann" or "brute_force" (of each shard of a sharded index).
     embedding_dtype: the precision the embeddings were computed in ("float32" / "bfloat16").
+    storage_dtype: the dtype they are stored in ("float32" / "bfloat16" / "float16").
+    staging: the temporary directory holding the embeddings file of an index built here and
+      not saved (it lives as long as the `DocIndex`).
   """
   embeddings: np.ndarray
   index: MipsIndex
@@ -128,6 +161,9 @@ class DocIndex:
   snapshot_step: int = 0
   kind: str = "scann"
   embedding_dtype: str = "float32"
+  storage_dtype: str = "float32"
+  staging: Optional[tempfile.TemporaryDirectory] = dataclasses.field(
+      default=None, repr=False, compare=False)
 
   @property
   def num_blocks(self) -> int:
@@ -142,31 +178,65 @@ class DocIndex:
             snapshot_step: int = 0, batch_size: int = 64,
             progress: Optional[Callable[[int], None]] = None,
             scann: ScannSettings = ScannSettings(),
-            embedding_dtype: str = "float32") -> "DocIndex":
-    """Embeds `corpus` with `doc_embedder` (an export computing in `embedding_dtype`), tokenized
-    by the export's own tokenizer (`retrieval.embedding.embed_texts`), and indexes it
-    (`index_builder.build_index`)."""
-    embeddings = embedding.embed_texts(embedding.ExportTower(doc_embedder),
-                                       doc_embedder.tokenizer(), corpus.titles, corpus.texts,
-                                       batch_size, progress)
-    return cls(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint,
-               snapshot_step, kind, embedding_dtype)
+            embedding_dtype: str = "float32", storage_dtype: str = "float32") -> "DocIndex":
+    """Embeds `corpus` with `doc_embedder` (an export computing in `embedding_dtype`) over its
+    wordpieces in the export's vocabulary into an embeddings file in `storage_dtype` (in a
+    temporary directory until `save`), and indexes it (`index_builder.build_index`)."""
+    staging = tempfile.TemporaryDirectory(prefix="realm_doc_index_")
+    path = os.path.join(staging.name, embedding_file.EMBEDDING_FILE)
+    out = embedding_file.create(path, len(corpus), doc_embedder.embedding_dim, storage_dtype)
+    embedding.embed_blocks(embedding.ExportTower(doc_embedder),
+                           *corpus.wordpieces(doc_embedder.tokenizer()), batch_size, progress,
+                           out=out)
+    out.flush()
+    del out
+    return cls.from_file(path, corpus, kind, scann, snapshot_step, embedding_dtype,
+                         storage_dtype, staging)
+
+  @classmethod
+  def from_file(cls, path: str, corpus: Corpus, kind: str, scann: ScannSettings,
+                snapshot_step: int, embedding_dtype: str, storage_dtype: str,
+                staging: Optional[tempfile.TemporaryDirectory] = None) -> "DocIndex":
+    """The `DocIndex` of `corpus` over the embeddings file at `path`, indexed here."""
+    embeddings = embedding_file.open_embeddings(path, storage_dtype, len(corpus))
+    index = build_index(embeddings, kind, scann)  # converted to float32 a shard at a time
+    return cls(embeddings, index, corpus.fingerprint, snapshot_step, kind, embedding_dtype,
+               storage_dtype, staging)
 
   def metadata(self) -> Dict[str, Any]:
-    """What the index directory records besides the index (`index_publisher` metadata)."""
+    """What the index directory records besides the index and the embeddings file's
+    (`index_publisher` metadata)."""
     return {"corpus_fingerprint": self.corpus_fingerprint, "snapshot_step": self.snapshot_step,
             "embedding_dtype": self.embedding_dtype}
 
   @classmethod
-  def from_index(cls, index: MipsIndex, metadata: Dict[str, Any]) -> "DocIndex":
-    """The `DocIndex` of a loaded index version and its metadata."""
-    return cls(index.document_embeddings(), index, str(metadata.get("corpus_fingerprint", "")),
+  def from_index(cls, index: MipsIndex, metadata: Dict[str, Any],
+                 embeddings: Optional[np.ndarray] = None) -> "DocIndex":
+    """The `DocIndex` of a loaded index version, its metadata and its mapped embeddings file
+    (None: the version has none, the index's copy is used)."""
+    storage_dtype = str(metadata.get(embedding_file.STORAGE_KEY, "float32"))
+    if embeddings is None:
+      embeddings, storage_dtype = index.document_embeddings(), "float32"
+    return cls(embeddings, index, str(metadata.get("corpus_fingerprint", "")),
                int(metadata.get("snapshot_step", 0)), kind_of(index),
-               str(metadata.get("embedding_dtype", "float32")))
+               str(metadata.get("embedding_dtype", "float32")), storage_dtype)
 
   def save(self, directory: str) -> None:
-    """Writes the index with its metadata into `directory` (`index_publisher.write_index`)."""
-    index_publisher.write_index(self.index, directory, self.metadata())
+    """Writes the embeddings file, then the index with its metadata into `directory`
+    (`index_publisher.write_index`)."""
+    tf.io.gfile.makedirs(directory)
+    path = os.path.join(directory, embedding_file.EMBEDDING_FILE)
+    source = getattr(self.embeddings, "filename", None)
+    if source is not None and os.path.exists(source):
+      if os.path.abspath(source) != os.path.abspath(path):
+        tf.io.gfile.copy(source, path, overwrite=True)
+    else:
+      out = embedding_file.create(path, self.num_blocks, self.dim, self.storage_dtype)
+      out[:] = self.embeddings
+      out.flush()
+      del out
+    index_publisher.write_index(self.index, directory, dict(
+        self.metadata(), **embedding_file.metadata(path, self.storage_dtype)))
 
   @staticmethod
   def exists(directory: str) -> bool:
@@ -176,8 +246,9 @@ class DocIndex:
 
   @staticmethod
   def read_info(directory: str) -> Dict[str, Any]:
-    """{"kind", "num_blocks", "dim", "corpus_fingerprint", "snapshot_step", "embedding_dtype"}
-    of a saved index, from its manifest (without loading its arrays).
+    """{"kind", "num_blocks", "dim", "corpus_fingerprint", "snapshot_step", "embedding_dtype",
+    "embedding_storage_dtype"} of a saved index, from its manifest (without loading its
+    arrays).
 
     Raises:
       FileNotFoundError: no index in `directory`.
@@ -186,7 +257,8 @@ class DocIndex:
     if not tf.io.gfile.isdir(directory):
       raise FileNotFoundError(f"no document index at {directory}")
     manifest = index_publisher.read_manifest(directory)
-    info = {"snapshot_step": 0, "embedding_dtype": "float32"}
+    info = {"snapshot_step": 0, "embedding_dtype": "float32",
+            embedding_file.STORAGE_KEY: "float32"}
     info.update(index_publisher.metadata_of(manifest))
     info.update(kind=manifest.builder.get("shard_kind", manifest.kind),  # a sharded index's
                 num_blocks=manifest.num_docs, dim=manifest.dim)  # shards' kind
@@ -194,12 +266,13 @@ class DocIndex:
 
   @classmethod
   def load(cls, directory: str, corpus: Optional[Corpus] = None) -> "DocIndex":
-    """Loads a saved `DocIndex` (checksums verified); with `corpus`, checks that it indexes
-    that corpus.
+    """Loads a saved `DocIndex` (checksums verified), its embeddings file memory-mapped; with
+    `corpus`, checks that it indexes that corpus.
 
     Raises:
       FileNotFoundError: no index in `directory`.
-      InputError: an index in the older layout (rebuild it).
+      InputError: an index in the older layout (rebuild it), or an embeddings file that is
+        damaged, truncated or of another shape (naming the file).
       IndexCorruptedError: its files do not match its manifest.
       EmbeddingMismatchError: it indexes another corpus.
     """
@@ -212,14 +285,16 @@ class DocIndex:
           f"{str(info.get('corpus_fingerprint'))[:12]}; this corpus: {len(corpus)} blocks, "
           f"{corpus.fingerprint[:12]})", "Pass the corpus it was built for, or a precomputed "
           "index of this corpus"))
-    return cls.from_index(*index_publisher.read_index(directory))
+    embeddings = embedding_file.open_in(directory, info, info["num_blocks"], info["dim"])
+    return cls.from_index(*index_publisher.read_index(directory), embeddings)
 
 
 def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str = "",
                  kind: str = "scann", batch_size: int = 64,
                  progress: Optional[Callable[[int], None]] = None,
                  scann: ScannSettings = ScannSettings(),
-                 embedding_dtype: str = "float32") -> DocIndex:
+                 embedding_dtype: str = "float32",
+                 storage_dtype: str = "float32") -> DocIndex:
   """The `DocIndex` of a (possibly new) knowledge corpus for a model's doc embedder.
 
   Args:
@@ -233,20 +308,26 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
     scann: the ScaNN settings of a "scann" index built here.
     embedding_dtype: the precision `doc_embedder` computes in ("float32" / "bfloat16"); a
       `DocIndex` directory records its own, pipeline shards are taken to be in this one.
+    storage_dtype: the dtype embeddings made or read here are stored in (a `DocIndex`
+      directory keeps its own).
 
   Raises:
     EmbeddingMismatchError: the precomputed embeddings do not match the corpus or embedder.
   """
   if not embeddings_dir:
     return DocIndex.build(doc_embedder, corpus, kind, batch_size=batch_size, progress=progress,
-                          scann=scann, embedding_dtype=embedding_dtype)
+                          scann=scann, embedding_dtype=embedding_dtype,
+                          storage_dtype=storage_dtype)
   source = f"embeddings in {embeddings_dir}"
   if DocIndex.exists(embeddings_dir):
     doc_index = DocIndex.load(embeddings_dir, corpus)
     verify_embeddings(doc_embedder, corpus, doc_index.embeddings, source,
-                      (doc_index.embedding_dtype, embedding_dtype))
+                      (doc_index.embedding_dtype, embedding_dtype, doc_index.storage_dtype))
     return doc_index
-  embeddings = load_pipeline_embeddings(embeddings_dir, corpus)
-  verify_embeddings(doc_embedder, corpus, embeddings, source, (embedding_dtype,))
-  return DocIndex(embeddings, build_index(embeddings, kind, scann), corpus.fingerprint, 0, kind,
-                  embedding_dtype)
+  staging = tempfile.TemporaryDirectory(prefix="realm_doc_index_")
+  path = os.path.join(staging.name, embedding_file.EMBEDDING_FILE)
+  embeddings = load_pipeline_embeddings(embeddings_dir, corpus, path, storage_dtype)
+  verify_embeddings(doc_embedder, corpus, embeddings, source, (embedding_dtype, storage_dtype))
+  del embeddings
+  return DocIndex.from_file(path, corpus, kind, scann, 0, embedding_dtype, storage_dtype,
+                            staging)

@@ -4,15 +4,10 @@ Legend: B questions per batch, K blocks scored by the retriever loss (reference:
 k blocks read (5), Lq / Lr query / reader length, S spans, A gold spans, N blocks, D dim.
 
 Per step:
-1. Host, outside the replicated step: the current query tower embeds the B questions
-   (no dropout), the MIPS index returns their top-K corpus rows; `has_answer` [B, K] is
-   computed on the block texts with `realm_tf.evaluation.has_answer` (what evaluation's
-   recall@k uses); the top-k blocks (with `task.read_answer_block`, the best answer-bearing
-   block of the top-K replaces the k-th when none of the top k holds an answer, as DPR trains
-   its reader; evaluation always reads the top k) are packed as reader inputs
-   `[CLS] x [SEP] z_body [SEP]` (`Featurizer`, the inference featurization) and every
-   occurrence of an answer's wordpieces in a block body becomes a gold span [B, k, A]
-   (`supervision.gold_spans`).
+1. Host, outside the replicated step (`realm_tf.qa.open_qa_batches`): the current query tower
+   retrieves the top-K corpus rows of the B questions, their block embeddings [B, K, D] are
+   read from the document index's memory-mapped embeddings file, and the answer supervision
+   of the K blocks and of the k read is computed.
 2. Replicated step (`tf.distribute`, `realm_tf.qa.open_qa_step`): `open_qa_loss` of the query
    tower against the frozen block embeddings and of the reader over the k blocks, AdamW.
 
@@ -30,7 +25,7 @@ with dev data, every `trainer.eval_every` steps and at the last step dev exact m
 Index refresh (`task.index_refresh_steps > 0`, off by default; the paper's footnote 3
 suggests it may help): every that many steps the doc tower becomes a snapshot of the current
 query tower (as REALM's shared towers would be), the corpus is re-embedded by it and the index
-and block-embedding matrix are swapped in, synchronously, by pre-training's refresher
+and its block-embeddings file are swapped in, synchronously, by pre-training's refresher
 (`retrieval.index_refresh.SynchronousRefresher`, set up by `realm_tf.qa.index_snapshots`:
 versions `index/step-<S>/` with their doc embedders `doc_embedder/step-<S>/`). It needs a
 pre-trained retriever with shared towers.
@@ -51,7 +46,6 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import distribute
-from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.keras import keras
 from realm_tf.models import precision
@@ -74,11 +68,9 @@ from realm_tf.qa.model import MODEL_INFO
 from realm_tf.qa.model import VOCAB
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import make_system
-from realm_tf.qa.open_qa_step import QUERY_FEATURES
-from realm_tf.qa.open_qa_step import READER_FEATURES
+from realm_tf.qa.open_qa_batches import BatchPreparer
 from realm_tf.qa.open_qa_step import make_replica_step
 from realm_tf.qa.open_qa_step import open_qa_losses
-from realm_tf.qa.supervision import gold_spans
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.tokenization.featurizers import Featurizer
@@ -192,16 +184,11 @@ class FineTuner:
 
     self.refresher = start_refresher(self.output_dir, self.corpus, self.tokenizer, task,
                                      self.retriever, self._snapshot(), self._checkpoints())
-    self.doc_index = DocIndex.from_index(self.refresher.index, self.refresher.metadata)
-    with tf.device("CPU:0"):
-      self.block_embeddings = tf.Variable(self.doc_index.embeddings, trainable=False,
-                                          name="block_embeddings")
+    self.doc_index = self._refreshed_doc_index()
     self._replica_step = make_replica_step(self.retriever, self.reader, self.optimizer,
-                                           self.block_embeddings, trainer.batch_size,
-                                           self.retriever_optimizer)
+                                           trainer.batch_size, self.retriever_optimizer)
     self._systems: Dict[int, RetrieveAndRead] = {}  # blocks read -> the system reading that many
-    self._embed_fn = tf.function(self._embed_questions, reduce_retracing=True)
-    self._reader_inputs_fn = tf.function(self.featurizer.reader_inputs, reduce_retracing=True)
+    self._prepare = BatchPreparer(self.retriever, self.featurizer, self.tokenizer, self.corpus)
     self._train_fn = tf.function(self._distributed_step)
     self._epoch_orders = {}
     self._losses_run: List[float] = []
@@ -223,11 +210,15 @@ class FineTuner:
     snapshot_query_tower(self.retriever)
     self.doc_snapshot_step.assign(step)
     self.refresher.maybe_refresh(step, self.retriever)
-    self.doc_index = DocIndex.from_index(self.refresher.index, self.refresher.metadata)
-    self.block_embeddings.assign(self.doc_index.embeddings)
+    self.doc_index = self._refreshed_doc_index()
     self._systems = {}
     self.loop.save()  # the checkpoint's doc tower must match the live index.
     self.refresher.retain(checkpoint_versions(self._checkpoints()))
+
+  def _refreshed_doc_index(self) -> DocIndex:
+    """The refresher's index version in use, its embeddings file memory-mapped."""
+    return DocIndex.from_index(self.refresher.index, self.refresher.metadata,
+                               self.refresher.embeddings)
 
   def _checkpoints(self) -> List[str]:  # the kept checkpoints and the best one
     return list(self.loop.manager.checkpoints) + [self.loop.best_manager.latest_checkpoint]
@@ -275,61 +266,15 @@ class FineTuner:
       picked.append(self.train_examples[self._epoch_orders[epoch][position % count]])
     return picked
 
-  def _embed_questions(self, questions):
-    features, query_ids = self.featurizer.questions(questions)
-    return features, query_ids, self.retriever.embed_query(features, training=False)
-
   def prepare_batch(self, examples: List[datasets.QAExample]) -> Dict[str, np.ndarray]:
-    """Host-side retrieval and supervision for a batch (step 1 of the module docstring).
-
-    Returns:
-      numpy arrays: "query_*" [B, Lq], "rows" int64 [B, K] (-1: missing), "has_answer" bool
-      [B, K], "read_positions" int32 [B, k] (the blocks read among the K), "reader_*" int32
-      [B, k, Lr], "gold_starts" / "gold_ends" int32 [B, k, A].
-    """
-    task = self.experiment.task
-    batch, k, length = len(examples), self.num_read, task.model.reader_length
-    features, query_ids, query_emb = self._embed_fn(tf.constant([e.question for e in examples]))
-    _, rows = self.doc_index.index.search(query_emb, self.num_retrieved)
-    rows = rows.numpy()
-    matchers = [AnswerMatcher(e.answers, e.match) for e in examples]
-    texts = self.corpus.texts
-    has_answer = np.array([[r >= 0 and m.has_answer(texts[r]) for r in row]
-                           for m, row in zip(matchers, rows)], bool)
-    positions = np.tile(np.arange(k), [batch, 1])
-    if task.read_answer_block:  # DPR's reader training: an answer-bearing block among the read
-      for b in np.flatnonzero(~has_answer[:, :k].any(1) & has_answer.any(1)):
-        positions[b, -1] = np.argmax(has_answer[b])
-    read = np.take_along_axis(rows, positions, axis=1)
-    titles = [[self.corpus.titles[r] if r >= 0 else "" for r in row] for row in read]
-    bodies = [[texts[r] if r >= 0 else "" for r in row] for row in read]
-    reader = {n: t.numpy() for n, t in self._reader_inputs_fn(
-        query_ids, tf.constant(titles, tf.string), tf.constant(bodies, tf.string)).items()}
-    strings = [[m.answer_strings(body) for body in row] for m, row in zip(matchers, bodies)]
-    vocabulary = sorted({s for row in strings for block in row for s in block})
-    tokens = dict(zip(vocabulary, self.tokenizer(tf.constant(vocabulary, tf.string)).to_list()
-                      if vocabulary else []))
-    starts, ends = [], []
-    for b in range(batch):
-      s, e = gold_spans(reader["input_word_ids"][b * k:(b + 1) * k],
-                        reader["block_mask"][b * k:(b + 1) * k],
-                        [[tokens[a] for a in block] for block in strings[b]],
-                        task.model.max_span_width, task.max_gold_spans,
-                        self.tokenizer.continuation)
-      starts.append(s)
-      ends.append(e)
-    prepared = {f"query_{n}": features[n].numpy() for n in QUERY_FEATURES}
-    prepared.update({f"reader_{n}": reader[n].reshape([batch, k, length])
-                     for n in READER_FEATURES})
-    prepared.update(rows=rows.astype(np.int64), has_answer=has_answer,
-                    read_positions=positions.astype(np.int32),
-                    gold_starts=np.stack(starts), gold_ends=np.stack(ends))
-    return prepared
+    """Host-side retrieval and supervision for a batch (`open_qa_batches.BatchPreparer`)."""
+    return self._prepare(examples, self.doc_index, self.experiment.task, self.num_retrieved,
+                         self.num_read)
 
   # The replicated step ------------------------------------------------------------------------
 
   def _losses(self, inputs: Dict[str, tf.Tensor], training: bool):
-    return open_qa_losses(self.retriever, self.reader, self.block_embeddings, inputs, training)
+    return open_qa_losses(self.retriever, self.reader, inputs, training)
 
   def loss(self, prepared: Dict[str, np.ndarray]) -> np.ndarray:
     """Per-question losses [B] of a `prepare_batch` result with the current weights, without

@@ -44,14 +44,15 @@ def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenize
   its own), started on the doc tower of step `snapshot` (its version reused if it matches the
   doc tower, else built), with the versions of `checkpoints` pinned. Every
   `index_refresh_steps` it embeds the corpus (N blocks, in the run's `tokenizer`'s wordpieces)
-  with the doc tower in `embedding_dtype` into an `index_kind` index (`scann` settings); it
-  keeps one version besides the pinned ones."""
+  with the doc tower in `embedding_dtype` into an embeddings file in `embedding_storage_dtype`
+  and an `index_kind` index over it (`scann` settings); it keeps one version besides the
+  pinned ones."""
   refresher = SynchronousRefresher(
       os.path.join(directory, INDEX_ROOT), task.index_refresh_steps, corpus,
       (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), task.index_kind,
       task.model.block_length, compute_dtype=precision.resolve(task.embedding_dtype),
       keep_versions=1, scann=task.scann, snapshot_root=os.path.join(directory, EMBEDDER_ROOT),
-      tokenizer=tokenizer)
+      tokenizer=tokenizer, embedding_storage_dtype=task.embedding_storage_dtype)
   refresher.retain(checkpoint_versions(checkpoints))
   refresher.start(snapshot, retriever, index_publisher.version_for_step(snapshot),
                   check_doc_tower=True)

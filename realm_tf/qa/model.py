@@ -15,7 +15,8 @@ Model directory (written by `realm_tf.qa.finetune_lib`, read by `QAModel.load`):
     corpus.jsonl         the knowledge corpus (a copy, so that the directory can move)
     doc_embedder/step-<S>/  doc-embedder SavedModel of the doc tower snapshot of step S
     index/step-<S>/      `DocIndex` of the corpus embedded by it: an index version in the
-                         format pre-training publishes (`realm_tf.mips.index_publisher`)
+                         format pre-training publishes (`realm_tf.mips.index_publisher`),
+                         with block_embeddings.npy (`retrieval.embedding_file`)
     ckpt-<N>.*           tf.train.Checkpoint(retriever, reader, optimizer, step,
                          doc_snapshot_step), managed by tf.train.CheckpointManager
     best/                the checkpoint with the best dev exact match, its own model.json
@@ -46,6 +47,7 @@ from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import index_corpus
+from realm_tf.retrieval import embedding_file
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.signatures.doc_embedder import DocEmbedder
@@ -245,6 +247,8 @@ class QAModel:
         embedded with the model's doc embedder (paper Appendix C: new knowledge without
         retraining), the one case that loads the doc-embedder SavedModel.
       embeddings_dir: with `corpus`, precomputed embeddings to verify and use instead.
+        Embeddings made or read for `corpus` are stored (memory-mapped, in a temporary
+        directory) in the dtype of the model's own index.
       index_kind: with `corpus`, the MIPS index to build (default: the model's own kind).
       scann: with `corpus`, the ScaNN settings of a "scann" index.
       embedding_dtype: with `corpus`, the precision it is embedded in ("float32", "bfloat16"
@@ -278,7 +282,8 @@ class QAModel:
       if dtype != own.get("embedding_dtype", "float32"):
         model._export_doc_embedder(dtype)  # pylint: disable=protected-access
       model.doc_index = index_corpus(model.doc_embedder, model.corpus, embeddings_dir,
-                                     kind=kind, scann=scann, embedding_dtype=dtype)
+                                     kind=kind, scann=scann, embedding_dtype=dtype,
+                                     storage_dtype=own[embedding_file.STORAGE_KEY])
     else:
       model.corpus = Corpus.load(paths["corpus"])
       model.doc_index = DocIndex.load(paths["doc_index"], model.corpus)

@@ -5,8 +5,10 @@ Legend: B questions, K blocks scored by the retriever loss, k blocks read, Lq / 
 reader length, S spans, A gold spans, N blocks, D dim.
 
 The query tower re-embeds the questions (with dropout when training); retriever logits f(x, z)
-[B, K] are inner products with the block embeddings, gathered in-graph from the frozen [N, D]
-matrix the index was built from (the doc tower is not trained, so they are exact); the reader
+[B, K] are inner products with the K retrieved blocks' embeddings [B, K, D], an input of the
+step: the host reads those rows of the frozen block-embedding file the index was built from
+(`retrieval.embedding_file.gather`; the doc tower is not trained, so they are exact), so no
+[N, D] copy lives in the trainer (13.3M REALM blocks: 6.8 GB in float32); the reader
 scores all spans of the k blocks [B, k, S]; `open_qa_loss` (retriever marginal over K + reader
 marginal over k x S, each zero without a correct candidate) is minimised with AdamW
 (`training.optimizer.create_optimizer`). Everything here has static shapes and no host op, so
@@ -25,14 +27,13 @@ READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "block_mask
 QUERY_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
 
 
-def open_qa_losses(retriever, reader, block_embeddings: tf.Variable,
-                   inputs: Dict[str, tf.Tensor], training: bool):
+def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bool):
   """Per-question Open-QA losses of prepared inputs (`FineTuner.prepare_batch` names).
 
   Args:
     retriever, reader: the models (the query tower and the reader run here).
-    block_embeddings: float32 [N, D], the frozen doc-tower embeddings of the corpus rows.
-    inputs: "query_*" [B, Lq], "rows" [B, K], "has_answer" [B, K], "reader_*" [B, k, Lr],
+    inputs: "query_*" [B, Lq], "rows" [B, K], "block_embeddings" float32 [B, K, D] (the
+      frozen doc-tower embeddings of those rows), "has_answer" [B, K], "reader_*" [B, k, Lr],
       "gold_starts" / "gold_ends" [B, k, A], optional "read_positions" [B, k] (the blocks
       read among the K; default the top k).
     training: dropout on or off.
@@ -47,7 +48,7 @@ def open_qa_losses(retriever, reader, block_embeddings: tf.Variable,
   flat = {n: tf.reshape(t, [batch * k, -1]) for n, t in features.items()}
   rows = inputs["rows"]
   query_emb = tf.cast(retriever.embed_query(query, training=training), tf.float32)
-  blocks = tf.gather(block_embeddings, tf.maximum(rows, 0))  # [B, K, D]
+  blocks = tf.cast(inputs["block_embeddings"], tf.float32)  # [B, K, D]
   retriever_logits = tf.where(rows >= 0, tf.einsum("bd,bkd->bk", query_emb, blocks),
                               masked_logit_value(tf.float32))  # [B, K]
   span_logits, starts, ends = reader.span_logits(
@@ -60,8 +61,8 @@ def open_qa_losses(retriever, reader, block_embeddings: tf.Variable,
   return per_question, parts["retriever_loss"], parts["reader_loss"], correct
 
 
-def make_replica_step(retriever, reader, optimizer, block_embeddings: tf.Variable,
-                      global_batch_size: int, retriever_optimizer=None
+def make_replica_step(retriever, reader, optimizer, global_batch_size: int,
+                      retriever_optimizer=None
                       ) -> Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
   """The replicated training step: Open-QA loss, gradients, AdamW updates (the query tower's
   by `retriever_optimizer` when given, else by `optimizer` with the reader's).
@@ -76,7 +77,7 @@ def make_replica_step(retriever, reader, optimizer, block_embeddings: tf.Variabl
   def replica_step(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     with tf.GradientTape() as tape:
       per_question, retriever_loss, reader_loss, correct = open_qa_losses(
-          retriever, reader, block_embeddings, inputs, training=True)
+          retriever, reader, inputs, training=True)
       loss = tf.reduce_sum(per_question) / float(global_batch_size)
     pairs = [(g, v) for g, v in zip(tape.gradient(loss, variables), variables)]
     updates = [(g, v) for g, v in pairs if g is not None]  # e.g. an unused pooler

@@ -46,16 +46,17 @@ Ragged = Union[tf.RaggedTensor, RaggedColumn]
 # the largest |embedding| (at least 1), by the precision of either side. bfloat16: about 4x the
 # largest measured between a float32 and a bfloat16 MiniLM doc tower on 256 Wikipedia blocks
 # (Zen 4, avx512_bf16): 0.0089 relative with the realm head (0.032 at |embedding| <= 3.57),
-# 0.0068 with the sentence head (0.0017 at |embedding| <= 0.25).
-_RELATIVE_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.04}
+# 0.0068 with the sentence head (0.0017 at |embedding| <= 0.25). float16: embeddings stored in
+# float16 (`retrieval.embedding_file`) round by at most 2^-11 relative, within float32's.
+_RELATIVE_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.04, "float16": 1e-3}
 _MEMO_SIZE = 2
 _MEMO_MAX_BYTES = 256 * 2**20
 _memo: "collections.OrderedDict[bytes, np.ndarray]" = collections.OrderedDict()
 
 
 def embedding_tolerance(dtypes: Sequence[str], scale: float = 1.0) -> float:
-  """The largest |difference| allowed between embeddings computed in `dtypes` ("float32" /
-  "bfloat16"), embeddings of largest |value| `scale`."""
+  """The largest |difference| allowed between embeddings computed or stored in `dtypes`
+  ("float32" / "bfloat16" / "float16"), embeddings of largest |value| `scale`."""
   return max(_RELATIVE_TOLERANCE[d] for d in dtypes) * max(1.0, scale)
 
 

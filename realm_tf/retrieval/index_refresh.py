@@ -49,6 +49,7 @@ from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models import precision
 from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.columns import RaggedColumn
+from realm_tf.retrieval import embedding_file
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
@@ -85,6 +86,9 @@ class IndexRefresher(abc.ABC):
       `store.wordpieces(tokenizer)` (a JSONL corpus is tokenized) and the snapshots carry it
       (what embeds another corpus with them); None: the corpus's stored wordpieces (pipeline
       shards), no tokenizer in the snapshots.
+    embedding_storage_dtype: "float32", "bfloat16" or "float16": each version built here also
+      holds the block embeddings in that dtype (`retrieval.embedding_file`; a local
+      `index_root`), memory-mapped as `embeddings` when loaded; "": none (the index's own).
   """
 
   def __init__(self, index_root: str, every_n_steps: int, store: Corpus,
@@ -92,8 +96,11 @@ class IndexRefresher(abc.ABC):
                kind: str = "scann", block_length: int = 288, compute_dtype: str = "float32",
                jit_compile: bool = False, keep_versions: int = 3,
                scann: index_builder.ScannSettings = index_builder.ScannSettings(),
-               snapshot_root: str = "", tokenizer: Optional[WordpieceTokenizer] = None):
+               snapshot_root: str = "", tokenizer: Optional[WordpieceTokenizer] = None,
+               embedding_storage_dtype: str = ""):
     index_builder.check_kind(kind)
+    if embedding_storage_dtype:
+      embedding_file.check_storage_dtype(embedding_storage_dtype)
     if keep_versions < 1:
       raise ValueError(f"keep_versions must be >= 1, got {keep_versions}")
     self.keep_versions = keep_versions
@@ -101,7 +108,9 @@ class IndexRefresher(abc.ABC):
     self.special_ids, self.kind, self.block_length = tuple(special_ids), kind, block_length
     self.compute_dtype, self.jit_compile = compute_dtype, jit_compile
     self.scann, self.snapshot_root, self.tokenizer = scann, snapshot_root, tokenizer
+    self.embedding_storage_dtype = embedding_storage_dtype
     self.index: Optional[MipsIndex] = None
+    self.embeddings: Optional[np.ndarray] = None  # the version's embeddings file, mapped
     self.metadata: Dict[str, Any] = {}  # what the version in use was published with
     self.pinned: Set[str] = set()  # versions retention keeps besides the newest
     self.version = ""
@@ -123,6 +132,8 @@ class IndexRefresher(abc.ABC):
           f"fingerprint {str(built_from)[:12]}; the corpus has {len(self.store)} blocks, "
           f"fingerprint {self.store.fingerprint[:12]}", "Pass the --corpus it was built from, "
           "or a new --index_root for this corpus"))
+    self.embeddings = embedding_file.open_in(where, metadata, index.num_docs, index.dim,
+                                             verify_checksum=False)
     self.index, self.version, self.metadata = index, version, metadata
     self.snapshot_step = index_publisher.step_of_version(version) or 0
     self.swaps += 1
@@ -200,10 +211,12 @@ class IndexRefresher(abc.ABC):
     fresh = embed_blocks(self._doc_tower(retriever), title_ids.gather(rows),
                          body_ids.gather(rows))
     tolerance = embedding_tolerance(
-        (precision.resolve(self.compute_dtype), self.metadata.get("embedding_dtype", "float32")),
+        (precision.resolve(self.compute_dtype), self.metadata.get("embedding_dtype", "float32"),
+         self.metadata.get(embedding_file.STORAGE_KEY, "float32")),
         float(np.max(np.abs(fresh))))
-    return bool(np.allclose(fresh, self.index.document_embeddings()[rows], rtol=0.0,
-                            atol=tolerance))
+    stored = (self.index.document_embeddings()[rows] if self.embeddings is None else
+              embedding_file.gather(self.embeddings, rows))
+    return bool(np.allclose(fresh, stored, rtol=0.0, atol=tolerance))
 
   def _snapshot(self, step: int, retriever: Retriever) -> str:
     """Exports `retriever`'s doc tower as `<snapshot_root>/<version of step>`; returns it."""
@@ -220,18 +233,34 @@ class IndexRefresher(abc.ABC):
   def _build_now(self, step: int, retriever: Retriever) -> None:
     """Embeds the corpus with the doc tower and publishes it as the version of `step`
     (replacing one of that name), with its doc-embedder snapshot if there is a
-    `snapshot_root`."""
-    embeddings = embed_blocks(self._doc_tower(retriever), *self._wordpieces())
+    `snapshot_root`, and with its embeddings file if there is an `embedding_storage_dtype`."""
     version = index_publisher.version_for_step(step)
+    metadata = {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint,
+                "embedding_dtype": precision.resolve(self.compute_dtype)}
+    tower = self._doc_tower(retriever)
+    path = None
+    if self.embedding_storage_dtype:
+      tf.io.gfile.makedirs(self.index_root)
+      # A `*.tmp-*` name, what `index_publisher.cleanup_partial` removes after a killed build.
+      path = os.path.join(self.index_root, f"{version}.embeddings.tmp-{uuid.uuid4().hex}.npy")
+      embeddings = embedding_file.create(path, len(self.store), tower.dim,
+                                         self.embedding_storage_dtype)
+      embed_blocks(tower, *self._wordpieces(), out=embeddings)
+      embeddings.flush()
+      metadata.update(embedding_file.metadata(path, self.embedding_storage_dtype))
+    else:
+      embeddings = embed_blocks(tower, *self._wordpieces())
     if self.snapshot_root:
       self._snapshot(step, retriever)
     if version in index_publisher.list_versions(self.index_root):
       tf.io.gfile.rmtree(os.path.join(self.index_root, version))  # another doc tower's
-    write = lambda directory: index_builder.save_index(embeddings, directory, self.kind,
-                                                       self.scann)  # shard by shard
-    index_publisher.publish(write, self.index_root, version,
-                            {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint,
-                             "embedding_dtype": precision.resolve(self.compute_dtype)})
+
+    def write(directory: str) -> None:
+      if path is not None:  # the embeddings file first, so a published version is complete
+        embedding_file.move_into(path, directory)
+      index_builder.save_index(embeddings, directory, self.kind, self.scann)  # shard by shard
+
+    index_publisher.publish(write, self.index_root, version, metadata)
     self._load(version)
 
   def start(self, step: int, retriever: Retriever, resume_version: str = "",
