@@ -72,6 +72,20 @@ def test_pack_greedy_title_first_and_long_sentence_split(tokenizer):
   assert blocks[4].body_ids.tolist() == ids(["cat", "##s"] * 4)  # never inside a word
 
 
+def test_pack_a_multi_megabyte_sentence_completely(tokenizer):
+  # A JSONL record of one 2.5 MB sentence (no terminator): cut into pieces at word starts in
+  # one pass (mapping each cut's byte offset to characters from the start was quadratic).
+  words = ["cats", "dog", "é", "big", "mat"]  # "é" ([UNK]): 2 bytes, 1 character
+  text = " ".join(words[i % len(words)] for i in range(600_000))
+  blocks = block_packer.BlockPacker(tokenizer).pack([("Paris", text)])[0]
+  assert len(text) > 2_000_000 and len(blocks) > 2_000
+  assert " ".join(b.text for b in blocks) == text
+  assert all(text[b.start:b.end] == b.text for b in blocks)
+  assert all(len(b.title_ids) + len(b.body_ids) + 3 <= block_packer.BLOCK_LENGTH for b in blocks)
+  for block in blocks[:3] + blocks[-3:]:
+    assert block.body_ids.tolist() == tokenizer(block.text).numpy().tolist()
+
+
 def test_pack_batch_equals_one_by_one(tokenizer):
   packer = block_packer.BlockPacker(tokenizer, block_length=12, max_title_wordpieces=4)
   documents = [("Paris", "The cat sat. The dog ran on the mat."), ("France", "A big dog."),
