@@ -149,6 +149,34 @@ def test_read_wikipedia_dump_filters_and_dead_letters(tmp_path):
                 equal_to([("Paris", expected_offset)]), label="offset")
 
 
+def test_dump_page_without_title_is_a_dead_letter_not_lost(tmp_path):
+  data = dump_xml(page_xml("Paris", ARTICLE, page_id=1),
+                  page_xml("NOTITLE", "The dog ran.", page_id=2),
+                  page_xml("", "The cat ran.", page_id=3))
+  path = _write(tmp_path / "dump.xml", data.replace(b"<title>NOTITLE</title>", b""))
+  with test_pipeline.TestPipeline() as p:
+    out = p | document_sources.ReadWikipediaDump([path])
+    assert_that(out["documents"] | beam.Map(lambda d: d.title), equal_to(["Paris"]),
+                label="documents")
+    assert_that(out[dead_letter.DEAD_LETTER] | beam.Map(
+        lambda r: (r["offset"], r["stage"], r["reason"])), equal_to([
+            (data.index(b"<page>", data.index(b"NOTITLE") - 20), "clean_page",
+             "no title: the page has no <title> element, or an empty one"),
+            (data.rindex(b"<page>") - len(b"<title>NOTITLE</title>"), "clean_page",
+             "no title: the page has no <title> element, or an empty one")]), label="dead")
+
+
+def test_jsonl_byte_order_mark_keeps_the_first_document(tmp_path):
+  lines = [{"title": "Paris", "text": "Paris is in France."}, {"title": "Cat", "text": "A cat."}]
+  data = b"\xef\xbb\xbf" + "\n".join(json.dumps(line) for line in lines).encode() + b"\n"
+  path = _write(tmp_path / "docs.jsonl", data)
+  with test_pipeline.TestPipeline() as p:
+    out = p | document_sources.ReadJsonlDocuments([path])
+    assert_that(out["documents"] | beam.Map(lambda d: (d.title, d.offset)),
+                equal_to([("Paris", 1), ("Cat", 2)]), label="docs")
+    assert_that(out[dead_letter.DEAD_LETTER], equal_to([]), label="dead")
+
+
 def test_read_jsonl_documents_and_dead_letters(tmp_path):
   lines = [json.dumps({"title": "Paris", "text": "Paris is in France.\n\n  The   cat sat. "}),
            "{not json",
