@@ -26,7 +26,7 @@ _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to writ
 _METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
 _K = flags.DEFINE_integer("k", 5, "Blocks read per question.")
 _RECALL_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20", "100"], "recall@k cut-offs.")
-_MAX = flags.DEFINE_integer("max_examples", 0, "Questions evaluated (0: all).")
+_MAX = flags.DEFINE_integer("max_examples", 0, "Questions evaluated (0: all).", lower_bound=0)
 _BATCH = flags.DEFINE_integer("batch_size", 16, "Questions per batch.")
 
 
