@@ -13,6 +13,8 @@ from realm_tf import cli
 flags.DEFINE_string("corpus", None, "Directory of blocks-*.tfrecord shards.", required=True)
 flags.DEFINE_alias("corpus_dir", "corpus")
 flags.DEFINE_string("examples_dir", None, "Directory of examples-*.tfrecord.", required=True)
+flags.DEFINE_bool("allow_unverified_examples", False, "Train on --examples_dir shards without "
+                  "an examples.manifest.json (hand-made or older), uncounted.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, indexes.", required=True)
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
 flags.DEFINE_string("retriever_dir", "", "Saved retriever to start from (ICT output).")
@@ -67,6 +69,7 @@ flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
 # Each flag's setting in the `pretrain` experiment (`realm_tf.experiments`).
 SETTINGS = {
     "corpus": "task.corpus", "examples_dir": "task.examples_dir",
+    "allow_unverified_examples": "task.allow_unverified_examples",
     "model_dir": "trainer.model_dir", "vocab_file": "task.vocab_file",
     "retriever_dir": "task.retriever_dir", "reader_dir": "task.reader_dir",
     "encoder": "task.model.encoder", "init_weights": "task.init.bert_weights",
