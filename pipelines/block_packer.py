@@ -144,7 +144,6 @@ class BlockPacker:
                       byte_starts: np.ndarray, budget: int):
     """Cuts an over-long sentence at word starts into pieces of <= budget wordpieces."""
     encoded = sentence.encode("utf-8")
-    char_at = lambda byte: len(encoded[:byte].decode("utf-8"))
     word_start = self._is_word_start[ids]
     cuts, first = [], 0
     while len(ids) - first > budget:
@@ -154,7 +153,13 @@ class BlockPacker:
         cut = first + 1 + int(candidates[-1])
       cuts.append(cut)
       first = cut
-    bounds = [0] + [char_at(int(byte_starts[c])) for c in cuts] + [len(sentence)]
+    bounds, char, byte = [0], 0, 0
+    for c in cuts:  # byte offsets -> character offsets, decoding each stretch once
+      target = int(byte_starts[c])
+      char += len(encoded[byte:target].decode("utf-8"))
+      byte = target
+      bounds.append(char)
+    bounds.append(len(sentence))
     token_bounds = [0] + cuts + [len(ids)]
     pieces = []
     for i in range(len(bounds) - 1):

@@ -36,8 +36,9 @@ _VERSION = flags.DEFINE_string("version", "",
 _EMBEDDINGS_DIR = flags.DEFINE_string("embeddings_dir", "",
                                       "Keep the embedding shards here; empty: temporary.")
 _NUM_SHARDS = flags.DEFINE_integer("num_shards", 0,
-                                   "Embedding shards; 0: one per 100k blocks.")
-_BLOCKS_PER_BATCH = flags.DEFINE_integer("blocks_per_batch", 128, "Blocks per embedder call.")
+                                   "Embedding shards; 0: one per 100k blocks.", lower_bound=0)
+_BLOCKS_PER_BATCH = flags.DEFINE_integer("blocks_per_batch", 128, "Blocks per embedder call.",
+                                         lower_bound=1)
 _PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
                                         "More Beam options (one shell-quoted string).")
 

@@ -11,7 +11,8 @@ disambiguation pages -> wikitext cleaned by mwparserfromhell. Counters: `pages_r
 `pages_dropped_disambiguation`, `pages_dead_letter`, `dumps_truncated`.
 
 `ReadJsonlDocuments`: file patterns -> lines `{"title": ..., "text": ...}` whose text is
-already plain prose (paragraphs separated by newlines). Counters: `documents_read`,
+already plain prose (paragraphs separated by newlines); a UTF-8 byte-order mark before the
+first line is skipped. Counters: `documents_read`,
 `documents_kept`, `documents_dead_letter`.
 """
 import dataclasses
@@ -30,6 +31,7 @@ from pipelines import dump_reader
 from pipelines import wikitext_cleaner
 
 _SPACES = re.compile(r"[^\S\n]+")
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclasses.dataclass
@@ -90,6 +92,9 @@ class _CleanPageFn(beam.DoFn):
       return
     if page.namespace != 0:
       self._counters["pages_dropped_namespace"].inc()
+      return
+    if not page.title.strip():
+      yield self._dead(page, "no title: the page has no <title> element, or an empty one")
       return
     if page.invalid_utf8_bytes:
       yield self._dead(page, f"invalid UTF-8: {page.invalid_utf8_bytes} bytes")
@@ -201,6 +206,8 @@ class _ReadJsonlFn(beam.DoFn):
   def process(self, path: str):
     with filesystems.FileSystems.open(path) as f:  # .gz / .bz2 decompressed by extension
       for number, line in enumerate(iter(f.readline, b""), start=1):
+        if number == 1 and line.startswith(_UTF8_BOM):  # editors on Windows write one
+          line = line[len(_UTF8_BOM):]
         if not line.strip():
           continue
         self._read.inc()

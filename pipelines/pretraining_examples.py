@@ -26,12 +26,13 @@ _TAGGER = flags.DEFINE_string("tagger", "spacy",
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", "",
                                   "WordPiece vocab.txt of the corpus; empty: MiniLM's.")
 _MAX_QUERY_WORDPIECES = flags.DEFINE_integer("max_query_wordpieces", 94,
-                                             "query_ids kept per sentence.")
+                                             "query_ids kept per sentence.", lower_bound=1)
 _MIN_SENTENCE_WORDPIECES = flags.DEFINE_integer("min_sentence_wordpieces", 5,
-                                                "Shorter sentences make no example.")
+                                                "Shorter sentences make no example.", lower_bound=0)
 _MAX_SPAN_WORDPIECES = flags.DEFINE_integer("max_span_wordpieces", 10,
-                                            "Longer spans are skipped.")
-_NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Example shards; 0: the runner decides.")
+                                            "Longer spans are skipped.", lower_bound=1)
+_NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Example shards; 0: the runner decides.",
+                                   lower_bound=0)
 _PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
                                         "More Beam options (one shell-quoted string).")
 

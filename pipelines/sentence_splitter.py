@@ -22,9 +22,20 @@ vs etc e.g i.e cf al approx ca c fl r b d no nos vol vols pp p ch sec fig figs o
 jan feb mar apr jun jul aug sep sept oct nov dec inc ltd co corp bros dept univ est
 u.s u.k u.n a.d b.c e.u u.s.a u.s.s.r ph.d m.d b.a m.a d.c n.b viz incl
 """.split())
-_TERMINATOR = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*(?=\s)")
+# Possessive and anchored at a run's first character: a long run of "." is one step, not
+# a backtracking search from each of its characters.
+_TERMINATOR = re.compile(r"(?<![.!?\u2026])[.!?\u2026]++[\"'\u201d\u2019)\]]*+(?=\s)")
 _NEXT_START = re.compile(r"\s+([\"'\u201c\u2018(\[]*)(\S)")
-_LAST_WORD = re.compile(r"(\S+)$")
+
+
+def _last_word(text: str, end: int) -> str:
+  """The run of non-whitespace ending at `end`, scanned back from `end`: time proportional to
+  the word, not to the text before it (a regex search from the line start is quadratic in
+  a long line's terminators)."""
+  start = end
+  while start > 0 and not text[start - 1].isspace():
+    start -= 1
+  return text[start:end]
 
 
 def _is_boundary(text: str, end: int, terminator: str) -> Tuple[bool, int]:
@@ -36,8 +47,7 @@ def _is_boundary(text: str, end: int, terminator: str) -> Tuple[bool, int]:
   if not (next_char.isupper() or next_char.isdigit() or following.group(1)):
     return False, end
   if terminator.startswith(".") and len(terminator.rstrip("\"'\u201d\u2019)]")) == 1:
-    word_match = _LAST_WORD.search(text, 0, end - len(terminator))
-    word = word_match.group(1).lstrip("\"'(\u201c\u2018[").lower() if word_match else ""
+    word = _last_word(text, end - len(terminator)).lstrip("\"'(\u201c\u2018[").lower()
     if word in ABBREVIATIONS and not (word in ("etc", "al") and next_char.isupper() and
                                       not following.group(1)):
       return False, end

@@ -23,15 +23,18 @@ _INPUT_FORMAT = flags.DEFINE_enum("input_format", "wikipedia", ["wikipedia", "js
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", "",
                                   "WordPiece vocab.txt; empty: MiniLM's uncased BERT vocab.")
 _BLOCK_LENGTH = flags.DEFINE_integer("block_length", 288,
-                                     "Wordpieces of [CLS] title [SEP] body [SEP].")
+                                     "Wordpieces of [CLS] title [SEP] body [SEP].", lower_bound=4)
 _MAX_TITLE_WORDPIECES = flags.DEFINE_integer("max_title_wordpieces", 64,
-                                             "Longer titles go to the dead-letter output.")
+                                             "Longer titles go to the dead-letter output.",
+                                             lower_bound=1)
 _MAX_PAGE_BYTES = flags.DEFINE_integer("max_page_bytes", 4 << 20,
-                                       "Longer pages go to the dead-letter output.")
+                                       "Longer pages go to the dead-letter output.", lower_bound=1)
 _MAX_UNPARSED_FRACTION = flags.DEFINE_float(
     "max_unparsed_fraction", 0.25,
-    "Pages with more unresolvable markup than this are malformed (dead letters).")
-_NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Block shards; 0: the runner decides.")
+    "Pages with more unresolvable markup than this are malformed (dead letters).",
+    lower_bound=0, upper_bound=1)
+_NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Block shards; 0: the runner decides.",
+                                   lower_bound=0)
 _PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
                                         "More Beam options (one shell-quoted string).")
 

@@ -30,6 +30,7 @@ import re
 from typing import List, Tuple
 
 import mwparserfromhell
+from mwparserfromhell import definitions
 from mwparserfromhell import nodes
 
 # Sections (level 2 headings, case-insensitive) whose content is references or links.
@@ -69,7 +70,14 @@ _DISAMBIGUATION_TEMPLATE = re.compile(
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
 _REF_TAG_OR_COMMENT = re.compile(r"<!--|<(/?)ref(?=[\s/>])[^<>]*?(/?)\s*>", re.IGNORECASE)
 _REF_CLOSE = re.compile(r"</ref\s*>", re.IGNORECASE)
-_LEFTOVER_MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}")
+# Openers and closers of what the parser matches over a distance: `{{` / `}}`, a table's
+# `{|` / `|}` at a line start, an HTML tag (or a `<` that starts none), an external link's `[`.
+_OPENER_OR_CLOSER = re.compile(
+    r"(\{\{)|(\}\})|^[^\S\n]*(?:(\{\|)|(\|\}))|"
+    r"<(/?)([A-Za-z][\w-]*)(?=[\s/>])[^<>]*?(/?)>|(<)(?=/?[A-Za-z])|"
+    r"(\[)(?=https?:|ftp:|mailto:|//)", re.MULTILINE)
+_UNMATCHED = "\x01"  # splits an unmatched opener: its line is then unparsed markup
+_LEFTOVER_MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}|\x01")
 _EMPTY_BRACKETS = re.compile(r"\s*\((?:[\s,;:.\u2013\u2014-]|or|and)*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?%])")
 _SPACES = re.compile(r"[^\S\n]+")
@@ -207,6 +215,59 @@ def _drop_refs(wikitext: str) -> str:
   return "".join(pieces)
 
 
+def _split_unmatched(wikitext: str) -> str:
+  """Disarms every opener that nothing after it can close, in one linear scan.
+
+  The parser retries such an opener (`{{`, `{|`, `<div>`, `<a` without `>`, `[http://...`
+  without `]` on its line) against the rest of the page, each time: thousands of them made
+  a 4 MB page take hours. Disarmed, the parser reads them as text, as it did after its
+  retries: a `{{` or `{|` split by `_UNMATCHED` leaves its line unparsed markup (dropped); a
+  tag's `<` or a link's `[` becomes its HTML entity, which renders as the same character.
+  """
+  braces, tables, tags, entities = [], [], {}, {}
+  line_end, line_close = -1, -1  # the current line's end and its last `]`
+  for match in _OPENER_OR_CLOSER.finditer(wikitext):
+    if match.group(1):
+      braces.append(match.start())
+    elif match.group(2):
+      if braces:
+        braces.pop()
+    elif match.group(3):
+      tables.append(match.start(3))
+    elif match.group(4):
+      if tables:
+        tables.pop()
+    elif match.group(8):
+      entities[match.start()] = "&lt;"
+    elif match.group(9):
+      if match.start() > line_end:
+        line_end = wikitext.find("\n", match.start())
+        line_end = len(wikitext) if line_end < 0 else line_end
+        line_close = wikitext.rfind("]", match.start(), line_end)
+      if line_close < match.start():
+        entities[match.start()] = "&#91;"
+    else:
+      name = match.group(6).lower()
+      if match.group(7) or definitions.is_single(name):
+        continue
+      if match.group(5):
+        if tags.get(name):
+          tags[name].pop()
+      else:
+        tags.setdefault(name, []).append(match.start())
+  entities.update((start, "&lt;") for starts in tags.values() for start in starts)
+  entities.update((start, wikitext[start] + _UNMATCHED + wikitext[start + 1] + _UNMATCHED)
+                  for start in braces + tables)
+  if not entities:
+    return wikitext
+  pieces, kept_from = [], 0
+  for start in sorted(entities):
+    pieces += [wikitext[kept_from:start], entities[start]]
+    kept_from = start + (1 if entities[start][0] == "&" else 2)
+  pieces.append(wikitext[kept_from:])
+  return "".join(pieces)
+
+
 def _paragraphs(text: str) -> Tuple[List[str], int, int]:
   """Splits rendered text into clean paragraphs.
 
@@ -220,6 +281,7 @@ def _paragraphs(text: str) -> Tuple[List[str], int, int]:
     start, offset = offset, offset + len(line) + 1
     if line.startswith("\x00"):
       continue
+    line = _SPACES.sub(" ", line)  # first: a long run of spaces made the patterns below quadratic
     stripped = line.strip()
     if _LEFTOVER_MARKUP.search(line) or stripped[:1] in ("|", "!"):
       unparsed += len(stripped)
@@ -250,7 +312,7 @@ def clean_wikitext(wikitext: str, max_unparsed_fraction: float = 0.25) -> str:
       text is markup it could not resolve (unbalanced `{{`, `[[`, `{|`).
   """
   try:
-    code = mwparserfromhell.parse(_drop_refs(_MAGIC_WORD.sub("", wikitext)))
+    code = mwparserfromhell.parse(_split_unmatched(_drop_refs(_MAGIC_WORD.sub("", wikitext))))
     _drop_sections(code)
     text = _render(code)
   except Exception as e:  # pylint: disable=broad-except  (any input, a third-party parser)

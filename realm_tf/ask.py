@@ -15,7 +15,7 @@ from realm_tf import cli
 
 _MODEL = cli.define_model_flags()
 flags.adopt_module_key_flags(cli)
-_K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question.")
+_K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question.", lower_bound=1)
 _QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable); positional "
                                       "arguments are questions too.")
 

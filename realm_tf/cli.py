@@ -5,7 +5,9 @@
     imported (binaries import TensorFlow inside `main`, after flag parsing);
   * TensorFlow's C++ logging is quiet (its info, warnings and CUDA-probe errors hidden)
     unless the user sets `TF_CPP_MIN_LOG_LEVEL` or passes `--verbosity=1` or higher;
-  * bad input ends as one line `<name>: <message>` and exit status 2 (`realm_tf.errors`).
+  * bad input ends as one line `<name>: <message>` and exit status 2 (`realm_tf.errors`),
+    a flag outside its domain too (every numeric flag has bounds; a few flag pairs have
+    validators).
 
 The choices below are the flag vocabulary shared by the binaries (the libraries validate the
 same values; `tests/cli_test.py` keeps both in step). README's "Command line" table is
@@ -53,15 +55,16 @@ def define_scann_flags() -> ScannFlags:
   (`realm_tf.mips.index_builder`)."""
   return ScannFlags(
       flags.DEFINE_integer("scann_num_leaves", 0, "ScaNN tree leaves; 0: sqrt(N) from 10k "
-                           "blocks (1000 for full Wikipedia, as the reference)."),
+                           "blocks (1000 for full Wikipedia, as the reference).", lower_bound=0),
       flags.DEFINE_integer("scann_num_leaves_to_search", 0, "ScaNN leaves searched per query; "
-                           "0: 1/20 of the leaves (reference: 100 of 1000)."),
+                           "0: 1/20 of the leaves (reference: 100 of 1000).", lower_bound=0),
       flags.DEFINE_integer("scann_dimensions_per_block", 2,
-                           "ScaNN asymmetric-hashing dimensions per block."),
+                           "ScaNN asymmetric-hashing dimensions per block.", lower_bound=1),
       flags.DEFINE_integer("scann_reorder_k", 100,
-                           "ScaNN candidates re-scored exactly per query."),
+                           "ScaNN candidates re-scored exactly per query.", lower_bound=1),
       flags.DEFINE_integer("index_shard_size", 0, "Most rows per index shard (each shard a "
-                           "ScaNN or exact index, built one at a time); 0: 2,000,000."))
+                           "ScaNN or exact index, built one at a time); 0: 2,000,000.",
+                           lower_bound=0))
 
 
 def define_dev_recall_flags(eval_every: int) -> None:
@@ -70,8 +73,10 @@ def define_dev_recall_flags(eval_every: int) -> None:
   flags.DEFINE_string("dev_data", "", "Held-out questions (JSONL, DPR TSV, pyserini:<name>; "
                       "never a test set): recall@5/@20 over the corpus at the start and every "
                       "--eval_every steps, the best checkpoint kept in best/.")
-  flags.DEFINE_integer("eval_every", eval_every, "Steps between --dev_data evaluations.")
-  flags.DEFINE_integer("eval_max_examples", 0, "--dev_data questions evaluated (0: all).")
+  flags.DEFINE_integer("eval_every", eval_every, "Steps between --dev_data evaluations.",
+                       lower_bound=1)
+  flags.DEFINE_integer("eval_max_examples", 0, "--dev_data questions evaluated (0: all).",
+                       lower_bound=0)
 
 
 class ModelFlags(NamedTuple):
@@ -88,7 +93,7 @@ def define_model_flags() -> ModelFlags:
   """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind`, the ScaNN
   settings of the index built for `--corpus` and `--embedding_dtype`; the calling binary lists
   them in its `--help` with `flags.adopt_module_key_flags(cli)`."""
-  return ModelFlags(
+  holders = ModelFlags(
       flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
                           "(default $REALM_TF_QA_MODEL)."),
       flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
@@ -99,6 +104,10 @@ def define_model_flags() -> ModelFlags:
                         "MIPS index for --corpus (default: the model's)."),
       define_scann_flags(),
       define_embedding_dtype_flag())
+  flags.register_multi_flags_validator(
+      ["embeddings_dir", "corpus"], lambda f: not f["embeddings_dir"] or f["corpus"],
+      "--embeddings_dir needs the --corpus it embeds (the model's own corpus has its index)")
+  return holders
 
 
 def define_embedding_dtype_flag() -> flags.FlagHolder:
@@ -140,15 +149,17 @@ def run(name: str, main: Callable[[Sequence[str]], None], beam_pipeline: bool = 
     entry.__doc__ = module.__doc__
     for flag in flags.FLAGS.get_key_flags_for_module(module.__name__):
       flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-  parser = {"flags_parser": _parse_known_flags} if beam_pipeline else {}
-  app.run(errors.run_main(name, main), **parser)
+  app.run(errors.run_main(name, main),
+          flags_parser=lambda argv: _parse_flags(name, argv, known_only=beam_pipeline))
 
 
-def _parse_known_flags(argv: Sequence[str]) -> Sequence[str]:
-  """absl's parsing, leaving the flags absl does not define in the returned argv."""
+def _parse_flags(name: str, argv: Sequence[str], known_only: bool) -> Sequence[str]:
+  """absl's parsing; a flag outside its domain (each numeric flag has one) ends as one line
+  `<name>: flag --x=v: <why>`, exit 2. `known_only`: the flags absl does not define stay in
+  the returned argv."""
   try:
-    return flags.FLAGS(argv, known_only=True)
+    return flags.FLAGS(argv, known_only=known_only)
   except flags.Error as e:
-    sys.stderr.write(f"FATAL Flags parsing error: {e}\n"
-                     "Pass --helpshort or --helpfull to see help on flags.\n")
-    sys.exit(1)
+    print(f"{name}: {errors.one_line(e)}. Pass --helpshort to see the flags.", file=sys.stderr,
+          flush=True)
+    sys.exit(errors.EXIT_BAD_INPUT)

@@ -54,6 +54,9 @@ def one_line(error: BaseException) -> str:
 def _user_error_types() -> tuple:
   types = [InputError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
            PermissionError]
+  absl_flags = sys.modules.get("absl.flags")
+  if absl_flags is not None:  # a flag check made in `main` (flags.ValidationError)
+    types.append(absl_flags.Error)
   tf = sys.modules.get("tensorflow")
   if tf is not None:  # only when the binary imported it: `--help` must not import TensorFlow
     types += [tf.errors.NotFoundError, tf.errors.DataLossError, tf.errors.PermissionDeniedError]

@@ -24,10 +24,10 @@ _EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
 flags.declare_key_flag("embedding_dtype")  # in --help
 _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")
 _METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
-_K = flags.DEFINE_integer("k", 5, "Blocks read per question.")
+_K = flags.DEFINE_integer("k", 5, "Blocks read per question.", lower_bound=1)
 _RECALL_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20", "100"], "recall@k cut-offs.")
-_MAX = flags.DEFINE_integer("max_examples", 0, "Questions evaluated (0: all).")
-_BATCH = flags.DEFINE_integer("batch_size", 16, "Questions per batch.")
+_MAX = flags.DEFINE_integer("max_examples", 0, "Questions evaluated (0: all).", lower_bound=0)
+_BATCH = flags.DEFINE_integer("batch_size", 16, "Questions per batch.", lower_bound=1)
 
 
 def main(argv):

@@ -127,6 +127,8 @@ class PretrainTaskConfig:
 
   Attributes:
     corpus, examples_dir: blocks-*.tfrecord and examples-*.tfrecord directories.
+    allow_unverified_examples: read examples shards without a manifest (uncounted) instead
+      of refusing them.
     vocab_file, model: as `IctTaskConfig` (the reader shares the retriever's BERT size).
     init: `checkpoint`: the previous stage's model directory (an ICT run's `retriever/`, a
       pre-training run's `retriever/` and `reader/`); `bert_weights` of the towers it does
@@ -166,6 +168,7 @@ class PretrainTaskConfig:
   """
   corpus: str = ""
   examples_dir: str = ""
+  allow_unverified_examples: bool = False
   vocab_file: str = ""
   model: ModelConfig = ModelConfig(retriever_head="auto", query_length=96)
   init: InitConfig = InitConfig(bert_weights="minilm")

@@ -19,7 +19,7 @@ _CORPUS = flags.DEFINE_string("corpus", "", "Knowledge corpus to package into re
 _EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus.")
 _EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
 flags.declare_key_flag("embedding_dtype")  # in --help
-_K = flags.DEFINE_integer("k", 5, "Evidence blocks per question in realm_qa.")
+_K = flags.DEFINE_integer("k", 5, "Evidence blocks per question in realm_qa.", lower_bound=1)
 
 
 def main(argv):

@@ -24,18 +24,19 @@ flags.DEFINE_enum("dataset", "nq", cli.DATASETS,
 flags.DEFINE_enum("encoder", cli.DEFAULT_ENCODER, cli.ENCODERS,
                   "BERT size of the three towers.")
 flags.DEFINE_float("initializer_range", None,
-                   "Override of the encoder's initializer range.")
-flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
-flags.DEFINE_integer("projection_size", 128, "Retrieval embedding size D.")
+                   "Override of the encoder's initializer range.", lower_bound=0)
+flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.",
+                   lower_bound=0, upper_bound=1)
+flags.DEFINE_integer("projection_size", 128, "Retrieval embedding size D.", lower_bound=1)
 flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
                   "Retrieval head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
                   "(mean pooling, unit length); 'auto': 'sentence' with "
                   "--init_weights=minilm.")
-flags.DEFINE_integer("span_hidden_size", 256, "Span head width.")
-flags.DEFINE_integer("max_span_width", 10, "Longest answer span (wordpieces).")
-flags.DEFINE_integer("query_length", 64, "Question wordpieces.")
-flags.DEFINE_integer("block_length", 288, "Block wordpieces.")
-flags.DEFINE_integer("reader_length", 320, "Reader input wordpieces.")
+flags.DEFINE_integer("span_hidden_size", 256, "Span head width.", lower_bound=1)
+flags.DEFINE_integer("max_span_width", 10, "Longest answer span (wordpieces).", lower_bound=1)
+flags.DEFINE_integer("query_length", 64, "Question wordpieces.", lower_bound=3)
+flags.DEFINE_integer("block_length", 288, "Block wordpieces.", lower_bound=4)
+flags.DEFINE_integer("reader_length", 320, "Reader input wordpieces.", lower_bound=4)
 flags.DEFINE_string("init_checkpoint", "",
                     "TF2 checkpoint tf.train.Checkpoint(retriever=, reader=), or a "
                     "realm-pretrain --model_dir (its checkpoints, head and tower sharing), or a "
@@ -47,19 +48,19 @@ flags.DEFINE_string("init_realm_encoder", "", "Released REALM encoder.")
 flags.DEFINE_string("init_orqa", "", "Released ORQA checkpoint.")
 flags.DEFINE_string("init_weights", "", "BERT weights of every tower: '', "
                     "'minilm', HF safetensors or TF1 BERT ckpt.")
-flags.DEFINE_integer("batch_size", 4, "Questions per step (global).")
+flags.DEFINE_integer("batch_size", 4, "Questions per step (global).", lower_bound=1)
 flags.DEFINE_integer("num_steps", 10000, "Training steps (0: export the "
-                     "initialisation as a QA model).")
+                     "initialisation as a QA model).", lower_bound=0)
 flags.DEFINE_alias("num_train_steps", "num_steps")
-flags.DEFINE_float("learning_rate", 1e-5, "Peak learning rate.")
+flags.DEFINE_float("learning_rate", 1e-5, "Peak learning rate.", lower_bound=0)
 flags.DEFINE_float("retriever_learning_rate", None,
                    "The query tower's peak learning rate (default: "
-                   "--learning_rate).")
+                   "--learning_rate).", lower_bound=0)
 flags.DEFINE_integer("warmup_steps", None,
-                     "Warm-up steps (default min(10000, max(100, steps/10))).")
-flags.DEFINE_integer("reader_top_k", 5, "Blocks read per question.")
-flags.DEFINE_integer("retriever_top_k", 5000, "Blocks in the retriever loss.")
-flags.DEFINE_integer("max_gold_spans", 32, "Gold spans kept per block.")
+                     "Warm-up steps (default min(10000, max(100, steps/10))).", lower_bound=0)
+flags.DEFINE_integer("reader_top_k", 5, "Blocks read per question.", lower_bound=1)
+flags.DEFINE_integer("retriever_top_k", 5000, "Blocks in the retriever loss.", lower_bound=1)
+flags.DEFINE_integer("max_gold_spans", 32, "Gold spans kept per block.", lower_bound=1)
 flags.DEFINE_bool("read_answer_block", False,
                   "Training: when no top-k block holds an answer, read the best "
                   "answer-bearing block of the top --retriever_top_k instead of "
@@ -68,17 +69,17 @@ flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
 _SCANN = cli.define_scann_flags()
 flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
 flags.DEFINE_integer("refresh_every", 0,
-                     "Refresh the index every N steps (0: frozen index).")
+                     "Refresh the index every N steps (0: frozen index).", lower_bound=0)
 flags.DEFINE_alias("index_refresh_steps", "refresh_every")
-flags.DEFINE_integer("eval_every", 1000, "Dev evaluation cadence.")
+flags.DEFINE_integer("eval_every", 1000, "Dev evaluation cadence.", lower_bound=1)
 flags.DEFINE_alias("eval_every_steps", "eval_every")
-flags.DEFINE_integer("eval_max_examples", 0, "Dev questions evaluated (0: all).")
-flags.DEFINE_integer("checkpoint_every", 1000, "Steps between checkpoints.")
+flags.DEFINE_integer("eval_max_examples", 0, "Dev questions evaluated (0: all).", lower_bound=0)
+flags.DEFINE_integer("checkpoint_every", 1000, "Steps between checkpoints.", lower_bound=1)
 flags.DEFINE_alias("checkpoint_every_steps", "checkpoint_every")
-flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept.")
-flags.DEFINE_integer("log_every", 100, "Log cadence.")
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept.", lower_bound=1)
+flags.DEFINE_integer("log_every", 100, "Log cadence.", lower_bound=1)
 flags.DEFINE_alias("log_every_steps", "log_every")
-flags.DEFINE_integer("seed", 0, "Seed.")
+flags.DEFINE_integer("seed", 0, "Seed.", lower_bound=0)
 flags.DEFINE_enum("compute_dtype", "auto", cli.COMPUTE_DTYPES,
                   "Precision of the training step's matmuls (auto: bfloat16 on "
                   "hardware with bfloat16 matmuls, else float32; bfloat16: Keras "

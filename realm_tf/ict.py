@@ -14,26 +14,28 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and exports.", re
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
 flags.DEFINE_enum("encoder", cli.DEFAULT_ENCODER, cli.ENCODERS, "BERT size.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
-flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
+flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.",
+                   lower_bound=0, upper_bound=1)
 flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
                   "New retrievers' head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
                   "(mean pooling, unit length); 'auto': 'sentence' for --init_weights=minilm.")
 flags.DEFINE_bool("share_towers", True, "One BERT for queries and blocks.")
-flags.DEFINE_integer("num_steps", 1000, "Training steps.")
-flags.DEFINE_integer("batch_size", 32, "Global batch (in-batch negatives).")
-flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.")
-flags.DEFINE_integer("query_length", 64, "Pseudo-query length.")
-flags.DEFINE_integer("block_length", 288, "Block length.")
-flags.DEFINE_float("remove_prob", 0.9, "Probability of removing the query from its block.")
-flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
-flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept (the newest).")
+flags.DEFINE_integer("num_steps", 1000, "Training steps.", lower_bound=0)
+flags.DEFINE_integer("batch_size", 32, "Global batch (in-batch negatives).", lower_bound=1)
+flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.", lower_bound=0)
+flags.DEFINE_integer("query_length", 64, "Pseudo-query length.", lower_bound=3)
+flags.DEFINE_integer("block_length", 288, "Block length.", lower_bound=4)
+flags.DEFINE_float("remove_prob", 0.9, "Probability of removing the query from its block.",
+                   lower_bound=0, upper_bound=1)
+flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.", lower_bound=1)
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept (the newest).", lower_bound=1)
 flags.DEFINE_enum("compute_dtype", "auto", cli.COMPUTE_DTYPES,
                   "Precision of the training step's matmuls (auto: bfloat16 on hardware with "
                   "bfloat16 matmuls, else float32; bfloat16: Keras mixed_bfloat16, float32 "
                   "variables and loss).")
 flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy.")
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
-flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
+flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.", lower_bound=0)
 cli.define_dev_recall_flags(eval_every=100)
 flags.adopt_module_key_flags(cli)  # --dev_data, --eval_every ... in --help
 

@@ -10,7 +10,7 @@ from realm_tf import cli
 
 _RUNS = flags.DEFINE_multi_string("run", [], "label:path/to/metrics.jsonl (repeat).")
 _OUTPUT = flags.DEFINE_string("output", "retrieval_utility.png", "PNG to write.")
-_SMOOTHING = flags.DEFINE_integer("smoothing", 1, "Moving-average window in steps.")
+_SMOOTHING = flags.DEFINE_integer("smoothing", 1, "Moving-average window in steps.", lower_bound=1)
 
 
 def main(argv):

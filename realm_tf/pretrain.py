@@ -13,38 +13,44 @@ from realm_tf import cli
 flags.DEFINE_string("corpus", None, "Directory of blocks-*.tfrecord shards.", required=True)
 flags.DEFINE_alias("corpus_dir", "corpus")
 flags.DEFINE_string("examples_dir", None, "Directory of examples-*.tfrecord.", required=True)
+flags.DEFINE_bool("allow_unverified_examples", False, "Train on --examples_dir shards without "
+                  "an examples.manifest.json (hand-made or older), uncounted.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, indexes.", required=True)
 flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's uncased vocab).")
 flags.DEFINE_string("retriever_dir", "", "Saved retriever to start from (ICT output).")
 flags.DEFINE_string("reader_dir", "", "Saved reader to start from.")
 flags.DEFINE_enum("encoder", cli.DEFAULT_ENCODER, cli.ENCODERS, "BERT size for new towers.")
 flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
-flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.")
+flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.",
+                   lower_bound=0, upper_bound=1)
 flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
                   "New retrievers' head: 'realm' ([CLS] pooler, Dense, LayerNorm), 'sentence' "
                   "(mean pooling, unit length); 'auto': 'sentence' for --init_weights=minilm.")
 flags.DEFINE_bool("share_towers", True, "One BERT for queries and blocks (new retrievers).")
-flags.DEFINE_integer("num_steps", 1000, "Training steps.")
-flags.DEFINE_integer("batch_size", 16, "Global batch.")
-flags.DEFINE_float("learning_rate", 3e-5, "Peak learning rate.")
+flags.DEFINE_integer("num_steps", 1000, "Training steps.", lower_bound=0)
+flags.DEFINE_integer("batch_size", 16, "Global batch.", lower_bound=1)
+flags.DEFINE_float("learning_rate", 3e-5, "Peak learning rate.", lower_bound=0)
 flags.DEFINE_integer("mlm_warmup_steps", 300,
                      "Steps of MLM-head warm-up on the corpus blocks before REALM, for a new "
-                     "reader whose --init_weights have no MLM head (MiniLM); 0: none.")
-flags.DEFINE_integer("num_candidates", 8, "K, null document included.")
+                     "reader whose --init_weights have no MLM head (MiniLM); 0: none.",
+                     lower_bound=0)
+flags.DEFINE_integer("num_candidates", 8, "K, null document included.", lower_bound=1)
 flags.DEFINE_bool("null_document", True, "Put the null document among the candidates.")
 flags.DEFINE_bool("exclude_source", True, "Drop the query's own block (trivial retrieval).")
 flags.DEFINE_enum("masking", "salient_span", cli.MASKINGS, "Masking strategy.")
-flags.DEFINE_integer("query_length", 96, "Query length.")
-flags.DEFINE_integer("block_length", 288, "Block length.")
+flags.DEFINE_integer("query_length", 96, "Query length.", lower_bound=3)
+flags.DEFINE_integer("block_length", 288, "Block length.", lower_bound=4)
 flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")
-flags.DEFINE_integer("refresh_every", 500, "Steps between embedder snapshots / rebuilds.")
+flags.DEFINE_integer("refresh_every", 500, "Steps between embedder snapshots / rebuilds.",
+                     lower_bound=1)
 flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
 _SCANN = cli.define_scann_flags()
 cli.define_dev_recall_flags(eval_every=500)
 flags.adopt_module_key_flags(cli)  # the --scann_* and --dev_data flags in --help
 flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. Beam runner).")
 flags.DEFINE_integer("max_builder_failures", 2,
-                     "Stop training after this many index builds failed in a row (async).")
+                     "Stop training after this many index builds failed in a row (async).",
+                     lower_bound=1)
 flags.DEFINE_enum("embedding_dtype", "auto", cli.COMPUTE_DTYPES,
                   "Doc-tower precision when embedding the corpus (auto: bfloat16 on hardware "
                   "with bfloat16 matmuls, else float32; see BENCHMARKS.md §1).")
@@ -54,19 +60,21 @@ flags.DEFINE_enum("compute_dtype", "auto", cli.COMPUTE_DTYPES,
 flags.DEFINE_bool("embedding_jit_compile", False,
                   "XLA-compile the doc tower when embedding the corpus (faster at BERT-base; "
                   "compiles once per length bucket; see BENCHMARKS.md §1).")
-flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.")
-flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept (the newest).")
+flags.DEFINE_integer("checkpoint_every", 100, "Steps between checkpoints.", lower_bound=1)
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept (the newest).", lower_bound=1)
 flags.DEFINE_integer("keep_indexes", 3, "Index versions kept (the newest; with their "
-                     "doc-embedder snapshots).")
+                     "doc-embedder snapshots).", lower_bound=1)
 flags.DEFINE_enum("strategy", "default", cli.STRATEGIES, "tf.distribute strategy.")
-flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical devices.")
+flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical devices.",
+                     lower_bound=0)
 flags.DEFINE_string("tpu", "", "TPU address for --strategy=tpu.")
-flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.")
+flags.DEFINE_integer("seed", 0, "Seed of the initialisers and the data order.", lower_bound=0)
 
 
 # Each flag's setting in the `pretrain` experiment (`realm_tf.experiments`).
 SETTINGS = {
     "corpus": "task.corpus", "examples_dir": "task.examples_dir",
+    "allow_unverified_examples": "task.allow_unverified_examples",
     "model_dir": "trainer.model_dir", "vocab_file": "task.vocab_file",
     "retriever_dir": "task.retriever_dir", "reader_dir": "task.reader_dir",
     "encoder": "task.model.encoder", "init_weights": "task.init.bert_weights",

@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from realm_tf import presets
 from realm_tf.data import formats
+from realm_tf.data import shards
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiment_config import OpenQATaskConfig
 from realm_tf.experiment_config import RuntimeConfig
@@ -88,7 +89,7 @@ def tokenizer() -> WordpieceTokenizer:
 
 def write_pipeline(directory: str) -> Tuple[Corpus, WordpieceTokenizer]:
   """Writes blocks-00000-of-00001.tfrecord (block ids 1000, 1001, ...) and
-  examples-00000-of-00001.tfrecord; returns (Corpus, tokenizer)."""
+  examples-00000-of-00001.tfrecord with their manifests; returns (Corpus, tokenizer)."""
   tok = tokenizer()
   ids = lambda text: tok(tf.constant([text])).to_list()[0]
   os.makedirs(directory, exist_ok=True)
@@ -107,6 +108,8 @@ def write_pipeline(directory: str) -> Tuple[Corpus, WordpieceTokenizer]:
   with tf.io.TFRecordWriter(os.path.join(directory, "examples-00000-of-00001.tfrecord")) as w:
     for example in examples:
       w.write(formats.pretraining_example(*example))
+  for prefix in ("blocks", "examples"):
+    shards.write_manifest(directory, prefix, {"tiny_world": True})
   return Corpus.load(directory), tok
 
 

@@ -237,7 +237,8 @@ def test_latest_is_confined_and_checked_in_every_reader(tmp_path, content, error
     f.write(content + "\n")
   refresher = SynchronousRefresher(root, 10, _store([1, 2, 3]), (2, 3, 0), kind="brute_force")
   for read in (index_publisher.latest_version, index_publisher.load_latest,
-               lambda root: refresher.start(1, None)):
+               lambda root: refresher.start(1, None),
+               lambda root: refresher.start(1, None, resume_version="step-00000001")):
     with pytest.raises(error_type, match=message) as error:
       read(root)
     assert "write 'step-00000001' into" in str(error.value) and "\n" not in str(error.value)

@@ -1,6 +1,7 @@
 """The binaries' command line: self-explaining `--help` without TensorFlow, one vocabulary, the
 README table in sync, Beam's own flags accepted by the pipelines."""
 import os
+import re
 import subprocess
 import sys
 
@@ -126,3 +127,37 @@ def test_the_gcp_extra_pins_beams_gcp_extra_at_the_installed_beam_version():
   beam = next(r for r in requires if r.startswith("apache-beam=="))
   gcp = config["options.extras_require"]["gcp"].split()
   assert gcp == [beam.replace("apache-beam==", "apache-beam[gcp]==")]
+
+
+FLAG_DOMAINS = [  # (module, required flags, a flag outside its domain, the named reason)
+    ("realm_tf.ict", "--corpus=c --model_dir=m", "--remove_prob=2", "not a number in the range"),
+    ("realm_tf.pretrain", "--corpus=c --examples_dir=e --model_dir=m", "--refresh_every=0",
+     "not a positive integer"),
+    ("realm_tf.pretrain", "--corpus=c --examples_dir=e --model_dir=m", "--num_candidates=0",
+     "not a positive integer"),
+    ("realm_tf.finetune", "--model_dir=m --corpus=c --train_data=t", "--learning_rate=-1",
+     "not a non-negative number"),
+    ("realm_tf.evaluate", "--model_dir=m --data=d", "--batch_size=0", "not a positive integer"),
+    ("realm_tf.evaluate", "--model_dir=m --data=d", "--max_examples=-1",
+     "not a non-negative integer"),
+    ("realm_tf.plot_ru", "--run=a:b", "--smoothing=0", "not a positive integer"),
+    ("realm_tf.demo.main", "", "--num_docs=-5", "not a non-negative integer"),
+    ("pipelines.wikipedia_to_blocks", "--input=i --output_dir=o", "--num_shards=-1",
+     "not a non-negative integer"),
+    ("realm_tf.knowledge_world.generate", "--output_dir=o", "--dev_fraction=0.5",
+     "--dev_fraction \\+ --test_fraction < 1"),
+    ("realm_tf.ask", "", "--embeddings_dir=emb", "--embeddings_dir needs the --corpus"),
+]
+
+
+@pytest.mark.parametrize("module,required,bad,reason", FLAG_DOMAINS,
+                         ids=[f"{m}{b}" for m, _, b, _ in FLAG_DOMAINS])
+def test_a_flag_outside_its_domain_is_one_line_naming_it(module, required, bad, reason):
+  # Flags are parsed before TensorFlow is imported: each run takes about a second.
+  extra = ["--test_fraction=0.6"] if "dev_fraction" in bad else []
+  result = subprocess.run([sys.executable, "-m", module, *required.split(), bad, *extra],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+  assert result.returncode == 2, result.stderr
+  assert "Traceback" not in result.stderr
+  last = result.stderr.strip().splitlines()[-1]
+  assert re.search(reason, last) and bad.split("=")[0] in last, last

@@ -78,7 +78,20 @@ CASES = {
                         "best/model.json: corpus '/etc/hostname' is not a relative path "),
     "doc_embedder_outside": (lambda root, best: _edit_info(best, _set("doc_embedder", "../..")),
                              "best/model.json: doc_embedder '../..' is not a relative path "),
+    "doc_embedder_missing": (lambda root, best: _remove_named(best, "doc_embedder"),
+                             "doc_embedder/step-"),
+    "corpus_missing": (lambda root, best: _remove_named(best, "corpus"), "corpus.jsonl: "
+                       "missing, though "),
 }
+
+
+def _remove_named(directory, key):
+  with open(os.path.join(directory, "model.json")) as f:
+    path = os.path.normpath(os.path.join(directory, json.load(f)[key]))
+  if os.path.isdir(path):
+    shutil.rmtree(path)
+  else:
+    os.remove(path)
 
 
 def _halve(path):

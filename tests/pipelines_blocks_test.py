@@ -72,6 +72,20 @@ def test_pack_greedy_title_first_and_long_sentence_split(tokenizer):
   assert blocks[4].body_ids.tolist() == ids(["cat", "##s"] * 4)  # never inside a word
 
 
+def test_pack_a_multi_megabyte_sentence_completely(tokenizer):
+  # A JSONL record of one 2.5 MB sentence (no terminator): cut into pieces at word starts in
+  # one pass (mapping each cut's byte offset to characters from the start was quadratic).
+  words = ["cats", "dog", "é", "big", "mat"]  # "é" ([UNK]): 2 bytes, 1 character
+  text = " ".join(words[i % len(words)] for i in range(600_000))
+  blocks = block_packer.BlockPacker(tokenizer).pack([("Paris", text)])[0]
+  assert len(text) > 2_000_000 and len(blocks) > 2_000
+  assert " ".join(b.text for b in blocks) == text
+  assert all(text[b.start:b.end] == b.text for b in blocks)
+  assert all(len(b.title_ids) + len(b.body_ids) + 3 <= block_packer.BLOCK_LENGTH for b in blocks)
+  for block in blocks[:3] + blocks[-3:]:
+    assert block.body_ids.tolist() == tokenizer(block.text).numpy().tolist()
+
+
 def test_pack_batch_equals_one_by_one(tokenizer):
   packer = block_packer.BlockPacker(tokenizer, block_length=12, max_title_wordpieces=4)
   documents = [("Paris", "The cat sat. The dog ran on the mat."), ("France", "A big dog."),
@@ -133,6 +147,34 @@ def test_read_wikipedia_dump_filters_and_dead_letters(tmp_path):
     expected_offset = dump_xml(page_xml("Paris", ARTICLE, page_id=1)).index(b"<page>")
     assert_that(offsets | beam.Filter(lambda t: t[0] == "Paris"),
                 equal_to([("Paris", expected_offset)]), label="offset")
+
+
+def test_dump_page_without_title_is_a_dead_letter_not_lost(tmp_path):
+  data = dump_xml(page_xml("Paris", ARTICLE, page_id=1),
+                  page_xml("NOTITLE", "The dog ran.", page_id=2),
+                  page_xml("", "The cat ran.", page_id=3))
+  path = _write(tmp_path / "dump.xml", data.replace(b"<title>NOTITLE</title>", b""))
+  with test_pipeline.TestPipeline() as p:
+    out = p | document_sources.ReadWikipediaDump([path])
+    assert_that(out["documents"] | beam.Map(lambda d: d.title), equal_to(["Paris"]),
+                label="documents")
+    assert_that(out[dead_letter.DEAD_LETTER] | beam.Map(
+        lambda r: (r["offset"], r["stage"], r["reason"])), equal_to([
+            (data.index(b"<page>", data.index(b"NOTITLE") - 20), "clean_page",
+             "no title: the page has no <title> element, or an empty one"),
+            (data.rindex(b"<page>") - len(b"<title>NOTITLE</title>"), "clean_page",
+             "no title: the page has no <title> element, or an empty one")]), label="dead")
+
+
+def test_jsonl_byte_order_mark_keeps_the_first_document(tmp_path):
+  lines = [{"title": "Paris", "text": "Paris is in France."}, {"title": "Cat", "text": "A cat."}]
+  data = b"\xef\xbb\xbf" + "\n".join(json.dumps(line) for line in lines).encode() + b"\n"
+  path = _write(tmp_path / "docs.jsonl", data)
+  with test_pipeline.TestPipeline() as p:
+    out = p | document_sources.ReadJsonlDocuments([path])
+    assert_that(out["documents"] | beam.Map(lambda d: (d.title, d.offset)),
+                equal_to([("Paris", 1), ("Cat", 2)]), label="docs")
+    assert_that(out[dead_letter.DEAD_LETTER], equal_to([]), label="dead")
 
 
 def test_read_jsonl_documents_and_dead_letters(tmp_path):

@@ -109,3 +109,39 @@ def test_split_sentences_covers_text_and_resplits_identically():
       again = [(a + start, b + start)
                for a, b in sentence_splitter.split_sentences(text[start:end])]
       assert again == spans[i:j + 1]
+
+
+@pytest.mark.parametrize("unclosed", [
+    "{{Infobox x|a=", "{{{arg|", "<div>", "<abc ", "[http://example.org ", "{|\n| cell\n"])
+def test_openers_nothing_closes_clean_as_the_parser_reads_them(unclosed, monkeypatch):
+  # Disarmed before parsing (the parser retried each against the rest of the page); the
+  # prose must be what the parser itself made of them.
+  page = "".join(f"Fact {i} is true. {unclosed}Line {i} goes on.\nPlain line {i}.\n"
+                 for i in range(20))
+  disarmed = wikitext_cleaner.clean_wikitext(page, max_unparsed_fraction=1.0)
+  monkeypatch.setattr(wikitext_cleaner, "_split_unmatched", lambda text: text)
+  assert disarmed == wikitext_cleaner.clean_wikitext(page, max_unparsed_fraction=1.0)
+  assert all(f"Plain line {i}." in disarmed.split("\n") for i in range(20))
+
+
+def test_multi_megabyte_page_is_cleaned_and_split_completely():
+  # Each pattern here made cleaning or splitting quadratic (bench/large_page_bench.py times
+  # them): unclosed templates, tags, tag starts and links, a long run of spaces, one long line.
+  openers = ["{{Infobox x|a=", "<div>", "<abc ", "[http://example.org ", "''' "]
+  lines = []
+  for i in range(6_000):
+    opener = openers[i % len(openers)]
+    lines.append(f"Fact {i} is true.{' ' * 200}{opener}Part {i} goes on. Dr. Who came {i}. "
+                 + " ".join(f"Sentence {i}.{j} is here." for j in range(4)))
+  page = "\n".join(lines) + "\n" + " ".join(f"Long line {k} ends." for k in range(40_000))
+  assert len(page) > 2_000_000
+  cleaned = wikitext_cleaner.clean_wikitext(page, max_unparsed_fraction=1.0)
+  kept = cleaned.split("\n")
+  for i in range(6_000):
+    if i % len(openers) == 0:  # an unclosed `{{` leaves its line unparsed markup: dropped
+      assert f"Fact {i} is true." not in cleaned
+    else:
+      assert kept[i - i // len(openers) - 1].startswith(f"Fact {i} is true. ")
+  sentences = [cleaned[a:b] for a, b in sentence_splitter.split_sentences(cleaned)]
+  assert sentences[-40_000:] == [f"Long line {k} ends." for k in range(40_000)]
+  assert "Dr. Who came 1." in sentences

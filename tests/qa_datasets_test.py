@@ -4,8 +4,11 @@ import json
 
 import pytest
 
+from realm_tf.errors import InputError
 from realm_tf.errors import MalformedRecordError
+from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.qa import datasets
+from realm_tf.qa import supervision
 
 
 def _write(path, text):
@@ -113,6 +116,37 @@ def test_write_jsonl_round_trip(tmp_path):
   datasets.write_jsonl(examples, str(tmp_path / "out.jsonl"))
   loaded = datasets.load_examples(str(tmp_path / "out.jsonl"), "nq")
   assert [(e.question, e.answers) for e in loaded] == [("q1?", ("a", "é")), ("q2?", ("b",))]
+
+
+def test_question_file_byte_order_mark_accepted_other_encodings_named(tmp_path):
+  bom = tmp_path / "bom.jsonl"
+  bom.write_bytes(b"\xef\xbb\xbf" + b'{"question": "who wrote hamlet?", "answer": ["Shakespeare"]}\n')
+  assert [e.question for e in datasets.load_examples(str(bom), "nq")] == ["who wrote hamlet?"]
+  latin1 = tmp_path / "latin1.tsv"
+  latin1.write_bytes("who wrote hamlet?\t['Shakespeare']\nwhere is s\xe8te?\t['France']\n"
+                     .encode("latin-1"))
+  with pytest.raises(MalformedRecordError, match=rf"^{latin1}:2: not UTF-8 \(byte 44 .*as UTF-8$"):
+    datasets.load_examples(str(latin1), "nq")
+
+
+@pytest.mark.parametrize("text", ["", "\n", "  \n\t\n"])
+def test_empty_or_blank_question_file_is_one_line_input_error(tmp_path, text):
+  path = _write(tmp_path / "dev.jsonl", text)
+  with pytest.raises(InputError, match=rf"^{path}: no questions .*\.$"):
+    datasets.load_examples(path, "nq")
+  with pytest.raises(InputError, match=rf"^{tmp_path}: is a directory, not a question file"):
+    datasets.load_examples(str(tmp_path), "nq")
+  with pytest.raises(InputError, match=r"^pyserini:nope: unknown pyserini question set"):
+    datasets.load_examples("pyserini:nope")
+
+
+def test_training_questions_the_corpus_never_answers_are_refused():
+  examples = [QAExample("who wrote hamlet?", ("Shakespeare",)),
+              QAExample("where is paris?", ("France",))]
+  supervision.check_answerable(examples, ["Paris is in France."], "train.jsonl", "c.jsonl")
+  with pytest.raises(InputError, match=r"^train.jsonl: none of its 2 questions has an answer "
+                     r"in any of the 1 blocks of c.jsonl: .* \(--corpus\).*\.$"):
+    supervision.check_answerable(examples, ["Rome is in Italy."], "train.jsonl", "c.jsonl")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pyserini") is None,

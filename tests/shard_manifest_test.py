@@ -146,6 +146,20 @@ def test_shards_without_a_manifest_load_with_a_warning(tmp_path, caplog):
          "completeness check" in caplog.text
 
 
+def test_examples_without_a_manifest_are_refused_unless_explicitly_allowed(tmp_path):
+  directory = write_shards(str(tmp_path / "data"), "examples", manifest=False)
+  _cut_records(directory, "examples")
+  with pytest.raises(shards.ShardError, match=(
+      rf"^{directory}: no examples.manifest.json: nothing tells whether its 2 examples shards "
+      r"\(75 records\) are complete. .*--allow_unverified_examples to read them uncounted\.$")):
+    pretraining_data.masked_query_dataset(directory, None, 2)
+  assert shards.check_shards(directory, "examples", allow_unverified=True).num_records == 75
+  empty = write_shards(str(tmp_path / "empty"), "examples", per_shard=0, manifest=False)
+  with pytest.raises(shards.ShardError, match=rf"^{empty}: 2 examples shards without a "
+                     r"manifest hold no records\."):
+    shards.check_shards(empty, "examples", allow_unverified=True)
+
+
 def test_manifest_lists_counts_sizes_checksums_and_config(tmp_path):
   directory = write_shards(str(tmp_path / "data"), "examples", num_shards=3, per_shard=4)
   with open(shards.manifest_path(directory, "examples")) as f:

@@ -14,7 +14,9 @@ checksums, record count, size, crc32c of the file) and raises `ShardError` namin
 a corrupted or truncated record (with its index and byte offset), a shard of `-of-N` that is
 missing, shards of different `-of-N` sets, and with a manifest any shard missing, unlisted, or
 whose record count, size or checksum differs (expected vs found). Shards without a manifest
-(brought by a user) are read with a warning: nothing can tell whether they are complete.
+(brought by a user) are read with a warning (nothing can tell whether they are complete), or
+refused where the reader asks (`allow_unverified=False`: pre-training's examples, unless
+`--allow_unverified_examples`); without a manifest and without a record they are refused.
 """
 import dataclasses
 import json
@@ -227,8 +229,14 @@ def _read_manifest(directory: str, prefix: str) -> Optional[Dict[str, Any]]:
   return manifest
 
 
-def check_shards(directory: str, prefix: str) -> ShardSet:
+def check_shards(directory: str, prefix: str, allow_unverified: bool = True) -> ShardSet:
   """Verifies the `<prefix>-*.tfrecord` shards of `directory` (see the module docstring).
+
+  Args:
+    directory: the shards' directory.
+    prefix: "blocks", "examples" or "embeddings".
+    allow_unverified: shards without a manifest are read with a warning; False: refused
+      (`ShardError` naming the directory and `--allow_unverified_<prefix>`).
 
   Raises:
     FileNotFoundError: no such directory, or no shards in it.
@@ -266,6 +274,16 @@ def check_shards(directory: str, prefix: str) -> ShardSet:
       raise ShardError(errors.describe(
           path, f"content changed: crc32c {info.crc32c} found, {manifest_name} expects "
           f"{want['crc32c']}", _fix(prefix)))
+  if manifest is None and not total:
+    raise ShardError(errors.describe(
+        directory, f"{len(files)} {prefix} shards without a manifest hold no records",
+        _fix(prefix)))
+  if manifest is None and not allow_unverified:
+    raise ShardError(errors.describe(
+        directory, f"no {os.path.basename(manifest_path(directory, prefix))}: nothing tells "
+        f"whether its {len(files)} {prefix} shards ({total} records) are complete",
+        f"Rerun python -m {PRODUCERS.get(prefix, '...')} into an empty directory, or pass "
+        f"--allow_unverified_{prefix} to read them uncounted"))
   if manifest is None:
     logging.warning("%s", errors.describe(
         directory, f"no {os.path.basename(manifest_path(directory, prefix))}: read "

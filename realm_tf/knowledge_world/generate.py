@@ -16,13 +16,22 @@ from realm_tf import cli
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the world is written.",
                                   required=True)
-_NUM_ENTITIES = flags.DEFINE_integer("num_entities", 120, "People in the world.")
-_DOCS = flags.DEFINE_integer("docs_per_entity", 2, "Z documents per person (1..4).")
-_PLACES = flags.DEFINE_integer("num_places", 0, "Towns (0: as many as people).")
-_X = flags.DEFINE_integer("x_sentences_per_fact", 2, "X sentences per salient fact (1..4).")
-_DEV = flags.DEFINE_float("dev_fraction", 0.1, "Fraction of the questions in dev.")
-_TEST = flags.DEFINE_float("test_fraction", 0.2, "Fraction of the questions in test.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of everything.")
+_NUM_ENTITIES = flags.DEFINE_integer("num_entities", 120, "People in the world.", lower_bound=4)
+_DOCS = flags.DEFINE_integer("docs_per_entity", 2, "Z documents per person (1..4).",
+                             lower_bound=1, upper_bound=4)
+_PLACES = flags.DEFINE_integer("num_places", 0, "Towns (0: as many as people).", lower_bound=0)
+_X = flags.DEFINE_integer("x_sentences_per_fact", 2, "X sentences per salient fact (1..4).",
+                          lower_bound=1, upper_bound=4)
+_DEV = flags.DEFINE_float("dev_fraction", 0.1, "Fraction of the questions in dev.",
+                          lower_bound=0, upper_bound=1)
+_TEST = flags.DEFINE_float("test_fraction", 0.2, "Fraction of the questions in test.",
+                           lower_bound=0, upper_bound=1)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of everything.", lower_bound=0)
+
+flags.register_multi_flags_validator(
+    ["dev_fraction", "test_fraction"],
+    lambda f: f["test_fraction"] > 0 and f["dev_fraction"] + f["test_fraction"] < 1,
+    "--test_fraction must be > 0 and --dev_fraction + --test_fraction < 1")
 
 
 def main(argv):

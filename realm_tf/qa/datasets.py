@@ -178,7 +178,9 @@ def parse_examples(text: str, path: str, match: str, file_format: str = "auto") 
   parse = parse_jsonl if file_format == "jsonl" else parse_tsv
   examples = list(parse(lines, path, match))
   if not examples:
-    raise ValueError(f"{path}: no questions")
+    raise errors.InputError(errors.describe(
+        path, "no questions (the file is empty or holds only blank lines)",
+        "Pass a question file with one question per line (ORQA JSONL or DPR TSV)"))
   return examples
 
 
@@ -202,8 +204,9 @@ def load_pyserini_topics(name: str) -> List[QAExample]:
       (8,837), "squad-dev" (10,570), "wq-test" (2,032), "curated-test" (694, regex answers).
   """
   if name not in PYSERINI_TOPICS:
-    raise ValueError(f"unknown pyserini question set {name!r}; expected one of "
-                     f"{sorted(PYSERINI_TOPICS)}")
+    raise errors.InputError(errors.describe(
+        f"{PYSERINI_PREFIX}{name}", "unknown pyserini question set",
+        f"Pass one of {', '.join(PYSERINI_PREFIX + n for n in sorted(PYSERINI_TOPICS))}"))
   member, dataset = PYSERINI_TOPICS[name]
   jar = pyserini_jar()
   with zipfile.ZipFile(jar) as archive:
@@ -225,14 +228,25 @@ def load_examples(path: str, dataset: str = "nq", file_format: str = "auto") -> 
     the examples in file order.
 
   Raises:
-    MalformedRecordError: a record is malformed or a CuratedTrec pattern does not compile.
-    ValueError: an unknown dataset or format, or a file without questions.
+    MalformedRecordError: a record is malformed, the file is not UTF-8 (a byte-order mark is
+      skipped), or a CuratedTrec pattern does not compile.
+    InputError: a directory, a file without questions, an unknown pyserini set.
+    ValueError: an unknown dataset or format.
   """
   if path.startswith(PYSERINI_PREFIX):
     return load_pyserini_topics(path[len(PYSERINI_PREFIX):])
   match = dataset_spec(dataset).match
-  with tf.io.gfile.GFile(path, "r") as f:
-    text = f.read()
+  if tf.io.gfile.isdir(path):
+    raise errors.InputError(errors.describe(path, "is a directory, not a question file",
+                                            "Pass the JSONL or TSV file"))
+  with tf.io.gfile.GFile(path, "rb") as f:
+    data = f.read()
+  try:
+    text = data.decode("utf-8-sig")  # a byte-order mark (editors on Windows) is skipped
+  except UnicodeDecodeError as e:
+    line = data[:e.start].count(b"\n") + 1
+    raise MalformedRecordError(path, line, f"not UTF-8 (byte {e.start} of the file, "
+                               f"{data[e.start:e.start + 1]!r}). Save the file as UTF-8") from e
   return parse_examples(text, path, match, file_format)
 
 

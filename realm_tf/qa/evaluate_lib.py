@@ -111,6 +111,8 @@ def evaluate(system: RetrieveAndRead, examples: Sequence[QAExample],
     predictions_path: where to write the predictions JSONL ("" to skip).
     progress: called with the number of questions done after each batch.
   """
+  if config.max_examples < 0:
+    raise ValueError(f"max_examples must be >= 0 (0: all), got {config.max_examples}")
   examples = list(examples)[:config.max_examples or None]
   if not examples:
     raise ValueError("no questions to evaluate")

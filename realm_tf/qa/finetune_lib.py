@@ -71,6 +71,7 @@ from realm_tf.qa.model import make_system
 from realm_tf.qa.open_qa_batches import BatchPreparer
 from realm_tf.qa.open_qa_step import make_replica_step
 from realm_tf.qa.open_qa_step import open_qa_losses
+from realm_tf.qa.supervision import check_answerable
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.tokenization.featurizers import Featurizer
@@ -136,6 +137,7 @@ class FineTuner:
     self.dev_examples = (datasets.load_examples(task.dev_data, self.dataset)
                          if task.dev_data else [])
     self.corpus = Corpus.load(task.corpus)
+    check_answerable(self.train_examples, self.corpus.texts, task.train_data, task.corpus)
     self.tokenizer = WordpieceTokenizer.from_vocab_file(task.vocab_file)
     if self.tokenizer.vocab_size != task.model.encoder.vocab_size:
       raise ValueError(f"vocabulary {task.vocab_file} has {self.tokenizer.vocab_size} "

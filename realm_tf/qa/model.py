@@ -259,12 +259,18 @@ class QAModel:
 
     Raises:
       FileNotFoundError: not a model directory, or no checkpoint in it.
-      errors.InputError: a path of model.json outside the model directory, vocab.txt or
-        model.json that does not fit the checkpoint.
+      errors.InputError: a path of model.json outside the model directory or missing,
+        vocab.txt or model.json that does not fit the checkpoint.
       EmbeddingMismatchError: the corpus and its embeddings or index disagree.
     """
     info = ModelInfo.read(directory)
     paths = {key: resolve(directory, info, key) for key in _PATH_KEYS}
+    for key in _PATH_KEYS:
+      if not tf.io.gfile.exists(paths[key]):
+        raise errors.InputError(errors.describe(
+            paths[key], f"missing, though {os.path.join(directory, MODEL_INFO)} names it as "
+            f"the model's {key}: the model directory is incomplete",
+            "Copy the whole model directory as fine-tuning wrote it"))
     tokenizer = WordpieceTokenizer.from_vocab_file(paths["vocab_file"])
     path = tf.train.latest_checkpoint(directory)
     if not path:

@@ -6,6 +6,8 @@ wordpieces.
 Which blocks hold an answer, and which strings mark a correct span in a block, is
 `realm_tf.evaluation.answer_matcher.AnswerMatcher` (`has_answer`, `answer_strings`), the same
 matching evaluation's recall@k uses.
+* `check_answerable`: fine-tuning refuses a training set none of whose answers any block
+  holds (it would train to the end with loss 0 and exact match 0).
 * `gold_spans`: every occurrence of the answer strings' wordpiece sequences inside the block
   body of a reader input `[CLS] x [SEP] z_body [SEP]`, as (start, end) positions in that input
   (the positions `SpanScorer` enumerates), width <= max_span_width, padded with -1. ORQA
@@ -16,6 +18,11 @@ matching evaluation's recall@k uses.
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from realm_tf import errors
+from realm_tf.evaluation.answer_matcher import AnswerMatcher
+
+CHECKED_QUESTIONS = 1000  # enough to find an answerable one in any usable training set
 
 
 def find_spans(tokens: Sequence[int], answer_tokens: Iterable[Sequence[int]],
@@ -81,3 +88,25 @@ def gold_spans(input_word_ids: np.ndarray, block_mask: np.ndarray,
       starts[block, a] = positions[0] + start
       ends[block, a] = positions[0] + end
   return starts, ends
+
+
+def check_answerable(examples: Sequence, texts: Sequence[str], train_data: str,
+                     corpus: str) -> None:
+  """Raises `InputError` when none of the first `CHECKED_QUESTIONS` training questions has an
+  answer in any block text (stops at the first that has one).
+
+  Args:
+    examples: `QAExample`s (answers and match).
+    texts: the corpus's block texts.
+    train_data, corpus: their paths, for the message.
+  """
+  checked = examples[:CHECKED_QUESTIONS]
+  for example in checked:
+    matcher = AnswerMatcher(example.answers, example.match)
+    if any(matcher.has_answer(text) for text in texts):
+      return
+  raise errors.InputError(errors.describe(
+      train_data, f"none of its {'first ' if len(examples) > len(checked) else ''}"
+      f"{len(checked):,} questions has an answer in any of the {len(texts):,} blocks of "
+      f"{corpus}: fine-tuning would learn nothing (loss 0, exact match 0)",
+      "Pass the corpus these questions are about (--corpus), or questions about this corpus"))

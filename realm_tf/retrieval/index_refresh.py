@@ -272,8 +272,9 @@ class IndexRefresher(abc.ABC):
     `matches_doc_tower`; otherwise the version of `step` is built.
 
     Versions after `step` (published by a killed run after its last checkpoint) are deleted:
-    this run builds them again from its own weights. `LATEST` is read as everywhere, by
-    `index_publisher.latest_version` (ValueError / FileNotFoundError naming the fix).
+    this run builds them again from its own weights. `LATEST` is checked as everywhere, by
+    `index_publisher.latest_version` (ValueError / FileNotFoundError naming the fix), also
+    when the run resumes with its own `resume_version`.
     """
     self._strategy = strategy or tf.distribute.get_strategy()
     self._chief = distribute.is_chief(self._strategy)
@@ -287,6 +288,7 @@ class IndexRefresher(abc.ABC):
     discarded = index_publisher.discard_after(self.index_root, step)
     if discarded:
       logging.info("Discarded indexes %s: built after the resumed step %d", discarded, step)
+    published = index_publisher.latest_version(self.index_root)  # a bad `LATEST` stops a resume too
     versions = index_publisher.list_versions(self.index_root)
     if resume_version and resume_version in versions:
       self._load(resume_version)
@@ -294,7 +296,7 @@ class IndexRefresher(abc.ABC):
         logging.info("Index %s was built by another doc tower: rebuilding it", resume_version)
         self._build_now(step, retriever)
     elif versions and not check_doc_tower:
-      self._load(index_publisher.latest_version(self.index_root) or versions[-1])
+      self._load(published or versions[-1])
     else:
       self._build_now(step, retriever)
 

@@ -25,15 +25,18 @@ MASKING = ("salient_span", "random_token", "random_span")
 def masked_query_dataset(examples_dir: str, tokenizer: WordpieceTokenizer, batch_size: int,
                          masking_strategy: str = "salient_span", query_length: int = 96,
                          max_predictions: int = 10, seed: int = 0,
-                         shuffle_buffer: int = 10000) -> tf.data.Dataset:
+                         shuffle_buffer: int = 10000,
+                         allow_unverified: bool = False) -> tf.data.Dataset:
   """An endless, shuffled dataset of batches:
     "query": [B, Lq] masked query features, "query_ids": [B, Lq - 2] masked x (padded with 0,
     length in "query_length"), "masked_lm_positions" / "masked_lm_ids" / "masked_lm_weights"
     [B, M], "block_id": [B] source block.
+
+  Shards without a manifest are refused unless `allow_unverified` (`shards.check_shards`).
   """
   if masking_strategy not in MASKING:
     raise ValueError(f"masking_strategy must be one of {MASKING}, got {masking_strategy!r}")
-  files = shards.check_shards(examples_dir, "examples").files  # verified, or a warning
+  files = shards.check_shards(examples_dir, "examples", allow_unverified).files
   featurizer = Featurizer(tokenizer, query_length=query_length)
   special = [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id]
 

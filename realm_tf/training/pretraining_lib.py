@@ -222,7 +222,8 @@ class RealmPretrainer:
     task = self.experiment.task
     data = iter(masked_query_dataset(
         task.examples_dir, self.tokenizer, self.experiment.trainer.batch_size, task.masking,
-        task.model.query_length, task.max_predictions, seed=self.experiment.runtime.seed + start))
+        task.model.query_length, task.max_predictions, seed=self.experiment.runtime.seed + start,
+        allow_unverified=task.allow_unverified_examples))
 
     def after_step(step: int):
       if self.refresher.maybe_refresh(step, self.retriever, last_step=self.loop.num_steps):
