@@ -14,7 +14,7 @@ index's `search`. Stages:
   open       Corpus.load: seconds, resident memory growth (bytes per block), fingerprint
   featurize  K = 8 candidates x B = 512 random blocks through `CandidateBuilder`: blocks/s
   index      the sharded ScaNN index built and published: seconds, peak RSS, bytes per block
-  search     load_latest (the swap), p50/p99 of one query and of B = 512, recall@10 vs exact
+  search     the swap (the refresher's load of a published version), p50/p99 of one query and of B = 512, recall@10 vs exact
              on 1,000 queries
   pretrain   `realm-pretrain` for 4 steps with that index: seconds, peak RSS
   dpr        (--dpr_passages) a DPR-shaped psgs_w100.tsv through Corpus.load: seconds, RSS
@@ -160,7 +160,9 @@ def stage_search(n: int, paths) -> dict:
   from realm_tf.mips import index_publisher  # pylint: disable=import-outside-toplevel
   before = _rss()
   started = time.perf_counter()
-  _, index, _ = index_publisher.load_latest(paths["index_root"])
+  version = index_publisher.latest_version(paths["index_root"])  # the refresher's swap: the
+  index = index_publisher.load_version(paths["index_root"], version,  # build verified it
+                                       verify_checksums=False)
   load_s = time.perf_counter() - started
   loaded_rss = _rss() - before
   query = data.queries(1000)

@@ -196,9 +196,16 @@ class IndexManifest:
       IndexCorruptedError: the file is unlisted, unreadable, or has another dtype or shape.
     """
     self._check_listed(directory, name)
+    path = os.path.join(directory, name)
     try:
-      with tf.io.gfile.GFile(os.path.join(directory, name), "rb") as f:
-        array = np.load(f, allow_pickle=False)
+      if "://" in path:
+        with tf.io.gfile.GFile(path, "rb") as f:
+          array = np.load(f, allow_pickle=False)
+      else:  # mapped: no read-and-copy of arrays of several GB (the caller copies once)
+        try:
+          array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except ValueError:  # an empty array cannot be mapped; a damaged one fails again here
+          array = np.load(path, allow_pickle=False)
     except (ValueError, EOFError) as e:
       raise IndexCorruptedError(directory, name, f"not a readable .npy array ({e})") from e
     if array.dtype != dtype:
