@@ -52,9 +52,11 @@ _N = flags.DEFINE_integer("n", 0, "Internal: the N of --stage.")
 _NAME = flags.DEFINE_string("name", "paper_scale", "Result file name.")
 
 
-def _rss() -> int:
+def _rss(field: str = "VmRSS") -> int:
+  """Resident bytes: all (VmRSS), or the process's own memory alone (RssAnon; the rest is
+  pages of mapped files, the page cache's)."""
   with open("/proc/self/status", encoding="ascii") as f:
-    return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+    return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
 
 
 def _peak() -> int:
@@ -91,18 +93,19 @@ def stage_write(n: int, paths) -> dict:
 
 def stage_open(n: int, paths) -> dict:
   from realm_tf.retrieval.corpus import Corpus  # pylint: disable=import-outside-toplevel
-  before = _rss()
+  before, anon = _rss(), _rss("RssAnon")
   started = time.perf_counter()
   store = Corpus.load(paths["corpus"])
   seconds = time.perf_counter() - started
   fingerprint = store.fingerprint
-  grown = _rss() - before
+  grown, anon_grown = _rss() - before, _rss("RssAnon") - anon
   rng = np.random.default_rng(0)
   rows = rng.integers(n, size=1000)
   started = time.perf_counter()
   texts = [store.texts[r] for r in rows]
   read_s = (time.perf_counter() - started) / len(rows)
   return {"open_s": seconds, "open_rss_growth": grown, "open_bytes_per_block": grown / n,
+          "open_anon_growth": anon_grown,
           "blocks": len(store), "fingerprint": fingerprint[:12],
           "text_read_us": read_s * 1e6, "text_chars": float(np.mean([len(t) for t in texts]))}
 
@@ -114,7 +117,7 @@ def stage_featurize(n: int, paths) -> dict:
   from realm_tf.training.candidates import CandidateBuilder  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   store = Corpus.load(paths["corpus"])
-  before = _rss()
+  before, anon = _rss(), _rss("RssAnon")
   builder = CandidateBuilder(store, Featurizer(pretrained.minilm_tokenizer(), 96, 288), 8)
   rng = np.random.default_rng(0)
   query_ids = tf.ragged.constant([[2000 + i % 100] * 20 for i in range(512)], tf.int64)
@@ -127,7 +130,8 @@ def stage_featurize(n: int, paths) -> dict:
     docs["input_word_ids"].numpy()
     times.append(time.perf_counter() - started)
   return {"featurize_blocks_per_s": 512 * 8 / float(np.median(times)),
-          "featurize_batch_s": float(np.median(times)), "featurize_rss_growth": _rss() - before}
+          "featurize_batch_s": float(np.median(times)), "featurize_rss_growth": _rss() - before,
+          "featurize_anon_growth": _rss("RssAnon") - anon}
 
 
 def stage_index(n: int, paths) -> dict:

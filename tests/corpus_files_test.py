@@ -49,8 +49,8 @@ def test_open_maps_the_columns_without_reading_them(tmp_path, monkeypatch):
   monkeypatch.setattr(corpus_lib, "corpus_fingerprint",
                       lambda *a: pytest.fail("opening must not recompute the fingerprint"))
   store = Corpus.load(str(tmp_path / "c"))
-  assert isinstance(store.block_ids, np.memmap) and isinstance(store.texts.values, np.memmap)
-  assert isinstance(store.body_ids.values, np.memmap) and len(store.fingerprint) == 64
+  assert isinstance(store.block_ids, np.memmap) and corpus_files.is_mapped(store.texts.values)
+  assert corpus_files.is_mapped(store.body_ids.values) and len(store.fingerprint) == 64
   assert store.rows([30, 10]).tolist() == [2, 0]
 
 
@@ -135,7 +135,7 @@ def test_another_vocabulary_is_tokenized_once_into_the_corpus_directory(tmp_path
   monkeypatch.setattr(corpus_lib, "_tokenized_batches",
                       lambda *a: pytest.fail("the cached wordpiece set must be reused"))
   again = reopened.wordpieces(other)[1]
-  assert isinstance(again.values, np.memmap) and again.to_list() == bodies.to_list()
+  assert corpus_files.is_mapped(again.values) and again.to_list() == bodies.to_list()
   assert reopened.wordpieces(tok)[0] is reopened.title_ids
 
 

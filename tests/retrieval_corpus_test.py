@@ -7,6 +7,7 @@ import tensorflow as tf
 from realm_tf import tiny_world
 from realm_tf.data import formats
 from realm_tf.errors import MalformedRecordError
+from realm_tf.retrieval import corpus_files
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -114,7 +115,7 @@ def test_wordpieces_are_stored_for_the_pipeline_vocabulary_else_tokenized(tmp_pa
   from_text = Corpus.load(jsonl)
   assert not from_text.stored_wordpieces_match(tok)
   titles, bodies = from_text.wordpieces(tok)
-  assert isinstance(titles.values, np.memmap) and titles.values.dtype == np.uint16
+  assert corpus_files.is_mapped(titles.values) and titles.values.dtype == np.uint16
   assert titles.to_list() == corpus.title_ids.to_list()
   assert bodies.to_list() == corpus.body_ids.to_list()
   other = WordpieceTokenizer(tiny_world.VOCAB[:5] + tiny_world.VOCAB[5:][::-1])

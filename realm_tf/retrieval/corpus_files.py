@@ -21,6 +21,7 @@ fingerprint (`retrieval.fingerprint`) and writes the manifest last, so a directo
 import array
 import hashlib
 import json
+import mmap
 import os
 import shutil
 from typing import Any, Dict, Iterable, Optional, Tuple
@@ -59,10 +60,21 @@ def _crc(path: str) -> str:
 
 
 def _map(path: str, dtype, count: int) -> np.ndarray:
-  """A read-only memmap of `count` values (an empty array for 0: mmap needs a byte)."""
+  """A read-only map of the `count` values of file `path` (an empty array for 0: mmap needs a
+  byte). Rows are read at random (candidates, length-ordered embedding), so the kernel is told
+  not to read ahead around them: no page cache is filled, or resident memory counted, for
+  neighbours nobody asked for."""
   if not count:
     return np.zeros([0], dtype)
-  return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+  with open(path, "rb") as f:
+    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+  mapped.madvise(mmap.MADV_RANDOM)
+  return np.frombuffer(mapped, dtype, count)
+
+
+def is_mapped(array: np.ndarray) -> bool:
+  """Whether `array` reads a file map (`_map`) rather than memory of its own."""
+  return isinstance(getattr(array.base, "obj", None), mmap.mmap)
 
 
 class _ColumnWriter:
