@@ -41,6 +41,12 @@ def _truncated_checkpoint(d):
   tf2_checkpoint.restore_checked(tf.train.Checkpoint(v=tf.Variable(tf.ones([64, 64]))), prefix)
 
 
+def _checkpoint_of_another_vocabulary(d):
+  prefix = tf.train.Checkpoint(embeddings=tf.Variable(tf.zeros([30, 8]))).write(str(d / "ckpt-1"))
+  tf2_checkpoint.restore_checked(tf.train.Checkpoint(embeddings=tf.Variable(tf.zeros([25, 8]))),
+                                 prefix)
+
+
 def _examples_of_another_schema(d):
   path = d / "examples-00000-of-00001.tfrecord"
   with tf.io.TFRecordWriter(str(path)) as writer:
@@ -58,6 +64,9 @@ CASES = {
     "junk_safetensors": (lambda d: hf_safetensors.read_hf_bert(
         _file(d / "model.safetensors", b"junk" * 8)), "model.safetensors: not a safetensors"),
     "truncated_checkpoint": (_truncated_checkpoint, "ckpt-1: truncated or damaged checkpoint"),
+    "checkpoint_of_another_vocabulary": (
+        _checkpoint_of_another_vocabulary, "ckpt-1: the checkpoint does not fit the model "
+        "(Received incompatible tensor with shape (30, 8)"),
     "examples_of_another_schema": (_examples_of_another_schema,
                                    "examples-00000-of-00001.tfrecord: not a shard of"),
     "unknown_tagger": (lambda d: salient_span_tagger.load_tagger("nope"),
