@@ -121,7 +121,8 @@ def test_write_jsonl_round_trip(tmp_path):
 
 def test_question_file_byte_order_mark_accepted_other_encodings_named(tmp_path):
   bom = tmp_path / "bom.jsonl"
-  bom.write_bytes(b"\xef\xbb\xbf" + b'{"question": "who wrote hamlet?", "answer": ["Shakespeare"]}\n')
+  bom.write_bytes(b"\xef\xbb\xbf" +
+                  b'{"question": "who wrote hamlet?", "answer": ["Shakespeare"]}\n')
   assert [e.question for e in datasets.load_examples(str(bom), "nq")] == ["who wrote hamlet?"]
   latin1 = tmp_path / "latin1.tsv"
   latin1.write_bytes("who wrote hamlet?\t['Shakespeare']\nwhere is s\xe8te?\t['France']\n"

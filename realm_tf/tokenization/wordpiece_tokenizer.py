@@ -69,7 +69,8 @@ class WordpieceTokenizer(keras.layers.Layer):
       return cls(vocabulary, lower_case=lower_case, **kwargs)
     except ValueError as e:
       raise errors.InputError(errors.describe(
-          path, f"not a BERT vocabulary: {e}", "Pass a BERT vocab.txt, one wordpiece a line")) from e
+          path, f"not a BERT vocabulary: {e}",
+          "Pass a BERT vocab.txt, one wordpiece a line")) from e
 
   @property
   def vocabulary(self) -> List[str]:
