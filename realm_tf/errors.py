@@ -5,7 +5,8 @@ A user-fixable problem raises an `InputError` (or a subclass) whose message is o
     <path>[:<line|record|byte offset>]: <what is wrong>. <what to do>.
 
 built with `describe`. Binaries wrap their `main` with `run_main`: an `InputError` (and the
-file-system and TFRecord errors a bad path or a damaged shard raises) is printed as
+file-system and TFRecord errors a bad path or a damaged shard raises, and an absl flag check
+made in `main`) is printed as
 `<binary>: <message>` on stderr and exits with status 2, without a traceback unless
 `--verbosity=1` (or higher) asks for one. Anything else is a bug and keeps its traceback.
 """
@@ -52,8 +53,8 @@ def one_line(error: BaseException) -> str:
 
 
 def _user_error_types() -> tuple:
-  types = [InputError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-           PermissionError]
+  types = [InputError, FileNotFoundError, FileExistsError, IsADirectoryError,
+           NotADirectoryError, PermissionError]
   absl_flags = sys.modules.get("absl.flags")
   if absl_flags is not None:  # a flag check made in `main` (flags.ValidationError)
     types.append(absl_flags.Error)

@@ -1,6 +1,7 @@
 """Question sets (ORQA JSONL, DPR TSV, pyserini): parsing and errors."""
 import importlib.util
 import json
+import logging
 
 import pytest
 
@@ -120,7 +121,8 @@ def test_write_jsonl_round_trip(tmp_path):
 
 def test_question_file_byte_order_mark_accepted_other_encodings_named(tmp_path):
   bom = tmp_path / "bom.jsonl"
-  bom.write_bytes(b"\xef\xbb\xbf" + b'{"question": "who wrote hamlet?", "answer": ["Shakespeare"]}\n')
+  bom.write_bytes(b"\xef\xbb\xbf" +
+                  b'{"question": "who wrote hamlet?", "answer": ["Shakespeare"]}\n')
   assert [e.question for e in datasets.load_examples(str(bom), "nq")] == ["who wrote hamlet?"]
   latin1 = tmp_path / "latin1.tsv"
   latin1.write_bytes("who wrote hamlet?\t['Shakespeare']\nwhere is s\xe8te?\t['France']\n"
@@ -140,13 +142,18 @@ def test_empty_or_blank_question_file_is_one_line_input_error(tmp_path, text):
     datasets.load_examples("pyserini:nope")
 
 
-def test_training_questions_the_corpus_never_answers_are_refused():
+def test_training_questions_the_corpus_never_answers_are_refused(caplog):
   examples = [QAExample("who wrote hamlet?", ("Shakespeare",)),
               QAExample("where is paris?", ("France",))]
   supervision.check_answerable(examples, ["Paris is in France."], "train.jsonl", "c.jsonl")
   with pytest.raises(InputError, match=r"^train.jsonl: none of its 2 questions has an answer "
                      r"in any of the 1 blocks of c.jsonl: .* \(--corpus\).*\.$"):
     supervision.check_answerable(examples, ["Rome is in Italy."], "train.jsonl", "c.jsonl")
+  # A corpus too large to match every question against: a sample, and a warning.
+  with caplog.at_level(logging.WARNING):
+    supervision.check_answerable(examples, ["Rome.", "Italy."], "train.jsonl", "c.jsonl",
+                                 max_pairs=3)
+  assert "train.jsonl: none of its first 1 questions has an answer" in caplog.text
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pyserini") is None,

@@ -10,7 +10,10 @@ import re
 from typing import Dict, Optional
 
 import numpy as np
+import safetensors
 from safetensors import numpy as safetensors_numpy
+
+from realm_tf import errors
 
 _RULES = (
     (r"embeddings\.word_embeddings\.weight", "embeddings/word_embeddings"),
@@ -90,7 +93,13 @@ def read_hf_bert(path: str, prefix: str = "bert/") -> Dict[str, np.ndarray]:
   reports them as unexpected. So does a second copy of a tied tensor (the MLM decoder's weight
   or bias) that differs from the first: our decoder is always tied; an equal copy is dropped.
   """
-  tensors = safetensors_numpy.load_file(resolve_safetensors_path(path))
+  path = resolve_safetensors_path(path)
+  try:
+    tensors = safetensors_numpy.load_file(path)
+  except safetensors.SafetensorError as e:
+    raise errors.InputError(errors.describe(
+        path, f"not a safetensors file ({e})",
+        "Pass a model.safetensors of a Hugging Face BERT, or its directory")) from e
   arrays = {}
   # The head last, so that a decoder weight is compared with the word embeddings.
   for hf_name in sorted(tensors, key=lambda n: n.startswith("cls.")):

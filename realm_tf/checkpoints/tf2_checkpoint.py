@@ -13,9 +13,21 @@ def restore_checked(checkpoint: tf.train.Checkpoint, path: str, read: bool = Fal
   existing model variable took a value; values the program does not use may stay unread.
 
   Raises:
-    errors.InputError: a variable of the program is not in the checkpoint.
+    errors.InputError: a variable of the program is not in the checkpoint or has another
+      shape there (another vocabulary), or the checkpoint is truncated or damaged.
   """
-  status = (checkpoint.read(path) if read else checkpoint.restore(path)).expect_partial()
+  try:
+    status = (checkpoint.read(path) if read else checkpoint.restore(path)).expect_partial()
+  except (IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError) as e:
+    raise errors.InputError(errors.describe(
+        path, f"truncated or damaged checkpoint ({errors.one_line(e)[:200]})",
+        "Restore its files (.index, .data-*) from a good copy, or resume from an earlier "
+        "checkpoint")) from e
+  except ValueError as e:  # a variable of another shape: another vocabulary or encoder size
+    raise errors.InputError(errors.describe(
+        path, f"the checkpoint does not fit the model ({errors.one_line(e)[:300]})",
+        "Restore it into a model of the configuration it was trained with (vocabulary, "
+        "encoder size)")) from e
   try:
     status.assert_existing_objects_matched()
   except AssertionError as e:

@@ -21,9 +21,12 @@ Block embeddings (`embeddings-SSSSS-of-NNNNN.tfrecord`, embedding pipeline):
   block_id   int64
   embedding  float[] D values
 """
-from typing import Dict
+import re
+from typing import Callable, Dict, Sequence
 
 import tensorflow as tf
+
+from realm_tf import errors
 
 BLOCK_FEATURES = {
     "block_id": tf.io.FixedLenFeature([], tf.int64),
@@ -96,3 +99,22 @@ def parse_pretraining_example(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
 
 def parse_embedding(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
   return tf.io.parse_single_example(serialized, EMBEDDING_FEATURES)
+
+
+def check_schema(files: Sequence[str], parse: Callable[[tf.Tensor], Dict[str, tf.Tensor]],
+                 what: str) -> None:
+  """Parses the first record of each shard with `parse`, eagerly: a shard of another schema
+  is named before a training loop meets it inside a `tf.data` pipeline.
+
+  Raises:
+    errors.InputError: naming the shard and the parser's complaint.
+  """
+  for path in files:
+    for record in tf.data.TFRecordDataset(path).take(1):
+      try:
+        parse(record)
+      except tf.errors.InvalidArgumentError as e:
+        reason = re.sub(r"\{\{[^}]*\}\}\s*", "", errors.one_line(e))  # the op's name
+        raise errors.InputError(errors.describe(
+            path, f"not a shard of {what} (record 0: {reason[:200]})",
+            "Pass the directory the pipeline that writes them wrote")) from e

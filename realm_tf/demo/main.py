@@ -28,10 +28,10 @@ _QUERY_LENGTH = flags.DEFINE_integer("query_length", _DEFAULTS.query_length,
                                      "Wordpieces per query or question.", lower_bound=3)
 _DEV_PERCENT = flags.DEFINE_integer("dev_percent", _DEFAULTS.dev_percent,
                                     "Answerable questions held out for dev (by hash), %.",
-                                    lower_bound=0, upper_bound=100)
+                                    lower_bound=1, upper_bound=99)
 _EVAL_QUESTIONS = flags.DEFINE_integer("eval_questions", _DEFAULTS.eval_questions,
                                        "Dev questions evaluated (0: all).", lower_bound=0)
-_ICT_STEPS = flags.DEFINE_integer("ict_steps", _DEFAULTS.ict_steps, "ICT steps.", lower_bound=0)
+_ICT_STEPS = flags.DEFINE_integer("ict_steps", _DEFAULTS.ict_steps, "ICT steps.", lower_bound=1)
 _ICT_BATCH = flags.DEFINE_integer("ict_batch_size", _DEFAULTS.ict_batch_size,
                                   "ICT batch (in-batch negatives).", lower_bound=1)
 _ICT_LR = flags.DEFINE_float("ict_learning_rate", _DEFAULTS.ict_learning_rate,
@@ -40,7 +40,7 @@ _MLM_WARMUP_STEPS = flags.DEFINE_integer("mlm_warmup_steps", _DEFAULTS.mlm_warmu
                                          "MLM-head warm-up steps of the reader before REALM "
                                          "(0: none).", lower_bound=0)
 _PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", _DEFAULTS.pretrain_steps,
-                                       "REALM pre-training steps.", lower_bound=0)
+                                       "REALM pre-training steps.", lower_bound=1)
 _PRETRAIN_BATCH = flags.DEFINE_integer("pretrain_batch_size", _DEFAULTS.pretrain_batch_size,
                                        "REALM pre-training batch.", lower_bound=1)
 _PRETRAIN_LR = flags.DEFINE_float("pretrain_learning_rate", _DEFAULTS.pretrain_learning_rate,
@@ -52,7 +52,7 @@ _REFRESH_EVERY = flags.DEFINE_integer("refresh_every", _DEFAULTS.refresh_every,
                                       "Steps between doc-embedder snapshots for the index "
                                       "builder.", lower_bound=1)
 _FINETUNE_STEPS = flags.DEFINE_integer("finetune_steps", _DEFAULTS.finetune_steps,
-                                       "Open-QA fine-tuning steps.", lower_bound=0)
+                                       "Open-QA fine-tuning steps.", lower_bound=1)
 _FINETUNE_BATCH = flags.DEFINE_integer("finetune_batch_size", _DEFAULTS.finetune_batch_size,
                                        "Questions per fine-tuning step.", lower_bound=1)
 _FINETUNE_LR = flags.DEFINE_float("finetune_learning_rate", _DEFAULTS.finetune_learning_rate,

@@ -122,6 +122,11 @@ class Task(abc.ABC):
       raise errors.InputError(errors.describe(
           "trainer.model_dir", "not set", "Set it (--params_override=trainer.model_dir=...)"))
     output = distribute.output_dir(strategy, config.trainer.model_dir)
+    if tf.io.gfile.exists(config.trainer.model_dir) and not tf.io.gfile.isdir(
+        config.trainer.model_dir):
+      raise errors.InputError(errors.describe(
+          config.trainer.model_dir, "is a file, not a directory (--model_dir)",
+          "Pass a directory: new, or the one a run to resume wrote"))
     tf.io.gfile.makedirs(output)
     overrides.write_file(config, os.path.join(output, EXPERIMENT_FILE),
                          experiment=registry.name_of(config))

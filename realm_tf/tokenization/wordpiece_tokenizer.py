@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from realm_tf import errors
 from realm_tf.keras import keras
 
 
@@ -61,7 +62,15 @@ class WordpieceTokenizer(keras.layers.Layer):
       vocabulary = [line.rstrip("\r\n") for line in f]
     while vocabulary and not vocabulary[-1]:
       vocabulary.pop()
-    return cls(vocabulary, lower_case=lower_case, **kwargs)
+    if not vocabulary:
+      raise errors.InputError(errors.describe(path, "empty vocabulary",
+                                              "Pass a BERT vocab.txt, one wordpiece a line"))
+    try:
+      return cls(vocabulary, lower_case=lower_case, **kwargs)
+    except ValueError as e:
+      raise errors.InputError(errors.describe(
+          path, f"not a BERT vocabulary: {e}",
+          "Pass a BERT vocab.txt, one wordpiece a line")) from e
 
   @property
   def vocabulary(self) -> List[str]:

@@ -37,6 +37,7 @@ def masked_query_dataset(examples_dir: str, tokenizer: WordpieceTokenizer, batch
   if masking_strategy not in MASKING:
     raise ValueError(f"masking_strategy must be one of {MASKING}, got {masking_strategy!r}")
   files = shards.check_shards(examples_dir, "examples", allow_unverified).files
+  formats.check_schema(files, formats.parse_pretraining_example, "pre-training examples")
   featurizer = Featurizer(tokenizer, query_length=query_length)
   special = [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id]
 
