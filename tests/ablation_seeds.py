@@ -8,7 +8,8 @@ side by side; `ablations_small_test.py` then reads the finished seeds. The runs 
 session's base temporary directory, which every xdist worker of the session shares, one lock
 file per seed: the first file to need a seed runs it, the others wait for it and reuse its
 result (`ablation_runner.run_seeds` reuses a seed directory holding a result with the same
-settings).
+settings). In a session without xdist workers, the first file to need a seed runs every seed
+the session's files need at once, a process each, as the statistics file does alone.
 """
 import contextlib
 import dataclasses
@@ -45,13 +46,28 @@ def _locked(path: str):
       fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def seed_results(tmp_path_factory, seeds) -> List[AblationResult]:
-  """The results of `seeds`, each run (all at once, a process each) or reused."""
+def _session_seeds(session, config: ablation_config.AblationConfig) -> List[int]:
+  """The seeds the session's test files read: every seed for the statistics file."""
+  names = {item.path.name for item in session.items}
+  if "ablations_small_test.py" in names:
+    return list(config.seeds)
+  return [seed for seed in config.seeds if f"ablations_seed{seed}_test.py" in names]
+
+
+def seed_results(request, seeds) -> List[AblationResult]:
+  """The results of `seeds` (run, or reused), for the test `request`."""
+  tmp_path_factory = request.getfixturevalue("tmp_path_factory")
   config = small_config(tmp_path_factory)
+  run = set(seeds)
+  if not os.environ.get("PYTEST_XDIST_WORKER"):  # no other worker runs the other seeds
+    run |= set(_session_seeds(request.session, config))
+  run = sorted(run)  # one locking order for every caller: no deadlock
   with contextlib.ExitStack() as stack:
-    for seed in sorted(seeds):  # one order for every caller: no deadlock
+    for seed in run:
       stack.enter_context(_locked(os.path.join(shared_directory(tmp_path_factory),
                                                f"seed-{seed}.lock")))
     # processes > 1: every seed in a fresh process with one thread, even a seed alone
-    return ablation_runner.run_seeds(dataclasses.replace(config, seeds=tuple(seeds)),
-                                     processes=max(2, len(seeds)), log=lambda message: None)
+    results = ablation_runner.run_seeds(dataclasses.replace(config, seeds=tuple(run)),
+                                        processes=max(2, len(run)), log=lambda message: None)
+  by_seed = {result.seed: result for result in results}
+  return [by_seed[seed] for seed in seeds]

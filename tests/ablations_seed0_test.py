@@ -11,8 +11,8 @@ SEED = 0
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory):
-  (seed_result,) = ablation_seeds.seed_results(tmp_path_factory, [SEED])
+def result(request):
+  (seed_result,) = ablation_seeds.seed_results(request, [SEED])
   return seed_result
 
 

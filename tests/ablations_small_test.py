@@ -25,10 +25,10 @@ from realm_tf.knowledge_world import ablation_stats
 
 
 @pytest.fixture(scope="module")
-def small_run(tmp_path_factory):
+def small_run(request, tmp_path_factory):
   config = ablation_seeds.small_config(tmp_path_factory)
   assert len(config.seeds) >= 3
-  results = ablation_seeds.seed_results(tmp_path_factory, config.seeds)
+  results = ablation_seeds.seed_results(request, config.seeds)
   assert [r.seed for r in results] == list(config.seeds)
   return config, results, tmp_path_factory.mktemp("ablations")
 
