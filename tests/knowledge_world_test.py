@@ -227,3 +227,6 @@ def test_finished_seeds_are_reused_only_with_the_same_settings(tmp_path, files):
   reused = ablation_runner.run_seeds(dataclasses.replace(config, output_dir=str(tmp_path)),
                                      log=lambda message: None)
   assert [r.rows for r in reused] == [result.rows]
+  reused = ablation_runner.run_seeds(dataclasses.replace(config, output_dir=str(tmp_path)),
+                                     processes=3, log=lambda message: None)  # nothing to run
+  assert [r.rows for r in reused] == [result.rows]

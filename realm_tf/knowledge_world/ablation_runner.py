@@ -291,7 +291,7 @@ def run_seeds(config: AblationConfig, processes: int = 1,
   todo = [run for run in runs if done[run.seed] is None]
   if processes <= 1:
     done.update({run.seed: run_ablations(run, log) for run in todo})
-  else:
+  elif todo:
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(min(processes, len(todo)),
                                                 mp_context=context) as pool:
