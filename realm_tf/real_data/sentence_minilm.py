@@ -16,7 +16,6 @@ import os
 from typing import Sequence
 
 import numpy as np
-import tensorflow as tf
 import torch
 import transformers
 
