@@ -42,7 +42,7 @@ _NUM_BLOCKS = flags.DEFINE_list("num_blocks", ["1000000", "3000000", "13353718"]
 _STAGES = flags.DEFINE_list("stages", ["write", "open", "featurize", "index", "search"],
                             "Stages to run for each N.")
 _WORK_DIR = flags.DEFINE_string("work_dir", "/tmp/paper_scale", "Where the data goes.")
-_SHARD_SIZE = flags.DEFINE_integer("index_shard_size", 2_000_000, "Rows per index shard.")
+_SHARD_SIZE = flags.DEFINE_integer("index_shard_size", 1_000_000, "Rows per index shard.")
 _LEAVES = flags.DEFINE_integer("scann_num_leaves", 0, "ScaNN leaves per shard (0: sqrt).")
 _SEARCHED = flags.DEFINE_integer("scann_num_leaves_to_search", 0,
                                  "ScaNN leaves searched per shard (0: 1/20 of the leaves).")

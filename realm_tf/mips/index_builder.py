@@ -35,7 +35,7 @@ from realm_tf.mips.scann_index import ScannIndex
 from realm_tf.mips.sharded_index import ShardedIndex
 
 KINDS = ("scann", "brute_force")
-DEFAULT_SHARD_SIZE = 2_000_000  # rows: ~1 GiB of float32 128-d embeddings per shard
+DEFAULT_SHARD_SIZE = 1_000_000  # rows: 0.5 GiB of float32 128-d embeddings per shard
 _DEFAULT_NUM_NEIGHBORS = 8
 
 
