@@ -226,6 +226,9 @@ class OpenQATaskConfig:
     embedding_storage_dtype: "float32", "bfloat16" or "float16": the dtype the index's block
       embeddings are stored in (`retrieval.embedding_file`; 4, 2 or 2 bytes per value),
       recorded in the index manifest's metadata.
+    allow_unanswerable: train even when no training question has an answer in the corpus
+      (refused otherwise: nothing can be learned); the knowledge-world ablation's no-retrieval
+      baseline reads a corpus of one empty block on purpose.
   """
   corpus: str = ""
   train_data: str = ""
@@ -243,6 +246,7 @@ class OpenQATaskConfig:
   index_refresh_steps: int = 0
   embedding_dtype: str = "auto"
   embedding_storage_dtype: str = "float32"
+  allow_unanswerable: bool = False
 
   def __post_init__(self):
     check_storage_dtype(self.embedding_storage_dtype)

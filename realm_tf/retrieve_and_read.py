@@ -91,8 +91,10 @@ class RetrieveAndRead:
     self.k = min(int(k), index.num_docs)
     self.batch_size = int(batch_size)
     self.featurizer = Featurizer(tokenizer, query_length, block_length, reader_length)
-    self._embed_fn = tf.function(self.embed_questions, reduce_retracing=True)
-    self._read_fn = tf.function(self.read, reduce_retracing=True)
+    # Signatures with a None batch dimension: one trace serves every batch, a short last one too.
+    self._embed_fn = tf.function(self.embed_questions,
+                                 input_signature=[tf.TensorSpec([None], tf.string)])
+    self._read_fn = None  # traced on first use, when the wordpieces' ragged spec is known
 
   # Graph pieces ------------------------------------------------------------------------------
 
@@ -203,6 +205,18 @@ class RetrieveAndRead:
                      dtype=object).reshape(rows.shape)
     return titles, texts
 
+  def _reader(self, query_ids: tf.RaggedTensor):
+    """`read` as a `tf.function` over any batch size, traced once."""
+    if self._read_fn is None:
+      matrix = lambda dtype: tf.TensorSpec([None, None], dtype)
+      self._read_fn = tf.function(
+          lambda ids, titles, texts, scores, valid: self.read(ids, titles, texts, scores, valid),
+          input_signature=[
+              tf.RaggedTensorSpec([None, None], query_ids.dtype, ragged_rank=1,
+                                  row_splits_dtype=query_ids.row_splits.dtype),
+              matrix(tf.string), matrix(tf.string), matrix(tf.float32), matrix(tf.bool)])
+    return self._read_fn
+
   def answer(self, questions: Sequence[str]) -> List[Answer]:
     """Answers each question with its best span and the retrieved evidence blocks.
 
@@ -214,9 +228,9 @@ class RetrieveAndRead:
     for batch in self._batches(questions):
       _, query_ids, scores, rows = self._search(batch, self.k)
       titles, texts = self.gather_blocks(rows)
-      out = {name: value.numpy() for name, value in self._read_fn(
+      out = {name: value.numpy() for name, value in self._reader(query_ids)(
           query_ids, tf.constant(titles.astype(str)), tf.constant(texts.astype(str)),
-          tf.constant(scores), tf.constant(rows >= 0)).items()}
+          tf.constant(scores, tf.float32), tf.constant(rows >= 0)).items()}
       for q, question in enumerate(batch):
         evidence = [Evidence(int(self.block_ids[r]), self.titles[r], self.bodies[r],
                              float(p), int(r))

@@ -188,6 +188,13 @@ def test_prepare_batch_supervision(trained):
                    for a in example.answers)
 
 
+def test_prepare_batch_traces_once_for_any_batch_size(trained):
+  tuner = trained[0]
+  tuner.prepare_batch(tuner.train_examples[:3])  # after the batches of 8 and of training
+  assert tuner._prepare._embed_fn.experimental_get_tracing_count() == 1
+  assert tuner._prepare._reader_inputs_fn.experimental_get_tracing_count() == 1
+
+
 def test_gathered_rows_give_the_loss_of_the_whole_matrix(trained):
   """The step's block embeddings are the K retrieved rows read from the memory-mapped file on
   the host; in float32 storage the losses equal those of gathering them in-graph from the

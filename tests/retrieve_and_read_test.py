@@ -67,3 +67,18 @@ def test_answers_when_retrieved_blocks_are_empty(system):
   (answer,) = system_.answer(["where is paris ?"])
   assert {e.block_id for e in answer.evidence} == set(range(len(bodies)))
   assert 0 < answer.probability <= 1 and np.isfinite(answer.probability)
+
+
+def test_a_short_last_batch_reuses_the_traced_functions(system):
+  tokenizer, retriever, reader, embeddings = system
+  system_ = RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), TITLES,
+                            BODIES, k=2, query_length=16, block_length=24, reader_length=40,
+                            batch_size=4)
+  questions = ["where is paris ?", "who sat on the mat ?", "where does a river flow ?",
+               "the cat ?", "is paris in france ?", "who sat ?"]  # batches of 4 and 2
+  answers = system_.answer(questions)
+  assert system_._embed_fn.experimental_get_tracing_count() == 1
+  assert system_._read_fn.experimental_get_tracing_count() == 1
+  (alone,) = system_.answer(questions[-1:])
+  assert alone.answer == answers[-1].answer
+  np.testing.assert_allclose(alone.probability, answers[-1].probability, rtol=1e-5)

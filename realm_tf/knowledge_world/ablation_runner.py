@@ -213,7 +213,8 @@ class AblationRunner:
         init=InitConfig(checkpoint=self._init_checkpoint(variant)),
         reader_top_k=config.reader_top_k,
         retriever_top_k=max(config.reader_top_k, config.retriever_top_k),
-        index_kind="brute_force", embedding_dtype="float32"), verbose=False)
+        index_kind="brute_force", embedding_dtype="float32",
+        allow_unanswerable=variant == "no_retrieval"), verbose=False)
     model = QAModel.load(find_model_dir(model_dir))
     result = evaluate(model.system(k=config.reader_top_k), self.test,
                       EvalConfig(recall_ks=(config.recall_k,)),

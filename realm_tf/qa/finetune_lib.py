@@ -137,7 +137,8 @@ class FineTuner:
     self.dev_examples = (datasets.load_examples(task.dev_data, self.dataset)
                          if task.dev_data else [])
     self.corpus = Corpus.load(task.corpus)
-    check_answerable(self.train_examples, self.corpus.texts, task.train_data, task.corpus)
+    if not task.allow_unanswerable:
+      check_answerable(self.train_examples, self.corpus.texts, task.train_data, task.corpus)
     self.tokenizer = WordpieceTokenizer.from_vocab_file(task.vocab_file)
     if self.tokenizer.vocab_size != task.model.encoder.vocab_size:
       raise ValueError(f"vocabulary {task.vocab_file} has {self.tokenizer.vocab_size} "

@@ -42,8 +42,19 @@ class BatchPreparer:
                tokenizer: WordpieceTokenizer, corpus: Corpus):
     self.retriever, self.featurizer = retriever, featurizer
     self.tokenizer, self.corpus = tokenizer, corpus
-    self._embed_fn = tf.function(self._embed_questions, reduce_retracing=True)
-    self._reader_inputs_fn = tf.function(featurizer.reader_inputs, reduce_retracing=True)
+    # None batch dimensions: one trace serves every batch, a short last one too.
+    self._embed_fn = tf.function(self._embed_questions,
+                                 input_signature=[tf.TensorSpec([None], tf.string)])
+    self._reader_inputs_fn = None  # traced on first use, when the wordpieces' spec is known
+
+  def _reader_inputs(self, query_ids: tf.RaggedTensor):
+    """`Featurizer.reader_inputs` as a `tf.function` over any batch size, traced once."""
+    if self._reader_inputs_fn is None:
+      blocks = tf.TensorSpec([None, None], tf.string)
+      self._reader_inputs_fn = tf.function(self.featurizer.reader_inputs, input_signature=[
+          tf.RaggedTensorSpec([None, None], query_ids.dtype, ragged_rank=1,
+                              row_splits_dtype=query_ids.row_splits.dtype), blocks, blocks])
+    return self._reader_inputs_fn
 
   def _embed_questions(self, questions):
     features, query_ids = self.featurizer.questions(questions)
@@ -74,7 +85,7 @@ class BatchPreparer:
     read = np.take_along_axis(rows, positions, axis=1)
     titles = [[self.corpus.titles[r] if r >= 0 else "" for r in row] for row in read]
     bodies = [[texts[r] if r >= 0 else "" for r in row] for row in read]
-    reader = {n: t.numpy() for n, t in self._reader_inputs_fn(
+    reader = {n: t.numpy() for n, t in self._reader_inputs(query_ids)(
         query_ids, tf.constant(titles, tf.string), tf.constant(bodies, tf.string)).items()}
     strings = [[m.answer_strings(body) for body in row] for m, row in zip(matchers, bodies)]
     vocabulary = sorted({s for row in strings for block in row for s in block})

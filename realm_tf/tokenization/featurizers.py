@@ -221,6 +221,11 @@ class Featurizer(tf.Module):
     """string [B] (or a scalar) -> {name: int32 [B, Lq]} `[CLS] x [SEP]` features."""
     return self.query_featurizer(strings)
 
+  def query_spec(self) -> Dict[str, tf.TensorSpec]:
+    """The `queries` features as a `tf.function` input signature over any batch size."""
+    return {name: tf.TensorSpec([None, self.query_length], tf.int32)
+            for name in ("input_word_ids", "input_mask", "input_type_ids")}
+
   def pack_queries(self, query_ids) -> Dict[str, tf.Tensor]:
     """int [B, (T)] (or [T]) query wordpieces, e.g. masked -> {name: int32 [B, Lq]}."""
     return self.query_featurizer.packer(tf.cast(query_ids, tf.int32))

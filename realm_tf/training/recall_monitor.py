@@ -30,11 +30,11 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 def query_embed_fn(retriever: Retriever, tokenizer: WordpieceTokenizer,
                    query_length: int = 64) -> retrieval_recall.QueryEmbedFn:
   """Q questions -> float32 [Q, D] by `retriever.embed_query` with its current weights (no
-  dropout; traced once per batch shape)."""
-  featurize = Featurizer(tokenizer, query_length=query_length).queries
+  dropout; traced once, for any batch size)."""
+  featurizer = Featurizer(tokenizer, query_length=query_length)
   embed = tf.function(lambda f: tf.cast(retriever.embed_query(f, training=False), tf.float32),
-                      reduce_retracing=True)
-  return lambda questions: embed(featurize(tf.constant(list(questions)))).numpy()
+                      input_signature=[featurizer.query_spec()])
+  return lambda questions: embed(featurizer.queries(tf.constant(list(questions)))).numpy()
 
 
 # (query embeddings [Q, D], k) -> corpus rows [Q, k], best first: a search of the index the
