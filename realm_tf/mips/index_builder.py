@@ -174,6 +174,14 @@ def _checked_shape(embeddings: Any, kind: str):
   return shape
 
 
+def _shard_plan(embeddings: Any, kind: str, scann: ScannSettings) -> List[range]:
+  """The shards' row ranges, after checking the embeddings' shape and the settings."""
+  num_docs, dim = _checked_shape(embeddings, kind)
+  if kind == "scann":
+    scann.check(num_docs, dim)
+  return scann.shard_ranges(num_docs)
+
+
 def build_index(embeddings: Any, kind: str, scann: ScannSettings = ScannSettings()) -> MipsIndex:
   """A `ScannIndex` ("scann", built with `scann`) or `BruteForceIndex` ("brute_force") over
   [N, D] embeddings (float32, float16 or bfloat16, converted to float32), in memory; a
@@ -183,10 +191,7 @@ def build_index(embeddings: Any, kind: str, scann: ScannSettings = ScannSettings
     InputError: an unknown kind, or ScaNN settings that do not fit the shards and D.
     ValueError: embeddings are not a non-empty [N, D] matrix.
   """
-  num_docs, dim = _checked_shape(embeddings, kind)
-  if kind == "scann":
-    scann.check(num_docs, dim)
-  ranges = scann.shard_ranges(num_docs)
+  ranges = _shard_plan(embeddings, kind, scann)
   shards = [_build_one(_shard_rows(embeddings, rows), kind, scann) for rows in ranges]
   if len(shards) == 1:
     return shards[0]
@@ -213,10 +218,7 @@ def save_index(embeddings: Any, directory: str, kind: str,
     InputError: an unknown kind, or ScaNN settings that do not fit the shards and D.
     ValueError: embeddings are not a non-empty [N, D] matrix.
   """
-  num_docs, dim = _checked_shape(embeddings, kind)
-  if kind == "scann":
-    scann.check(num_docs, dim)
-  ranges = scann.shard_ranges(num_docs)
+  ranges = _shard_plan(embeddings, kind, scann)
   if len(ranges) == 1:
     _build_one(_shard_rows(embeddings, ranges[0]), kind, scann).save(directory)
     return

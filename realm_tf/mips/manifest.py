@@ -43,7 +43,8 @@ class IndexCorruptedError(errors.InputError):
     self.file_name = file_name
 
 
-def _sha256(path: str) -> str:
+def sha256_file(path: str) -> str:
+  """The hex sha256 of the file at `path`, read in blocks."""
   digest = hashlib.sha256()
   with tf.io.gfile.GFile(path, "rb") as f:
     while block := f.read(_READ_BLOCK_BYTES):
@@ -90,7 +91,7 @@ class IndexManifest:
       dim: D.
       builder: the resolved build parameters.
     """
-    files = {name: _sha256(os.path.join(directory, name)) for name in sorted(file_names)}
+    files = {name: sha256_file(os.path.join(directory, name)) for name in sorted(file_names)}
     return cls(kind=kind, num_docs=num_docs, dim=dim, builder=dict(builder), files=files)
 
   def write(self, directory: str) -> None:
@@ -157,7 +158,7 @@ class IndexManifest:
         raise IndexCorruptedError(directory, name, f"listed in {MANIFEST_NAME} but missing")
       if not checksums:
         continue
-      actual = _sha256(path)
+      actual = sha256_file(path)
       if actual != expected:
         raise IndexCorruptedError(
             directory, name, f"sha256 {actual} differs from {expected} in {MANIFEST_NAME}")

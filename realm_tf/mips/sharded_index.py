@@ -16,7 +16,6 @@ of another index is refused. Shards are built, saved and verified one at a time
 (`realm_tf.mips.index_builder.save_index`, `index_publisher.publish`), so no process needs more
 than one shard's embeddings to build or publish a sharded index.
 """
-import hashlib
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -61,11 +60,6 @@ def _shard_table(directory: str, manifest: manifest_lib.IndexManifest) -> List[D
   return table
 
 
-def _sha256(path: str) -> str:
-  with tf.io.gfile.GFile(path, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()
-
-
 def _load_shard(directory: str, entry: Mapping[str, Any], dim: int,
                 verify_checksums: bool) -> mips_index.MipsIndex:
   """Loads one shard after checking it is the one the top manifest lists."""
@@ -77,7 +71,7 @@ def _load_shard(directory: str, entry: Mapping[str, Any], dim: int,
         directory, name, f"shard directory listed in {manifest_lib.MANIFEST_NAME} but missing")
   if not tf.io.gfile.exists(os.path.join(directory, shard_manifest)):
     raise manifest_lib.IndexCorruptedError(directory, shard_manifest, "missing")
-  sha = _sha256(os.path.join(directory, shard_manifest))
+  sha = manifest_lib.sha256_file(os.path.join(directory, shard_manifest))
   if sha != entry["manifest_sha256"]:
     raise manifest_lib.IndexCorruptedError(
         directory, shard_manifest, f"sha256 {sha} differs from {entry['manifest_sha256']} in "
@@ -190,7 +184,7 @@ class ShardedIndex(mips_index.MipsIndex):
       shard = manifest_lib.IndexManifest.read(os.path.join(directory, name))
       kinds.add((shard.kind, shard.dim))
       table.append({"directory": name, "start": start, "end": start + shard.num_docs,
-                    "num_docs": shard.num_docs, "manifest_sha256": _sha256(
+                    "num_docs": shard.num_docs, "manifest_sha256": manifest_lib.sha256_file(
                         os.path.join(directory, name, manifest_lib.MANIFEST_NAME))})
       start += shard.num_docs
     if len(kinds) != 1 or cls.KIND in dict(kinds):

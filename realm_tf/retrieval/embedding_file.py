@@ -21,7 +21,6 @@ that calls `move_into` first: the file, written beside the version as a `*.tmp-*
 `index_publisher.cleanup_partial` removes after a killed build), is moved into the version
 directory before the index files and manifest, so a published version is complete.
 """
-import hashlib
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -29,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.mips import manifest as manifest_lib
 
 EMBEDDING_FILE = "block_embeddings.npy"
 STORAGE_DTYPES = ("float32", "bfloat16", "float16")
@@ -37,7 +37,6 @@ SHA256_KEY = "embedding_sha256"
 # What the .npy file holds for each storage dtype.
 _FILE_DTYPES = {"float32": np.dtype("<f4"), "bfloat16": np.dtype("<u2"),
                 "float16": np.dtype("<f2")}
-_READ_BLOCK_BYTES = 1 << 24
 
 
 def check_storage_dtype(storage_dtype: str) -> str:
@@ -114,18 +113,9 @@ def open_embeddings(path: str, storage_dtype: str, num_blocks: Optional[int] = N
   return _values(np.load(path, mmap_mode="r"), storage_dtype)
 
 
-def sha256(path: str) -> str:
-  """The hex sha256 of the file at `path`, read in blocks."""
-  digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
-    while block := f.read(_READ_BLOCK_BYTES):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 def metadata(path: str, storage_dtype: str) -> Dict[str, Any]:
   """The manifest metadata of the embeddings file at `path`: storage dtype and sha256."""
-  return {STORAGE_KEY: check_storage_dtype(storage_dtype), SHA256_KEY: sha256(path)}
+  return {STORAGE_KEY: check_storage_dtype(storage_dtype), SHA256_KEY: manifest_lib.sha256_file(path)}
 
 
 def open_in(directory: str, index_metadata: Mapping[str, Any], num_blocks: int, dim: int,
@@ -139,7 +129,7 @@ def open_in(directory: str, index_metadata: Mapping[str, Any], num_blocks: int, 
   embeddings = open_embeddings(path, str(index_metadata.get(STORAGE_KEY, "float32")),
                                num_blocks, dim)
   expected = index_metadata.get(SHA256_KEY)
-  if verify_checksum and expected and sha256(path) != expected:
+  if verify_checksum and expected and manifest_lib.sha256_file(path) != expected:
     raise errors.InputError(errors.describe(
         path, "block embeddings do not match the sha256 in the index manifest: damaged",
         "Rebuild the index (it was damaged or replaced after it was written)"))
