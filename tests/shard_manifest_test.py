@@ -110,7 +110,7 @@ READERS = {
     "build_index.read_embedding_shards": (
         "embeddings", lambda d: build_index_lib.read_embedding_shards(d, 2)),
     "doc_index.load_pipeline_embeddings (ask)": (
-        "embeddings", lambda d: doc_index.load_pipeline_embeddings(d, None)),
+        "embeddings", lambda d: doc_index.load_pipeline_embeddings(d, None, d + "-emb.npy")),
 }
 
 
