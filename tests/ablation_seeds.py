@@ -17,6 +17,9 @@ import fcntl
 import os
 from typing import List
 
+import numpy as np
+import pytest
+
 from realm_tf.knowledge_world import ablation_config
 from realm_tf.knowledge_world import ablation_runner
 from realm_tf.knowledge_world.ablation_result import AblationResult
@@ -71,3 +74,26 @@ def seed_results(request, seeds) -> List[AblationResult]:
                                         processes=max(2, len(run)), log=lambda message: None)
   by_seed = {result.seed: result for result in results}
   return [by_seed[seed] for seed in seeds]
+
+
+@pytest.mark.slow
+class SeedChecks:
+  """What one seed's file asserts: every variant ran, and a reader reading only the null
+  document answers no test question (the world's facts cannot be guessed), which held on every
+  seed of the study (docs/ablations.md). A seed file subclasses it with its `SEED`."""
+  SEED = 0
+
+  @pytest.fixture(scope="class")
+  def result(self, request):
+    (seed_result,) = seed_results(request, [self.SEED])
+    return seed_result
+
+  def test_seed_ran_every_variant(self, result, tmp_path_factory):
+    config = small_config(tmp_path_factory)
+    assert result.seed == self.SEED
+    assert [row["variant"] for row in result.rows] == list(config.variants)
+    assert 0.0 <= result.ict_recall <= 1.0
+
+  def test_facts_cannot_be_answered_without_retrieval(self, result):
+    (no_retrieval,) = [row for row in result.rows if row["variant"] == "no_retrieval"]
+    np.testing.assert_array_equal(no_retrieval["exact_match"], 0.0)
