@@ -221,6 +221,6 @@ def test_a_swap_does_not_rehash_the_published_index(tmp_path, monkeypatch):
   index_publisher.publish(BruteForceIndex(np.ones((NUM_BLOCKS, 8), np.float32)),
                           refresher.index_root, "step-00000005")
   from realm_tf.mips import manifest  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(manifest, "_sha256", lambda path: pytest.fail(f"re-hashed {path}"))
+  monkeypatch.setattr(manifest, "sha256_file", lambda path: pytest.fail(f"re-hashed {path}"))
   refresher._load("step-00000005")  # pylint: disable=protected-access
   assert refresher.version == "step-00000005"
