@@ -71,8 +71,10 @@ def test_warm_up_trains_the_head_and_the_encoder_or_the_head_alone(tmp_path, tra
   encoder = [(v, v.numpy().copy()) for v in reader.encoder.trainable_variables]
   table = reader.encoder.get_embedding_table()
   head = [(v, v.numpy().copy()) for v in reader.masked_lm.trainable_variables if v is not table]
-  MlmWarmup(reader, _people(), TOKENIZER, str(tmp_path), num_steps=3,
-            train_encoder=train_encoder, **SETTINGS).train(verbose=False)
+  warmup = MlmWarmup(reader, _people(), TOKENIZER, str(tmp_path), num_steps=3,
+                     train_encoder=train_encoder, **SETTINGS)
+  warmup.train(verbose=False)
+  assert warmup._train_step.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
   changed = [v.name for v, before in head if not np.array_equal(before, v.numpy())]
   assert len(changed) == 5, changed  # Dense kernel and bias, LayerNorm γ and β, output bias
   changed = {v.name for v, before in encoder if not np.array_equal(before, v.numpy())}

@@ -152,8 +152,11 @@ def test_pretraining_learns_and_swaps_indexes(world, tmp_path):
   refresher = SynchronousRefresher(str(tmp_path / "index"), 10, store,
                                    (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",
                                    block_length=24)
-  history = RealmPretrainer(_config(str(tmp_path / "run"), directory), retriever, reader,
-                            store, tok, refresher).train(verbose=False)
+  trainer = RealmPretrainer(_config(str(tmp_path / "run"), directory), retriever, reader,
+                            store, tok, refresher)
+  history = trainer.train(verbose=False)
+  # The optimizer's slots are made before the first step, so the step is traced once.
+  assert trainer._train_step.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
   losses = [h["loss"] for h in history]
   assert len(history) == 30 and all(math.isfinite(x) for x in losses)
   # Seeds 0-3 fall by 0.29-0.38.

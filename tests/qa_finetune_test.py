@@ -193,6 +193,7 @@ def test_prepare_batch_traces_once_for_any_batch_size(trained):
   tuner.prepare_batch(tuner.train_examples[:3])  # after the batches of 8 and of training
   assert tuner._prepare._embed_fn.experimental_get_tracing_count() == 1
   assert tuner._prepare._reader_inputs_fn.experimental_get_tracing_count() == 1
+  assert tuner._train_fn.experimental_get_tracing_count() == 1  # slots made before step 1
 
 
 def test_gathered_rows_give_the_loss_of_the_whole_matrix(trained):

@@ -3,6 +3,7 @@ windowed means and current gauges."""
 import json
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -62,3 +63,45 @@ def test_the_optimizers_learning_rate_is_a_step_metric(tmp_path):
   rates = [record["learning_rate"] for record in loop.history]
   expected = [float(optimizer.learning_rate(step)) for step in range(4)]  # the step's own rate
   assert rates == pytest.approx(expected) and max(rates) > 0
+
+
+def _adamw_run(model_dir, num_steps):
+  """A loop whose tf.function step applies AdamW to two variables, its slots made before the
+  first step: (trained variables, the step function, the optimizer)."""
+  from realm_tf.training.optimizer import OptimizerConfig  # pylint: disable=g-import-not-at-top
+  from realm_tf.training.optimizer import apply_gradients  # pylint: disable=g-import-not-at-top
+  from realm_tf.training.optimizer import create_optimizer  # pylint: disable=g-import-not-at-top
+  from realm_tf.training.optimizer import create_slots  # pylint: disable=g-import-not-at-top
+  weights = [tf.Variable([1.0, -2.0], name="w"), tf.Variable(0.5, name="b")]
+  optimizer = create_optimizer(OptimizerConfig(learning_rate=0.1, num_train_steps=6,
+                                               warmup_steps=0))
+
+  @tf.function
+  def step(scale):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(tf.square(weights[0] * scale - weights[1]))
+    apply_gradients(optimizer, zip(tape.gradient(loss, weights), weights))
+    return {"loss": loss}
+
+  loop = train_loop.TrainLoop(str(model_dir), {"w": weights[0], "b": weights[1],
+                                               "optimizer": optimizer},
+                              num_steps, checkpoint_every=3, verbose=False,
+                              before_first_step=lambda: create_slots(optimizer, weights))
+  loop.run(lambda i: step(tf.constant(1.0 + i)))
+  return weights, step, optimizer
+
+
+def test_slots_made_before_the_first_step_trace_it_once_and_resume_exactly(tmp_path):
+  weights, step, optimizer = _adamw_run(tmp_path / "whole", 6)
+  assert step.experimental_get_tracing_count() == 1  # twice when apply_gradients makes slots
+  assert len(optimizer.variables()) == 1 + 2 * 2  # iterations, then m and v of each
+  _adamw_run(tmp_path / "cut", 3)
+  resumed, _, resumed_optimizer = _adamw_run(tmp_path / "cut", 6)  # slots from the checkpoint
+  for got, want in zip(resumed, weights):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+  # A restore makes the slots it reads itself, outside the optimizer's name scope.
+  values = lambda o: {v.name.removeprefix("AdamWeightDecay/"): v.numpy() for v in o.variables()}
+  got, want = values(resumed_optimizer), values(optimizer)
+  assert sorted(got) == sorted(want) and int(got["iter:0"]) == 6
+  for name, value in want.items():
+    np.testing.assert_allclose(got[name], value, rtol=1e-6, err_msg=name)

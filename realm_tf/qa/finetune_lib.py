@@ -71,6 +71,8 @@ from realm_tf.qa.model import make_system
 from realm_tf.qa.open_qa_batches import BatchPreparer
 from realm_tf.qa.open_qa_step import make_replica_step
 from realm_tf.qa.open_qa_step import open_qa_losses
+from realm_tf.qa.open_qa_step import query_tower_variables
+from realm_tf.qa.open_qa_step import reader_variables
 from realm_tf.qa.supervision import check_answerable
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
@@ -79,6 +81,7 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import create_optimizer
+from realm_tf.training.optimizer import create_slots
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
 
@@ -169,7 +172,7 @@ class FineTuner:
                             self.tokenizer.vocabulary),
                         corpus_fingerprint=self.corpus.fingerprint),
         checkpoint_subdir="", best_items=models, after_save=self._write_info,
-        after_best=self._write_best_info)
+        after_best=self._write_best_info, before_first_step=self._create_slots)
     self.step = self.loop.step
     self.output_dir = self.loop.output_dir  # the model directory on the chief
     tf.io.gfile.makedirs(self.output_dir)
@@ -199,6 +202,10 @@ class FineTuner:
 
   def _step(self) -> int:
     return int(self.step.numpy())
+
+  def _create_slots(self) -> None:
+    create_slots(self.retriever_optimizer, query_tower_variables(self.retriever), self.strategy)
+    create_slots(self.optimizer, reader_variables(self.reader), self.strategy)
 
   def _snapshot(self) -> int:
     return int(self.doc_snapshot_step.numpy())

@@ -23,6 +23,7 @@ from realm_tf.training.ict_data import IctCorpus
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import apply_gradients
 from realm_tf.training.optimizer import create_optimizer
+from realm_tf.training.optimizer import create_slots
 from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
 from realm_tf.training.train_loop import Evaluation
@@ -90,7 +91,8 @@ def train_ict(experiment: ExperimentConfig, retriever: Retriever, store: Corpus,
   loop = TrainLoop(trainer.model_dir, dict(retriever=retriever, optimizer=optimizer),
                    trainer.num_steps, checkpoint_every=trainer.checkpoint_every,
                    verbose=verbose, max_to_keep=trainer.keep_checkpoints, run_config=structure,
-                   strategy=strategy)
+                   strategy=strategy, before_first_step=lambda: create_slots(
+                       optimizer, retriever.trainable_variables, strategy))
   start = loop.restore()
   dataset = corpus.dataset(trainer.batch_size, seed=experiment.runtime.seed + start,
                            remove_prob=task.remove_prob, query_length=task.model.query_length,

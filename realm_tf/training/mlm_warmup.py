@@ -38,6 +38,7 @@ from realm_tf.training import run_config
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import apply_gradients
 from realm_tf.training.optimizer import create_optimizer
+from realm_tf.training.optimizer import create_slots
 from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
 
@@ -141,7 +142,10 @@ class MlmWarmup:
                               train_encoder=train_encoder,
                               vocab_fingerprint=run_config.vocab_fingerprint(
                                   tokenizer.vocabulary),
-                              corpus_fingerprint=store.fingerprint))
+                              corpus_fingerprint=store.fingerprint),
+                          before_first_step=lambda: create_slots(
+                              self.optimizer, trained_variables(reader, train_encoder),
+                              self.strategy))
     self._train_step = tf.function(warmup_step(reader, self.optimizer, train_encoder))
     self._predict = tf.function(lambda f: tf.argmax(reader.mlm_logits(
         {k: f[k] for k in _FEATURES}, f["masked_lm_positions"], training=False), axis=-1,

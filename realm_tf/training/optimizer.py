@@ -79,3 +79,16 @@ def apply_gradients(optimizer: legacy_adamw.AdamWeightDecay, grads_and_vars) -> 
   if optimizer.gradient_clip_norm > 0.0:
     gradients, _ = tf.clip_by_global_norm(gradients, optimizer.gradient_clip_norm)
   optimizer.apply_gradients(zip(gradients, variables), experimental_aggregate_gradients=False)
+
+
+def create_slots(optimizer: legacy_adamw.AdamWeightDecay, variables, strategy=None) -> None:
+  """Creates `optimizer`'s step counter and AdamW slots (m, v) for `variables` now.
+
+  A `tf.function` whose first call creates variables is traced a second time without creating
+  them; a loop that makes the slots before its first step (after restoring a checkpoint, whose
+  slot values they then take) traces its step once. Keras' legacy optimizers have no public
+  `build`, so this calls the one `apply_gradients` calls.
+  """
+  # pylint: disable=protected-access
+  with (strategy or tf.distribute.get_strategy()).scope(), tf.name_scope(optimizer._name):
+    optimizer._create_all_weights(list(variables))

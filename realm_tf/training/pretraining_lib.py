@@ -37,6 +37,7 @@ from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.optimizer import OptimizerConfig
 from realm_tf.training.optimizer import apply_gradients
 from realm_tf.training.optimizer import create_optimizer
+from realm_tf.training.optimizer import create_slots
 from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
@@ -153,7 +154,11 @@ class RealmPretrainer:
                               reader=run_config.reader_structure(reader),
                               vocab_fingerprint=run_config.vocab_fingerprint(
                                   tokenizer.vocabulary),
-                              corpus_fingerprint=store.fingerprint))
+                              corpus_fingerprint=store.fingerprint),
+                          before_first_step=lambda: create_slots(
+                              self.optimizer,
+                              retriever.trainable_variables + reader.trainable_variables,
+                              self.strategy))
     self._train_step = tf.function(pretraining_step(retriever, reader, self.optimizer,
                                                     task.null_document))
     self._embed_query = tf.function(lambda f: retriever.embed_query(f, training=False))

@@ -102,6 +102,8 @@ class TrainLoop:
     best_items: what `best/` checkpoints hold (default: `checkpoint_items`), plus `step`.
     after_save: called with the step after each checkpoint is written.
     after_best: called with the step and its metrics after `best/` is written.
+    before_first_step: called once a run has restored its checkpoint, before its first step
+      (e.g. `optimizer.create_slots`).
   """
 
   def __init__(self, model_dir: str, checkpoint_items: Dict[str, object], num_steps: int,
@@ -110,8 +112,10 @@ class TrainLoop:
                strategy=None, checkpoint_subdir: str = "checkpoints",
                best_items: Optional[Dict[str, object]] = None,
                after_save: Optional[Callable[[int], None]] = None,
-               after_best: Optional[Callable[[int, Dict[str, float]], None]] = None):
+               after_best: Optional[Callable[[int, Dict[str, float]], None]] = None,
+               before_first_step: Optional[Callable[[], None]] = None):
     self.model_dir = model_dir
+    self._before_first_step = before_first_step
     self.strategy = strategy or tf.distribute.get_strategy()
     output = distribute.output_dir(self.strategy, model_dir)  # model_dir on the chief
     self.output_dir = output  # where this worker writes
@@ -259,6 +263,8 @@ class TrainLoop:
 
   def _run(self, step_fn, after_step, evaluation) -> Dict[str, float]:
     start_step = self.restore()
+    if self._before_first_step and start_step < self.num_steps:
+      self._before_first_step()
     if evaluation and evaluation.at_start and start_step == 0 and not any(
         e["step"] == 0 for e in self.evaluations()):
       self._evaluate(evaluation, 0)
