@@ -182,3 +182,21 @@ def test_beam_reads_the_corpus_form_as_it_reads_the_shards(tmp_path):
               corpus.body_ids.to_list())]))
   assert block_records.corpus_ids_and_fingerprint(corpus.directory)[1] == corpus.fingerprint
   assert block_records.corpus_ids_and_fingerprint(str(tmp_path / "world"))[1] == corpus.fingerprint
+
+
+def test_a_copy_hard_links_every_listed_file_and_opens_as_the_same_corpus(tmp_path):
+  _write(tmp_path / "c")
+  source = Corpus.load(str(tmp_path / "c"))
+  source.wordpieces(WordpieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "alpha",
+                                        "beta", "gamma", "text", "a", "b", "c"]))  # a cached set
+  (tmp_path / "c" / "stray.tmp").write_text("not listed")
+  corpus_files.copy_corpus(str(tmp_path / "c"), str(tmp_path / "model" / "corpus"))
+  copy = Corpus.load(str(tmp_path / "model" / "corpus"))
+  assert copy.fingerprint == source.fingerprint and list(copy.texts) == list(source.texts)
+  manifest = corpus_files.read_manifest(str(tmp_path / "c"))
+  assert len(manifest["wordpieces"]) == 2
+  for name in manifest["files"]:
+    assert os.path.samefile(tmp_path / "c" / name, tmp_path / "model" / "corpus" / name)
+  assert not os.path.exists(tmp_path / "model" / "corpus" / "stray.tmp")
+  assert os.listdir(tmp_path / "model") == ["corpus"]  # the temporary directory renamed
+  corpus_files.verify_checksums(str(tmp_path / "model" / "corpus"))

@@ -80,7 +80,7 @@ CASES = {
                              "best/model.json: doc_embedder '../..' is not a relative path "),
     "doc_embedder_missing": (lambda root, best: _remove_named(best, "doc_embedder"),
                              "doc_embedder/step-"),
-    "corpus_missing": (lambda root, best: _remove_named(best, "corpus"), "corpus.jsonl: "
+    "corpus_missing": (lambda root, best: _remove_named(best, "corpus"), "corpus: "
                        "missing, though "),
 }
 

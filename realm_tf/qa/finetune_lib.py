@@ -74,6 +74,7 @@ from realm_tf.qa.open_qa_step import open_qa_losses
 from realm_tf.qa.open_qa_step import query_tower_variables
 from realm_tf.qa.open_qa_step import reader_variables
 from realm_tf.qa.supervision import check_answerable
+from realm_tf.retrieval import corpus_files
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.tokenization.featurizers import Featurizer
@@ -252,15 +253,14 @@ class FineTuner:
     self._info(step, "../", metrics).write(os.path.join(self.output_dir, BEST_DIR))
 
   def _copy_corpus(self) -> None:
-    """Writes the corpus into the model directory (so that it can move), unless the copy is
-    there already (its fingerprint in model.json)."""
+    """Copies the on-disk corpus into the model directory (so that it can move; hard links
+    where it can), unless the copy is there already (its fingerprint in model.json)."""
     model_dir = self.output_dir
     path = os.path.join(model_dir, CORPUS)
     if tf.io.gfile.exists(path) and tf.io.gfile.exists(os.path.join(model_dir, MODEL_INFO)) and (
         ModelInfo.read(model_dir).corpus_fingerprint == self.corpus.fingerprint):
       return
-    self.corpus.write_jsonl(path + ".tmp")
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    corpus_files.copy_corpus(self.corpus.directory, path)
 
   # Batches ------------------------------------------------------------------------------------
 

@@ -12,7 +12,9 @@ Model directory (written by `realm_tf.qa.finetune_lib`, read by `QAModel.load`):
 
     model.json           `ModelInfo`: configs, vocabulary, corpus, doc index/embedder, metrics
     vocab.txt            the wordpiece vocabulary
-    corpus.jsonl         the knowledge corpus (a copy, so that the directory can move)
+    corpus/              the knowledge corpus, a copy in the on-disk corpus form
+                         (`retrieval.corpus_files`; hard links where it can), so that the
+                         directory can move (earlier model directories: corpus.jsonl)
     doc_embedder/step-<S>/  doc-embedder SavedModel of the doc tower snapshot of step S
     index/step-<S>/      `DocIndex` of the corpus embedded by it: an index version in the
                          format pre-training publishes (`realm_tf.mips.index_publisher`),
@@ -58,7 +60,7 @@ from realm_tf.training import run_config
 
 MODEL_INFO = "model.json"
 VOCAB = "vocab.txt"
-CORPUS = "corpus.jsonl"
+CORPUS = "corpus"
 BEST_DIR = "best"
 _PATH_KEYS = ("vocab_file", "corpus", "doc_index", "doc_embedder")
 

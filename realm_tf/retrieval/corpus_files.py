@@ -24,6 +24,7 @@ import json
 import mmap
 import os
 import shutil
+import uuid
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 import google_crc32c
@@ -345,3 +346,20 @@ def verify_checksums(directory: str) -> None:
     found = _crc(os.path.join(directory, name))
     if found != entry["crc32c"]:
       raise _damaged(directory, name, f"crc32c {found}, corpus.json lists {entry['crc32c']}")
+
+
+def copy_corpus(source: str, target: str) -> None:
+  """Copies corpus directory `source` (the files its manifest lists, and the manifest) to
+  `target`, hard-linked where both are on one file system: every file is written once and
+  replaced, never changed in place. Through a temporary directory renamed at the end."""
+  manifest = read_manifest(source)
+  work = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+  for name in sorted(manifest["files"]) + [MANIFEST]:
+    os.makedirs(os.path.dirname(os.path.join(work, name)), exist_ok=True)
+    try:
+      os.link(os.path.join(source, name), os.path.join(work, name))
+    except OSError:  # another file system
+      shutil.copyfile(os.path.join(source, name), os.path.join(work, name))
+  if os.path.isdir(target):
+    shutil.rmtree(target)
+  os.rename(work, target)
