@@ -9,6 +9,7 @@ from realm_tf.keras import keras
 from realm_tf.layers.embedding_projection import EmbeddingProjection
 from realm_tf.layers.l2_normalization import L2Normalization
 from realm_tf.layers.span_scorer import SpanScorer
+from realm_tf.layers.span_scorer import dynamic_span_candidates
 from realm_tf.layers.span_scorer import span_candidates
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
@@ -77,6 +78,22 @@ def test_reader_heads():
   logits = out["span_logits"].numpy()
   assert (logits[:, ~inside] < -1e30).all() and (np.abs(logits[:, inside]) < 1e3).all()
   assert set(reader(_features((2, 10))).keys()) == {"sequence_output"}
+
+
+@pytest.mark.parametrize("width", [1, 3, 10])
+def test_spans_of_a_length_known_when_the_graph_runs_are_the_static_ones(width):
+  for length in range(1, 14):
+    starts, ends = dynamic_span_candidates(tf.constant(length), width)
+    expected = span_candidates(length, width)
+    assert starts.numpy().tolist() == expected[0].tolist()
+    assert ends.numpy().tolist() == expected[1].tolist()
+  reader = _reader()
+  inputs = _reader_inputs()
+  static = reader(inputs)
+  scores = tf.function(lambda f: reader(f)["span_logits"], input_signature=[
+      {n: tf.TensorSpec([None, None], tf.int32) for n in inputs}])
+  np.testing.assert_allclose(scores({n: tf.cast(v, tf.int32) for n, v in inputs.items()}),
+                             static["span_logits"], rtol=1e-5)
 
 
 def test_mlm_decoder_is_tied_to_word_embeddings():

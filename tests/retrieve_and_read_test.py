@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from realm_tf import configs
+from realm_tf import retrieve_and_read
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.retrieval.embedding import DocTower
@@ -82,3 +83,19 @@ def test_a_short_last_batch_reuses_the_traced_functions(system):
   (alone,) = system_.answer(questions[-1:])
   assert alone.answer == answers[-1].answer
   np.testing.assert_allclose(alone.probability, answers[-1].probability, rtol=1e-5)
+
+
+def test_reading_inputs_cut_to_their_longest_row_gives_the_answers_of_full_length(system):
+  tokenizer, retriever, reader, embeddings = system
+  make = lambda length: RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings),
+                                        TITLES, BODIES, k=3, query_length=16, block_length=24,
+                                        reader_length=length)
+  questions = ["where is paris ?", "who sat on the mat ?", "a river ?"]
+  cut = make(40)  # the longest input here is 13 wordpieces: read at 32
+  features = cut.featurizer.reader_inputs(
+      tokenizer(np.array(questions[:1])), np.array([TITLES[:3]]), np.array([BODIES[:3]]))
+  assert retrieve_and_read._cut_padding(features)["input_word_ids"].shape == (3, 32)  # pylint: disable=protected-access
+  assert retrieve_and_read._cut_padding(features, 8)["input_word_ids"].shape == (3, 16)  # pylint: disable=protected-access
+  for short, full in zip(cut.answer(questions), make(96).answer(questions)):
+    assert short.answer == full.answer and short.block == full.block
+    np.testing.assert_allclose(short.probability, full.probability, rtol=1e-4)

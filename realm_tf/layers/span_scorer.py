@@ -20,6 +20,15 @@ def span_candidates(seq_length: int, max_span_width: int) -> Tuple[np.ndarray, n
   return np.concatenate(starts).astype(np.int32), np.concatenate(ends).astype(np.int32)
 
 
+def dynamic_span_candidates(seq_length: tf.Tensor, max_span_width: int
+                            ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """`span_candidates` of a sequence length known only when the graph runs (a scalar)."""
+  widths = tf.range(1, max_span_width + 1)
+  counts = tf.maximum(seq_length - widths + 1, 0)
+  starts = tf.ragged.range(tf.zeros_like(counts), counts).flat_values
+  return starts, starts + tf.repeat(widths - 1, counts)
+
+
 def masked_logit_value(dtype: tf.DType) -> float:
   """A finite, very negative logit for excluded candidates; half the dtype's minimum so that
   adding another logit never overflows to -inf."""
@@ -68,9 +77,10 @@ class SpanScorer(keras.layers.Layer):
       logits [N, S], starts [S] int32, ends [S] int32 (ends inclusive).
     """
     seq_length = sequence_output.shape[1]
-    if seq_length is None:
-      raise ValueError("SpanScorer needs a static sequence length")
-    starts, ends = span_candidates(seq_length, self.max_span_width)
+    if seq_length is None:  # e.g. inputs cut to their longest row (`RetrieveAndRead.read`)
+      starts, ends = dynamic_span_candidates(tf.shape(sequence_output)[1], self.max_span_width)
+    else:
+      starts, ends = (tf.constant(c) for c in span_candidates(seq_length, self.max_span_width))
     projected = self.projection(sequence_output)  # [N, L, 2*P]
     start_proj, end_proj = tf.split(projected, 2, axis=-1)  # [N, L, P] each
     hidden = tf.gather(start_proj, starts, axis=1) + tf.gather(end_proj, ends, axis=1)
@@ -81,7 +91,7 @@ class SpanScorer(keras.layers.Layer):
                                tf.gather(block_mask, ends, axis=1))
     logits = tf.where(span_mask, logits,
                       tf.cast(masked_logit_value(logits.dtype), logits.dtype))
-    return logits, tf.constant(starts), tf.constant(ends)
+    return logits, starts, ends
 
   def get_config(self):
     return dict(super().get_config(), span_hidden_size=self.span_hidden_size,
