@@ -17,6 +17,7 @@ index's `search`. Stages:
   search     the swap (the refresher's load of a published version), p50/p99 of one query and of B = 512, recall@10 vs exact
              on 1,000 queries
   pretrain   `realm-pretrain` for 4 steps with that index: seconds, peak RSS
+  qa_index, finetune, serve   fine-tuning and `realm-serve` at N (`bench/paper_scale_qa.py`)
   dpr        (--dpr_passages) a DPR-shaped psgs_w100.tsv through Corpus.load: seconds, RSS
 
 Results: bench/results/paper_scale.{json,md}. Peak RSS is `ru_maxrss` of the stage's process;
@@ -37,6 +38,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=wrong-import-position
 from bench import paper_scale_data as data  # pylint: disable=wrong-import-position
+from bench import paper_scale_qa  # pylint: disable=wrong-import-position
 
 _NUM_BLOCKS = flags.DEFINE_list("num_blocks", ["1000000", "3000000", "13353718"], "Sizes N.")
 _STAGES = flags.DEFINE_list("stages", ["write", "open", "featurize", "index", "search"],
@@ -68,6 +70,7 @@ def _paths(n: int):
   return {"corpus": os.path.join(root, "corpus"), "embeddings": os.path.join(root, "emb.npy"),
           "pretrain": os.path.join(root, "pretrain"), "examples": os.path.join(root, "examples"),
           "index_root": os.path.join(root, "pretrain", "index"),
+          "finetune": os.path.join(root, "finetune"),
           "sample": os.path.join(_WORK_DIR.value, "leads288")}
 
 
@@ -241,7 +244,7 @@ def stage_pretrain(n: int, paths) -> dict:
 
 STAGES = {"write": stage_write, "open": stage_open, "featurize": stage_featurize,
           "index": stage_index, "search": stage_search, "pretrain": stage_pretrain,
-          "dpr": stage_dpr}
+          "dpr": stage_dpr, **paper_scale_qa.STAGES}
 
 
 def _run_stage(stage: str, n: int) -> dict:
@@ -298,7 +301,8 @@ def _markdown(rows) -> str:
              "open_bytes_per_block", "featurize_blocks_per_s", "index_build_publish_s",
              "index_peak_rss", "index_peak_over_embeddings", "index_bytes_per_block",
              "swap_load_s", "search1_p50_ms", "search1_p99_ms", "search512_p50_ms",
-             "recall10_vs_exact", "pretrain_peak_rss"]
+             "recall10_vs_exact", "pretrain_peak_rss", "finetune_peak_rss", "serve_p50_ms",
+             "serve_peak_rss"]
   shown = [{c: (gib(r.get(c, "")) if c.endswith("rss") else r.get(c, "")) for c in columns}
            for r in rows]
   return bench_utils.markdown_table(shown, columns)
