@@ -219,6 +219,14 @@ class Corpus:
       shutil.rmtree(target)
     return cls.open(convert(path, source, target))
 
+  def write_jsonl(self, path: str) -> None:
+    """Writes the blocks as JSONL (`{"id", "title", "text"}` a line; no wordpieces)."""
+    with tf.io.gfile.GFile(path, "w") as f:
+      for block_id, title, text in zip(self.block_ids, self.titles, self.texts):
+        f.write(json.dumps({"id": int(block_id), "title": title, "text": text},
+                           ensure_ascii=False) + "\n")
+
+
 def _writable(directory: str) -> bool:
   parent = directory
   while not os.path.exists(parent):
