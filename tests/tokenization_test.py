@@ -101,6 +101,14 @@ class TestWordpieceTokenizer:
     text = tf.constant(["The cats sat."])
     assert restored(text).to_list() == tokenizer(text).to_list()
 
+  def test_the_vocabulary_is_not_a_structure_each_eager_call_walks(self, tokenizer):
+    # Keras walks every tracked list and dict of a layer on each eager call: a tracked
+    # vocabulary cost ~90 ms a call at 30,522 wordpieces.
+    tracked = tokenizer._self_tracked_trackables  # pylint: disable=protected-access
+    assert not any(isinstance(t, tf.__internal__.tracking.TrackableDataStructure)
+                   for t in tracked), tracked
+    assert tokenizer.vocabulary == VOCAB and tokenizer.token_to_id("mat") == VOCAB.index("mat")
+
 
 class TestBertPacker:
 
