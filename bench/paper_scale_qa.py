@@ -5,8 +5,8 @@
              snapshot): seconds, peak RSS
   finetune   `realm-finetune` (MiniLM towers from the pre-training stage's checkpoint, top
              5,000 in the retriever loss) for a few steps: seconds, peak RSS
-  serve      `realm-serve` of that model: load seconds, p50/p99 of one question over HTTP,
-             peak RSS
+  serve      `realm-serve` of that model: load seconds, p50/p99 of one question over HTTP
+             reading k = 5 (the default), 2 and 1 blocks, peak RSS
 
 Embedding N blocks is not timed on 2 cores (the embedding pipeline's work), so the index holds
 the synthetic embeddings, with the rows the fine-tuner samples to check that an index is its
@@ -30,6 +30,7 @@ STORAGE = "float16"
 SCANN = {"shard_size": 1_000_000, "num_leaves": 1000, "num_leaves_to_search": 200}
 _FINETUNE_STEPS = 4
 _CHECKED_ROWS = 4  # IndexRefresher.matches_doc_tower's default sample
+_TOP_K = (5, 2, 1)  # realm-serve's default --k first
 
 
 def _peak() -> int:
@@ -117,6 +118,10 @@ def stage_finetune(n: int, paths) -> dict:
   """`realm-finetune` for a few steps over the published step-0 index; fails rather than
   embed the N blocks if the index were not the doc tower's."""
   del n
+  for name in os.listdir(paths["finetune"]):  # a fresh run over the published step-0 index
+    if name not in ("index", "doc_embedder"):
+      path = os.path.join(paths["finetune"], name)
+      shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
   questions = os.path.join(paths["finetune"], "train.jsonl")
   _write_questions(questions, paths["corpus"])
   command = [_binary("realm-finetune"), f"--model_dir={paths['finetune']}",
@@ -143,9 +148,9 @@ def stage_finetune(n: int, paths) -> dict:
           "finetune_peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
 
 
-def _post(port: int, question: str) -> dict:
+def _post(port: int, question: str, top_k: int) -> dict:
   request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/ask",
-                                   json.dumps({"question": question}).encode(),
+                                   json.dumps({"question": question, "top_k": top_k}).encode(),
                                    {"Content-Type": "application/json"})
   with urllib.request.urlopen(request, timeout=600) as response:
     return json.load(response)
@@ -170,21 +175,26 @@ def stage_serve(n: int, paths, port: int = 8391, questions: int = 100) -> dict:
     load_s = time.perf_counter() - started
     with open(os.path.join(paths["finetune"], "train.jsonl"), encoding="utf-8") as f:
       asked = [json.loads(line)["question"] for line in f]
-    _post(port, asked[0])  # traced once
-    latencies = []
-    for q in range(questions):
-      started = time.perf_counter()
-      reply = _post(port, asked[q % len(asked)])
-      latencies.append(time.perf_counter() - started)
-      if not reply.get("evidence"):
-        raise RuntimeError(f"realm-serve answered without evidence: {reply}")
+    result = {"serve_load_s": load_s}
+    for top_k in _TOP_K:  # blocks read per question: the default first
+      _post(port, asked[0], top_k)
+      latencies = []
+      for q in range(questions):
+        started = time.perf_counter()
+        reply = _post(port, asked[q % len(asked)], top_k)
+        latencies.append(time.perf_counter() - started)
+        if len(reply.get("evidence", [])) != top_k:
+          raise RuntimeError(f"realm-serve answered without {top_k} blocks: {reply}")
+      suffix = "" if top_k == _TOP_K[0] else f"_k{top_k}"
+      result[f"serve_p50_ms{suffix}"] = 1e3 * float(np.percentile(latencies, 50))
+      result[f"serve_p99_ms{suffix}"] = 1e3 * float(np.percentile(latencies, 99))
     with open(f"/proc/{process.pid}/status", encoding="ascii") as f:
-      peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+      result["serve_peak_rss"] = next(int(line.split()[1]) * 1024 for line in f
+                                      if line.startswith("VmHWM:"))
   finally:
     process.kill()
     process.wait()
-  return {"serve_load_s": load_s, "serve_p50_ms": 1e3 * float(np.percentile(latencies, 50)),
-          "serve_p99_ms": 1e3 * float(np.percentile(latencies, 99)), "serve_peak_rss": peak}
+  return result
 
 
 STAGES = {"qa_index": stage_qa_index, "finetune": stage_finetune, "serve": stage_serve}
