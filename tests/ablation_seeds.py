@@ -13,13 +13,13 @@ the session's files need at once, a process each, as the statistics file does al
 """
 import contextlib
 import dataclasses
-import fcntl
 import os
 from typing import List
 
 import numpy as np
 import pytest
 
+import session_shared
 from realm_tf.knowledge_world import ablation_config
 from realm_tf.knowledge_world import ablation_runner
 from realm_tf.knowledge_world.ablation_result import AblationResult
@@ -27,26 +27,11 @@ from realm_tf.knowledge_world.ablation_result import AblationResult
 
 def shared_directory(tmp_path_factory) -> str:
   """The session's ablation directory, the same for every xdist worker of the session."""
-  base = tmp_path_factory.getbasetemp()
-  if os.environ.get("PYTEST_XDIST_WORKER"):
-    base = base.parent  # the workers' base directories are children of the session's
-  directory = os.path.join(str(base), "ablations_small")
-  os.makedirs(directory, exist_ok=True)
-  return directory
+  return session_shared.shared_directory(tmp_path_factory, "ablations_small")
 
 
 def small_config(tmp_path_factory) -> ablation_config.AblationConfig:
   return ablation_config.small_config(os.path.join(shared_directory(tmp_path_factory), "run"))
-
-
-@contextlib.contextmanager
-def _locked(path: str):
-  with open(path, "w", encoding="utf-8") as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
-    try:
-      yield
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _session_seeds(session, config: ablation_config.AblationConfig) -> List[int]:
@@ -67,7 +52,7 @@ def seed_results(request, seeds) -> List[AblationResult]:
   run = sorted(run)  # one locking order for every caller: no deadlock
   with contextlib.ExitStack() as stack:
     for seed in run:
-      stack.enter_context(_locked(os.path.join(shared_directory(tmp_path_factory),
+      stack.enter_context(session_shared.locked(os.path.join(shared_directory(tmp_path_factory),
                                                f"seed-{seed}.lock")))
     # processes > 1: every seed in a fresh process with one thread, even a seed alone
     results = ablation_runner.run_seeds(dataclasses.replace(config, seeds=tuple(run)),

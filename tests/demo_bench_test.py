@@ -15,6 +15,12 @@ from realm_tf.demo import step_logs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _bench(config, bench_dir: str, *flags: str) -> None:
+  subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
+                  f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}", *flags],
+                 check=True, cwd=ROOT)
+
+
 @pytest.fixture(scope="module")
 def demo(request, tmp_path_factory):
   """(config, the stages' figures, out(*parts) -> a path in the run), the demo's lock held."""
@@ -31,12 +37,9 @@ def demo(request, tmp_path_factory):
 def test_variants_over_seeds_start_from_the_demos_pretrained_model(demo, tmp_path):
   config, _, out = demo
   bench_dir = str(tmp_path / "bench")
-  subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
-                  f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}",
-                  "--seeds=0,1", "--variant=answer_block:finetune_steps=3,"
-                  "read_answer_block=true,finetune_retriever_learning_rate=2e-5,"
-                  "finetune_reader_top_k=2",
-                  "--name=variants"], check=True, cwd=ROOT)
+  _bench(config, bench_dir, "--seeds=0,1", "--variant=answer_block:finetune_steps=3,"
+         "read_answer_block=true,finetune_retriever_learning_rate=2e-5,finetune_reader_top_k=2",
+         "--name=variants")
   with open(os.path.join(bench_dir, "variants.json")) as f:
     (row,) = json.load(f)["rows"]
   assert row["variant"] == "answer_block"
@@ -67,10 +70,8 @@ def test_variants_over_seeds_start_from_the_demos_pretrained_model(demo, tmp_pat
 def test_a_reader_warmed_up_on_cloze_questions_then_fine_tuned(demo, tmp_path):
   config, figures, _ = demo
   bench_dir = str(tmp_path / "bench")
-  subprocess.run([sys.executable, os.path.join(ROOT, "bench", "demo_finetune.py"),
-                  f"--demo_dir={config.output_dir}", f"--output_dir={bench_dir}", "--seeds=0",
-                  "--variant=cloze:cloze_steps=2,cloze_batch_size=4,finetune_steps=2",
-                  "--name=cloze"], check=True, cwd=ROOT)
+  _bench(config, bench_dir, "--seeds=0",
+         "--variant=cloze:cloze_steps=2,cloze_batch_size=4,finetune_steps=2", "--name=cloze")
   with open(os.path.join(bench_dir, "cloze.json")) as f:
     ((run,),) = [row["runs"] for row in json.load(f)["rows"]]
   assert run["step"] == 2 and 0 <= run["cloze_exact_match"] <= run["cloze_recall@5"] <= 1

@@ -9,13 +9,13 @@ first run when the session has that file (its first run must be the one that com
 stage).
 """
 import contextlib
-import fcntl
 import importlib.util
 import os
 import time
 
 import pytest
 
+import session_shared
 from realm_tf.demo import data_stages
 from realm_tf.demo import stages
 
@@ -29,12 +29,7 @@ needs_data = pytest.mark.skipif(
 
 
 def _shared_directory(tmp_path_factory) -> str:
-  base = tmp_path_factory.getbasetemp()
-  if os.environ.get("PYTEST_XDIST_WORKER"):
-    base = base.parent  # the workers' base directories are children of the session's
-  directory = os.path.join(str(base), "demo_run")
-  os.makedirs(directory, exist_ok=True)
-  return directory
+  return session_shared.shared_directory(tmp_path_factory, "demo_run")
 
 
 def config(tmp_path_factory) -> stages.DemoConfig:
@@ -42,16 +37,9 @@ def config(tmp_path_factory) -> stages.DemoConfig:
                            **TINY)
 
 
-@contextlib.contextmanager
 def locked(tmp_path_factory):
   """Held while a file runs or resumes the session's demo."""
-  with open(os.path.join(_shared_directory(tmp_path_factory), "demo.lock"), "w",
-            encoding="utf-8") as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
-    try:
-      yield
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
+  return session_shared.locked(os.path.join(_shared_directory(tmp_path_factory), "demo.lock"))
 
 
 def _first_run_marker(tmp_path_factory) -> str:

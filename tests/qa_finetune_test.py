@@ -26,9 +26,6 @@ from realm_tf.qa.finetune_lib import FineTuner
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import QAModel
 from realm_tf.retrieval import embedding_file
-from realm_tf.training.optimizer import OptimizerConfig
-from realm_tf.training.optimizer import create_optimizer
-from realm_tf.training.optimizer import default_warmup_steps
 
 
 def tensorboard_scalars(directory):
@@ -191,9 +188,9 @@ def test_prepare_batch_supervision(trained):
 def test_prepare_batch_traces_once_for_any_batch_size(trained):
   tuner = trained[0]
   tuner.prepare_batch(tuner.train_examples[:3])  # after the batches of 8 and of training
-  assert tuner._prepare._embed_fn.experimental_get_tracing_count() == 1
-  assert tuner._prepare._reader_inputs_fn.experimental_get_tracing_count() == 1
-  assert tuner._train_fn.experimental_get_tracing_count() == 1  # slots made before step 1
+  for function in (tuner._prepare._embed_fn, tuner._prepare._reader_inputs_fn,
+                   tuner._train_fn):  # the step too: its slots are made before step 1
+    assert function.experimental_get_tracing_count() == 1
 
 
 def test_gathered_rows_give_the_loss_of_the_whole_matrix(trained):
@@ -354,26 +351,6 @@ def test_config_errors(world, tmp_path):
   with pytest.raises(ValueError, match="more than one initialisation source"):
     FineTuner(tiny_config(world, str(tmp_path / "x"),
                           init=InitConfig(checkpoint="a", orqa="b")))
-
-
-def test_optimizer_schedule_and_decay_exclusions():
-  optimizer = create_optimizer(OptimizerConfig(learning_rate=1e-3, num_train_steps=100,
-                                               warmup_steps=10))
-  schedule = optimizer.learning_rate
-  assert float(schedule(5)) == pytest.approx(0.5e-3)  # warm-up to the peak
-  assert float(schedule(10)) == pytest.approx(1e-3 * 0.9)  # decay from step 0
-  assert float(schedule(100)) == pytest.approx(0.0)
-  # A run shorter than the default warm-up still reaches its peak at the end.
-  short = create_optimizer(OptimizerConfig(learning_rate=1e-3, num_train_steps=50))
-  assert float(short.learning_rate(49)) == pytest.approx(0.98e-3)
-  assert optimizer.epsilon == 1e-6 and optimizer.gradient_clip_norm == 1.0
-  decays = optimizer._do_use_weight_decay  # pylint: disable=protected-access
-  assert decays("query_bert/transformer/layer_0/self_attention/query/kernel:0")
-  assert not decays("query_bert/embeddings/layer_norm/gamma:0")
-  assert not decays("span_scorer/layer_normalization/beta:0")
-  assert not decays("query_bert/pooler_transform/bias:0")
-  assert default_warmup_steps(100_000) == 10_000 and default_warmup_steps(300) == 100
-  assert default_warmup_steps(50) == 50
 
 
 def test_bfloat16_step_losses_track_float32(world, tmp_path):
