@@ -10,7 +10,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # first and the short ones fill in at the end, instead of one worker running a long file alone
 # while the other has finished.
 LONGEST = ("ablations_seed0_test.py", "ablations_seed1_test.py", "ablations_seed2_test.py",
-           "demo_test.py", "multi_worker_test.py", "notebooks_test.py", "qa_end_to_end_test.py")
+           "demo_test.py", "multi_worker_training_test.py", "multi_worker_test.py",
+           "notebooks_test.py", "qa_end_to_end_test.py")
 # After the demo's chain (tests/demo_run.py) has had time to finish: it reads the chain's run.
 AFTER_SLOW = ("demo_bench_test.py",)
 # After the seed files that run the seeds it reads (tests/ablation_seeds.py).
