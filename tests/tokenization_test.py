@@ -1,6 +1,8 @@
 """Tests of realm_tf.tokenization against a tiny inline vocabulary with exact ids."""
+import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from realm_tf.keras import keras
 from realm_tf.tokenization import BertPacker
@@ -14,6 +16,7 @@ from realm_tf.tokenization import random_span_mask
 from realm_tf.tokenization import random_token_mask
 from realm_tf.tokenization import salient_span_mask
 from realm_tf.tokenization import wordpiece_span
+from realm_tf.tokenization.bert_packer import pack_segments
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "##s", "on", "mat",
          ".", "a", "dog", "john", "paris", "##ian", "in"]
@@ -152,6 +155,29 @@ class TestBertPacker:
     features = _np(pack(tf.constant([10, 11]), tf.constant([20, 21])))
     assert features["input_word_ids"] == [CLS, 10, 11, SEP, SEP]
     assert features["input_type_ids"] == [0, 0, 0, 0, 1]
+
+  @pytest.mark.parametrize("truncation", ["waterfall", "round_robin"])
+  def test_matches_tensorflow_text_on_random_segments(self, truncation):
+    """The oracle: tensorflow-text's trimmer, `combine_segments` and `pad_model_inputs`."""
+    trimmer = {"waterfall": tf_text.WaterfallTrimmer,
+               "round_robin": tf_text.RoundRobinTrimmer}[truncation]
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+      batch, length, count = rng.integers(0, 5), int(rng.integers(3, 12)), rng.integers(1, 3)
+      segments = [tf.RaggedTensor.from_row_lengths(
+          rng.integers(5, 50, int(lengths.sum())), lengths)
+                  for lengths in rng.integers(0, 14, [count, batch])]
+      word_ids, type_ids = tf_text.combine_segments(
+          trimmer(length - 1 - count).trim(segments), start_of_sequence_id=CLS,
+          end_of_segment_id=SEP)
+      expected_ids, expected_mask = tf_text.pad_model_inputs(word_ids, length, pad_value=PAD)
+      expected_types, _ = tf_text.pad_model_inputs(type_ids, length)
+      features = pack_segments(segments, tf.constant(length), CLS, SEP, PAD, truncation)
+      for name, expected in [("input_word_ids", expected_ids), ("input_mask", expected_mask),
+                             ("input_type_ids", expected_types)]:
+        np.testing.assert_array_equal(features[name].numpy().reshape(batch, length),
+                                      expected.numpy().reshape(batch, length),
+                                      err_msg=f"{name} of {segments}")
 
   def test_rejects_bad_arguments(self):
     with pytest.raises(ValueError, match="truncation"):
