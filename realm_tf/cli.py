@@ -63,7 +63,8 @@ def define_scann_flags() -> ScannFlags:
       flags.DEFINE_integer("scann_reorder_k", 100,
                            "ScaNN candidates re-scored exactly per query.", lower_bound=1),
       flags.DEFINE_integer("index_shard_size", 0, "Most rows per index shard (each shard a "
-                           "ScaNN or exact index, built one at a time); 0: 1,000,000.",
+                           "ScaNN or exact index, built one at a time); 0: N/8 "
+                           "within [100,000, 1,000,000].",
                            lower_bound=0))
 
 

@@ -92,6 +92,20 @@ def test_scann_shards_recall_against_exact_search(clustered):
   assert _recall(ids.numpy(), true_ids.numpy()) >= 0.9
 
 
+def test_the_automatic_shard_size_is_an_eighth_of_the_corpus_within_bounds():
+  """0: N/8 rows within [100k, 1M]: one index up to 100k rows, 8 shards at 1M (the builder
+  near the embeddings' size), 1M-row shards beyond 8M (14 for full Wikipedia)."""
+  auto = index_builder.ScannSettings()
+  sizes = {n: [len(r) for r in auto.shard_ranges(n)]
+           for n in (12_911, 100_000, 250_000, 1_000_000, 13_353_718)}
+  assert sizes[12_911] == [12_911] and sizes[100_000] == [100_000]
+  assert sizes[250_000] == [83_333, 83_333, 83_334]
+  assert sizes[1_000_000] == [125_000] * 8
+  assert len(sizes[13_353_718]) == 14 and max(sizes[13_353_718]) <= 1_000_000
+  assert sum(sizes[13_353_718]) == 13_353_718
+  assert index_builder.ScannSettings(shard_size=300_000).shard_size_for(1_000_000) == 300_000
+
+
 def test_saved_and_reloaded_in_a_tf_function(tmp_path):
   docs, queries = _gaussian(3, 30, _DIM), _gaussian(4, 5, _DIM)
   sharded = ShardedIndex([ScannIndex.build(docs[:12]), ScannIndex.build(docs[12:])], 15)

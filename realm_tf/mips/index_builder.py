@@ -11,12 +11,15 @@ block, 100 candidates re-scored exactly. `FULL_WIKIPEDIA` is the reference REALM
 its 13.3M blocks: 1000 leaves, 100 searched. The resolved values are recorded in the index
 manifest (`manifest.json`, "builder").
 
-Sharding: N > M rows (M = `--index_shard_size`, default `DEFAULT_SHARD_SIZE`) make a
-`ShardedIndex` of S = ceil(N / M) shards of balanced consecutive row ranges, each built with the
+Sharding: N > M rows (M = `--index_shard_size`; by default ceil(N / 8) rows, at least 100,000
+and at most `DEFAULT_SHARD_SIZE`) make a `ShardedIndex` of S = ceil(N / M) shards of balanced consecutive row ranges, each built with the
 settings above applied to its own row count. `save_index` builds, saves and frees one shard at a
 time, converting only that shard's rows to float32, so memory grows with M, not N; the pages of
 a memory-mapped input (`np.load(..., mmap_mode="r")`) are released after each shard (they stay
 in the page cache), so they do not accumulate in the builder's resident memory either.
+ScaNN's build of a shard peaks near 8.5x the shard's float32 bytes, so the default's eight
+shards keep the builder near the size of the embeddings up to 8M rows, and its 1M-row cap keeps
+it under 8 GiB at any N (the number of shards searched grows past 8M rows).
 """
 import dataclasses
 import math
@@ -36,6 +39,8 @@ from realm_tf.mips.sharded_index import ShardedIndex
 
 KINDS = ("scann", "brute_force")
 DEFAULT_SHARD_SIZE = 1_000_000  # rows: 0.5 GiB of float32 128-d embeddings per shard
+AUTO_SHARDS = 8
+MIN_AUTO_SHARD_SIZE = 100_000
 _DEFAULT_NUM_NEIGHBORS = 8
 
 
@@ -49,7 +54,8 @@ class ScannSettings:
     num_leaves_to_search: leaves probed per query, at most L; 0: ceil(L / 20).
     dimensions_per_block: dimensions per asymmetric-hashing block, at most D.
     reorder_k: candidates re-scored exactly per query (a search for more takes k).
-    shard_size: M, the most rows per shard (ScaNN or exact); 0: `DEFAULT_SHARD_SIZE`.
+    shard_size: M, the most rows per shard (ScaNN or exact); 0: the automatic rule
+      (`shard_size_for`).
 
   Raises:
     InputError: a negative value, a zero block size or reorder size, or more leaves to search
@@ -77,9 +83,16 @@ class ScannSettings:
     """These settings as the flags of an index-builder binary."""
     return [f"{_flag(f.name)}={getattr(self, f.name)}" for f in dataclasses.fields(self)]
 
+  def shard_size_for(self, num_docs: int) -> int:
+    """M for N rows: `shard_size`, or ceil(N / `AUTO_SHARDS`) within [`MIN_AUTO_SHARD_SIZE`,
+    `DEFAULT_SHARD_SIZE`]."""
+    if self.shard_size:
+      return self.shard_size
+    return min(DEFAULT_SHARD_SIZE, max(MIN_AUTO_SHARD_SIZE, -(-num_docs // AUTO_SHARDS)))
+
   def shard_ranges(self, num_docs: int) -> List[range]:
     """The row ranges of the S = ceil(N / M) shards of N rows, sizes within 1 of each other."""
-    shard_size = self.shard_size or DEFAULT_SHARD_SIZE
+    shard_size = self.shard_size_for(num_docs)
     num_shards = max(1, -(-num_docs // shard_size))
     bounds = [num_docs * s // num_shards for s in range(num_shards + 1)]
     return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -128,7 +141,8 @@ def _fix(name: str) -> str:
   if name in ("num_leaves", "num_leaves_to_search"):
     return "Pass 0 for the automatic rule (sqrt(N) leaves, 1/20 of them searched)"
   if name == "shard_size":
-    return f"Pass a positive number of rows, or 0 for {DEFAULT_SHARD_SIZE:,}"
+    return (f"Pass a positive number of rows, or 0 for N / {AUTO_SHARDS} within "
+            f"[{MIN_AUTO_SHARD_SIZE:,}, {DEFAULT_SHARD_SIZE:,}]")
   return f"Pass a positive integer (default {getattr(ScannSettings, name)})"
 
 
@@ -195,7 +209,7 @@ def build_index(embeddings: Any, kind: str, scann: ScannSettings = ScannSettings
   shards = [_build_one(_shard_rows(embeddings, rows), kind, scann) for rows in ranges]
   if len(shards) == 1:
     return shards[0]
-  return ShardedIndex(shards, scann.shard_size or DEFAULT_SHARD_SIZE)
+  return ShardedIndex(shards, scann.shard_size_for(np.shape(embeddings)[0]))
 
 
 def save_index(embeddings: Any, directory: str, kind: str,
@@ -231,7 +245,7 @@ def save_index(embeddings: Any, directory: str, kind: str,
       shard = _build_one(_shard_rows(embeddings, rows), kind, scann)
       shard.save(os.path.join(directory, name))
       del shard  # ScaNN's copy of the shard goes before the next shard's rows are read
-  ShardedIndex.write_manifest(directory, names, scann.shard_size or DEFAULT_SHARD_SIZE)
+  ShardedIndex.write_manifest(directory, names, scann.shard_size_for(np.shape(embeddings)[0]))
 
 
 def kind_of(index: MipsIndex) -> str:
