@@ -30,6 +30,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.reader import Reader
@@ -101,8 +102,8 @@ class RetrieveAndRead:
     self.batch_size = int(batch_size)
     self.featurizer = Featurizer(tokenizer, query_length, block_length, reader_length)
     # Signatures with a None batch dimension: one trace serves every batch, a short last one too.
-    self._embed_fn = tf.function(self.embed_questions,
-                                 input_signature=[tf.TensorSpec([None], tf.string)])
+    self._embed_fn = graph_functions.function(
+        self.embed_questions, input_signature=[tf.TensorSpec([None], tf.string)])
     self._read_fn = None  # traced on first use, when the wordpieces' ragged spec is known
 
   # Graph pieces ------------------------------------------------------------------------------
@@ -218,7 +219,7 @@ class RetrieveAndRead:
     """`read` as a `tf.function` over any batch size, traced once."""
     if self._read_fn is None:
       matrix = lambda dtype: tf.TensorSpec([None, None], dtype)
-      self._read_fn = tf.function(
+      self._read_fn = graph_functions.function(
           lambda ids, titles, texts, scores, valid: self.read(ids, titles, texts, scores, valid),
           input_signature=[
               tf.RaggedTensorSpec([None, None], query_ids.dtype, ragged_rank=1,

@@ -20,6 +20,7 @@ import tempfile
 
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.signatures.doc_embedder import Untracked
 from realm_tf.signatures.doc_embedder import vocab_asset
 from realm_tf.signatures.reusable import ReusableModule
@@ -40,11 +41,11 @@ class _PreprocessorModule(ReusableModule):
     self.do_lower_case = tf.Variable(tokenizer.lower_case, trainable=False)
     self.seq_length = tf.Variable(seq_length, dtype=tf.int64, trainable=False)
 
-    @tf.function(input_signature=[TEXTS_SPEC])
+    @graph_functions.function(input_signature=[TEXTS_SPEC])
     def tokenize(texts):
       return self._tokenizer.layer(texts)
 
-    @tf.function(autograph=False)
+    @graph_functions.function
     def bert_pack_inputs(segments, seq_length=seq_length):
       return pack_segments(list(segments), seq_length, tokenizer.cls_id, tokenizer.sep_id,
                            tokenizer.pad_id, truncation="waterfall")
@@ -54,7 +55,7 @@ class _PreprocessorModule(ReusableModule):
         bert_pack_inputs.get_concrete_function([_SEGMENT_SPEC] * num_segments, length)
     self.tokenize, self.bert_pack_inputs = tokenize, bert_pack_inputs
 
-  @tf.function(input_signature=[TEXTS_SPEC])
+  @graph_functions.function(input_signature=[TEXTS_SPEC])
   def __call__(self, texts):
     return self.bert_pack_inputs([self.tokenize(texts)])
 

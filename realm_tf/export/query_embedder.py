@@ -25,6 +25,7 @@ import tempfile
 
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.models.retriever import Retriever
 from realm_tf.signatures.doc_embedder import Untracked
 from realm_tf.signatures.doc_embedder import vocab_asset
@@ -61,21 +62,21 @@ class _QueryEmbedderModule(ReusableModule):
     outputs["embeddings"] *= self.score_scale  # = Retriever.embed_query
     return outputs
 
-  @tf.function(input_signature=[QUESTIONS_SPEC])
+  @graph_functions.function(input_signature=[QUESTIONS_SPEC])
   def tokenize(self, questions):
     return self._layers.featurizer.queries(questions)
 
-  @tf.function(input_signature=[QUESTIONS_SPEC])
+  @graph_functions.function(input_signature=[QUESTIONS_SPEC])
   def embed_questions(self, questions):
     return self.embed_ids(**self.tokenize(questions))
 
-  @tf.function(input_signature=list(ID_SPECS.values()))
+  @graph_functions.function(input_signature=list(ID_SPECS.values()))
   def embed_ids(self, input_word_ids, input_mask, input_type_ids):
     features = dict(input_word_ids=input_word_ids, input_mask=input_mask,
                     input_type_ids=input_type_ids)
     return {"embeddings": self._outputs(features)["embeddings"]}
 
-  @tf.function
+  @graph_functions.function
   def __call__(self, inputs, training=False):
     if isinstance(inputs, dict):
       return self._outputs(inputs, training)

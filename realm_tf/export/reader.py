@@ -30,6 +30,7 @@ import tempfile
 
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.models.reader import Reader
 from realm_tf.signatures.doc_embedder import Untracked
 from realm_tf.signatures.doc_embedder import vocab_asset
@@ -98,13 +99,14 @@ class _ReaderModule(ReusableModule):
     return self._span(dict(input_word_ids=input_word_ids, input_mask=input_mask,
                            input_type_ids=input_type_ids, block_mask=block_mask))
 
-  @tf.function(input_signature=list(MLM_SPECS.values()))
+  @graph_functions.function(input_signature=list(MLM_SPECS.values()))
   def mlm(self, input_word_ids, input_mask, input_type_ids, masked_lm_positions):
     return self._mlm(dict(input_word_ids=input_word_ids, input_mask=input_mask,
                           input_type_ids=input_type_ids,
                           masked_lm_positions=masked_lm_positions))
 
-  @tf.function(input_signature=[_STRING("questions"), _STRING("titles"), _STRING("texts")])
+  @graph_functions.function(
+      input_signature=[_STRING("questions"), _STRING("titles"), _STRING("texts")])
   def read_text(self, questions, titles, texts):
     _, query_ids = self._layers.featurizer.questions(questions)
     features = self._layers.featurizer.reader_inputs(query_ids, titles[:, None], texts[:, None])
@@ -112,7 +114,8 @@ class _ReaderModule(ReusableModule):
     outputs.update(features)
     return outputs
 
-  @tf.function(input_signature=[_STRING("queries"), _STRING("titles"), _STRING("texts")])
+  @graph_functions.function(
+      input_signature=[_STRING("queries"), _STRING("titles"), _STRING("texts")])
   def mlm_text(self, queries, titles, texts):
     query_ids = masked_query_ids(self._layers.featurizer.tokenizer, queries)
     query_ids = query_ids[:, :self._layers.featurizer.query_length - 2]
@@ -127,7 +130,7 @@ class _ReaderModule(ReusableModule):
     outputs.update({n: features[n] for n in MLM_SPECS}, masked_lm_weights=weights)
     return outputs
 
-  @tf.function
+  @graph_functions.function
   def __call__(self, inputs, training=False):
     if "masked_lm_positions" in inputs:
       return self._mlm(inputs, training)
@@ -142,8 +145,8 @@ def export_reader(reader: Reader, tokenizer: WordpieceTokenizer, path: str,
     module = _ReaderModule(reader, tokenizer, query_length, block_length, reader_length,
                            staging_dir)
     specs = span_specs(reader_length)
-    module.span = tf.function(module._span_ids,  # pylint: disable=protected-access
-                              input_signature=list(specs.values()))
+    module.span = graph_functions.function(module._span_ids,  # pylint: disable=protected-access
+                                           input_signature=list(specs.values()))
     module.save(path, [specs, dict(MLM_SPECS)], {
         name: getattr(module, name).get_concrete_function
         for name in ("span", "mlm", "read_text", "mlm_text")})

@@ -35,6 +35,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.mips.index_builder import build_index
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.signatures.doc_embedder import Untracked
@@ -98,7 +99,7 @@ class _RealmQAModule(ReusableModule):
       features, _ = self._parts.system.featurizer.questions(tf.identity(questions))
     return self._answer(features, training)
 
-  @tf.function
+  @graph_functions.function
   def __call__(self, inputs, training=False):
     if isinstance(inputs, dict):
       return self._answer(inputs, training)

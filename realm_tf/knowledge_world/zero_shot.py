@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.mips.index_builder import build_index
@@ -31,7 +32,8 @@ def retrieved_has_answer(retriever: Retriever, store: Corpus,
   block_emb = embed_blocks(tower, *store.wordpieces(tokenizer))  # [N, D]
   index = build_index(block_emb, "brute_force")
   featurize = Featurizer(tokenizer, query_length, block_length).queries
-  embed = tf.function(lambda f: retriever.embed_query(f, training=False), reduce_retracing=True)
+  embed = graph_functions.function(lambda f: retriever.embed_query(f, training=False),
+                                   reduce_retracing=True)
   k = min(k, len(store))
   rows = []
   for begin in range(0, len(examples), batch_size):

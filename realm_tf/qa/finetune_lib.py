@@ -46,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import distribute
+from realm_tf import graph_functions
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.keras import keras
 from realm_tf.models import precision
@@ -196,7 +197,7 @@ class FineTuner:
                                            trainer.batch_size, self.retriever_optimizer)
     self._systems: Dict[int, RetrieveAndRead] = {}  # blocks read -> the system reading that many
     self._prepare = BatchPreparer(self.retriever, self.featurizer, self.tokenizer, self.corpus)
-    self._train_fn = tf.function(self._distributed_step)
+    self._train_fn = graph_functions.function(self._distributed_step)
     self._epoch_orders = {}
     self._losses_run: List[float] = []
     self._dev_metrics: Dict[int, Dict[str, float]] = {}

@@ -20,6 +20,7 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.experiment_config import OpenQATaskConfig
@@ -43,17 +44,18 @@ class BatchPreparer:
     self.retriever, self.featurizer = retriever, featurizer
     self.tokenizer, self.corpus = tokenizer, corpus
     # None batch dimensions: one trace serves every batch, a short last one too.
-    self._embed_fn = tf.function(self._embed_questions,
-                                 input_signature=[tf.TensorSpec([None], tf.string)])
+    self._embed_fn = graph_functions.function(
+        self._embed_questions, input_signature=[tf.TensorSpec([None], tf.string)])
     self._reader_inputs_fn = None  # traced on first use, when the wordpieces' spec is known
 
   def _reader_inputs(self, query_ids: tf.RaggedTensor):
     """`Featurizer.reader_inputs` as a `tf.function` over any batch size, traced once."""
     if self._reader_inputs_fn is None:
       blocks = tf.TensorSpec([None, None], tf.string)
-      self._reader_inputs_fn = tf.function(self.featurizer.reader_inputs, input_signature=[
-          tf.RaggedTensorSpec([None, None], query_ids.dtype, ragged_rank=1,
-                              row_splits_dtype=query_ids.row_splits.dtype), blocks, blocks])
+      self._reader_inputs_fn = graph_functions.function(
+          self.featurizer.reader_inputs, input_signature=[
+              tf.RaggedTensorSpec([None, None], query_ids.dtype, ragged_rank=1,
+                                  row_splits_dtype=query_ids.row_splits.dtype), blocks, blocks])
     return self._reader_inputs_fn
 
   def _embed_questions(self, questions):

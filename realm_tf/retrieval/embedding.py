@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from realm_tf import graph_functions
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.columns import RaggedColumn
@@ -103,7 +104,7 @@ class DocTower:
     self.bucket, self.dim, self.jit_compile = bucket, retriever.projection_size, jit_compile
     self._embedder = with_compute_dtype(retriever, compute_dtype)
     embedder = self._embedder
-    self._embed = tf.function(
+    self._embed = graph_functions.function(
         lambda f: tf.cast(embedder.embed_documents(f, training=False), tf.float32),
         reduce_retracing=True, jit_compile=jit_compile)
 

@@ -36,6 +36,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.retriever import tower_embedding
@@ -100,20 +101,21 @@ class _DocEmbedderModule(ReusableModule):
     self.length_multiple = scalar(length_multiple)
     self.jit_compile = tf.Variable(jit_compile, trainable=False)
     self._pooling = retriever.pooling
-    self._forward = tf.function(_encoder_forward(self.encoder, self.projection,
-                                                 retriever.pooling),
-                                jit_compile=jit_compile, autograph=False)
+    self._forward = graph_functions.function(
+        _encoder_forward(self.encoder, self.projection, retriever.pooling),
+        jit_compile=jit_compile)
     self._packer = BertPacker(seq_length=block_length, cls_id=cls_id, sep_id=sep_id,
                               pad_id=pad_id, truncation="waterfall")
 
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name=n)
-                                for n in ("input_word_ids", "input_mask", "input_type_ids")])
+  @graph_functions.function(input_signature=[
+      tf.TensorSpec([None, None], tf.int32, name=n)
+      for n in ("input_word_ids", "input_mask", "input_type_ids")])
   def serve(self, input_word_ids, input_mask, input_type_ids):
     return {"embeddings": self._forward(input_word_ids, input_mask, input_type_ids)}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name=n)
-                                for n in ("title_values", "title_row_lengths",
-                                          "body_values", "body_row_lengths")])
+  @graph_functions.function(input_signature=[
+      tf.TensorSpec([None], tf.int64, name=n)
+      for n in ("title_values", "title_row_lengths", "body_values", "body_row_lengths")])
   def embed_blocks(self, title_values, title_row_lengths, body_values, body_row_lengths):
     titles = tf.RaggedTensor.from_row_lengths(title_values, title_row_lengths)
     bodies = tf.RaggedTensor.from_row_lengths(body_values, body_row_lengths)
@@ -130,7 +132,7 @@ class _DocEmbedderModule(ReusableModule):
     return self.embed_blocks(tf.cast(titles.values, tf.int64), titles.row_lengths(),
                              tf.cast(bodies.values, tf.int64), bodies.row_lengths())
 
-  @tf.function
+  @graph_functions.function
   def __call__(self, inputs, training=False):
     if "titles" in inputs:
       if not training:  # the index's path: padded to the length multiple, XLA if exported so
@@ -167,9 +169,9 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
                   "embed_blocks": module.embed_blocks.get_concrete_function}
     input_specs = [dict(_ID_SPECS)]
     if tokenizer is not None:
-      module.embed_texts = tf.function(module._embed_texts,  # pylint: disable=protected-access
-                                       input_signature=[_TEXT_SPECS["titles"],
-                                                        _TEXT_SPECS["texts"]])
+      module.embed_texts = graph_functions.function(
+          module._embed_texts,  # pylint: disable=protected-access
+          input_signature=[_TEXT_SPECS["titles"], _TEXT_SPECS["texts"]])
       signatures["embed_texts"] = module.embed_texts.get_concrete_function
       input_specs.append(dict(_TEXT_SPECS))
     module.save(path, input_specs, signatures)

@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 
@@ -78,7 +79,7 @@ class CandidateBuilder:
     return self._pack(tf.constant(np.shape(rows), tf.int32), self._titles.gather(flat),
                       self._bodies.gather(flat), query_ids)
 
-  @tf.function(reduce_retracing=True)
+  @graph_functions.function(reduce_retracing=True)
   def _pack(self, shape: tf.Tensor, titles: tf.RaggedTensor, bodies: tf.RaggedTensor,
             query_ids: tf.RaggedTensor):
     batch, k = shape[0], shape[1]

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import sentence_splitter
+from realm_tf import graph_functions
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -104,4 +105,4 @@ class IctCorpus:
         lambda: self._examples(seed, remove_prob, query_length - 2),
         output_signature=(spec, spec, spec))
             .ragged_batch(batch_size, drop_remainder=True)
-            .map(pack).prefetch(2))
+            .map(graph_functions.dataset_fn(pack)).prefetch(2))

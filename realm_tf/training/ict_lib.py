@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf import distribute
+from realm_tf import graph_functions
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import save_model
@@ -98,7 +99,7 @@ def train_ict(experiment: ExperimentConfig, retriever: Retriever, store: Corpus,
                            remove_prob=task.remove_prob, query_length=task.model.query_length,
                            block_length=task.model.block_length)
   iterator = iter(dataset)
-  step = tf.function(ict_step(retriever, optimizer, trainer.batch_size))
+  step = graph_functions.function(ict_step(retriever, optimizer, trainer.batch_size))
 
   def run_step(_) -> Dict[str, tf.Tensor]:
     per_replica = strategy.run(step, args=(distribute.distribute_batch(strategy,

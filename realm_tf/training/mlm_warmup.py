@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from realm_tf import distribute
 from realm_tf import errors
+from realm_tf import graph_functions
 from realm_tf.models.reader import Reader
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization import masking
@@ -146,8 +147,8 @@ class MlmWarmup:
                           before_first_step=lambda: create_slots(
                               self.optimizer, trained_variables(reader, train_encoder),
                               self.strategy))
-    self._train_step = tf.function(warmup_step(reader, self.optimizer, train_encoder))
-    self._predict = tf.function(lambda f: tf.argmax(reader.mlm_logits(
+    self._train_step = graph_functions.function(warmup_step(reader, self.optimizer, train_encoder))
+    self._predict = graph_functions.function(lambda f: tf.argmax(reader.mlm_logits(
         {k: f[k] for k in _FEATURES}, f["masked_lm_positions"], training=False), axis=-1,
         output_type=tf.int32), reduce_retracing=True)
 
@@ -170,9 +171,9 @@ class MlmWarmup:
         lambda epoch: tf.data.Dataset.from_tensor_slices(
             tf.random.experimental.stateless_shuffle(tf.range(count), [self.seed, epoch])))
     return (order.batch(self.batch_size, drop_remainder=True).enumerate().skip(start_step)
-            .map(lambda i, rows: self._masked(tf.gather(title_ids, rows),
-                                              tf.gather(body_ids, rows),
-                                              tf.stack([tf.cast(self.seed, tf.int64), i])))
+            .map(graph_functions.dataset_fn(
+                lambda i, rows: self._masked(tf.gather(title_ids, rows), tf.gather(body_ids, rows),
+                                             tf.stack([tf.cast(self.seed, tf.int64), i]))))
             .prefetch(2))
 
   def held_out_accuracy(self) -> Dict[str, float]:

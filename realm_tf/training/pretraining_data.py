@@ -13,6 +13,7 @@ from typing import Dict
 
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.data import formats
 from realm_tf.data import shards
 from realm_tf.tokenization import masking
@@ -67,5 +68,6 @@ def masked_query_dataset(examples_dir: str, tokenizer: WordpieceTokenizer, batch
 
   return (tf.data.TFRecordDataset(files).map(formats.parse_pretraining_example)
           .repeat().shuffle(shuffle_buffer, seed=seed).enumerate()
-          .map(lambda i, e: mask(tf.cast(i, tf.int64), e), num_parallel_calls=tf.data.AUTOTUNE)
+          .map(graph_functions.dataset_fn(lambda i, e: mask(tf.cast(i, tf.int64), e)),
+               num_parallel_calls=tf.data.AUTOTUNE)
           .batch(batch_size, drop_remainder=True).prefetch(2))

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import distribute
+from realm_tf import graph_functions
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.losses.mlm_marginal_likelihood import marginal_mlm_loss
 from realm_tf.losses.mlm_marginal_likelihood import marginal_token_log_probs
@@ -159,9 +160,10 @@ class RealmPretrainer:
                               self.optimizer,
                               retriever.trainable_variables + reader.trainable_variables,
                               self.strategy))
-    self._train_step = tf.function(pretraining_step(retriever, reader, self.optimizer,
-                                                    task.null_document))
-    self._embed_query = tf.function(lambda f: retriever.embed_query(f, training=False))
+    self._train_step = graph_functions.function(
+        pretraining_step(retriever, reader, self.optimizer, task.null_document))
+    self._embed_query = graph_functions.function(
+        lambda f: retriever.embed_query(f, training=False))
 
   def _source_rows(self, block_ids: np.ndarray) -> np.ndarray:
     rows = np.searchsorted(self.store.block_ids, block_ids)

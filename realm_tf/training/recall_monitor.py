@@ -17,6 +17,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import graph_functions
 from realm_tf.evaluation import retrieval_recall
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.models.retriever import Retriever
@@ -32,8 +33,9 @@ def query_embed_fn(retriever: Retriever, tokenizer: WordpieceTokenizer,
   """Q questions -> float32 [Q, D] by `retriever.embed_query` with its current weights (no
   dropout; traced once, for any batch size)."""
   featurizer = Featurizer(tokenizer, query_length=query_length)
-  embed = tf.function(lambda f: tf.cast(retriever.embed_query(f, training=False), tf.float32),
-                      input_signature=[featurizer.query_spec()])
+  embed = graph_functions.function(
+      lambda f: tf.cast(retriever.embed_query(f, training=False), tf.float32),
+      input_signature=[featurizer.query_spec()])
   return lambda questions: embed(featurizer.queries(tf.constant(list(questions)))).numpy()
 
 
