@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import released_bundle
 from realm_tf import tiny_world
 from realm_tf.data import formats
+from realm_tf.errors import InputError
 from realm_tf.errors import MalformedRecordError
 from realm_tf.retrieval import corpus_files
 from realm_tf.retrieval.corpus import Corpus
@@ -94,6 +96,42 @@ def test_corpus_errors(tmp_path):
     Corpus.load(str(tmp_path))
   with pytest.raises(FileNotFoundError, match="no corpus at"):
     Corpus.load(str(tmp_path / "missing.jsonl"))
+
+
+def test_corpus_from_the_released_block_records(tmp_path):
+  """`blocks.tfr` (raw bodies) with `titles.tfr` and `examples.tfr` beside it: ids are the
+  record numbers (the rows of the release's `block_emb`), wordpieces the release's own."""
+  path = released_bundle.write_block_records(
+      str(tmp_path / "enwiki"), ["Ada", "Ünïcode", "Bob"], ["Ada lives in Doha.", "é ü", "x"],
+      title_ids=[[5], [6, 7], [8]], token_ids=[[9, 10], [11], [12, 13, 14]])
+  corpus = Corpus.load(path)
+  assert corpus.block_ids.tolist() == [0, 1, 2] and corpus.source == path
+  assert corpus.titles == ["Ada", "Ünïcode", "Bob"]
+  assert corpus.texts == ["Ada lives in Doha.", "é ü", "x"]
+  assert corpus.title_ids.to_list() == [[5], [6, 7], [8]]
+  assert corpus.body_ids.to_list() == [[9, 10], [11], [12, 13, 14]]
+  bodies_only = released_bundle.write_block_records(str(tmp_path / "bare"), ["A"], ["a b"],
+                                                    with_titles=False)
+  bare = Corpus.load(bodies_only)
+  assert (bare.titles, bare.texts, bare.title_ids) == ([""], ["a b"], None)
+
+
+def test_released_block_records_that_do_not_line_up_are_refused(tmp_path):
+  path = released_bundle.write_block_records(str(tmp_path / "a"), ["A", "B"], ["a", "b"])
+  with tf.io.TFRecordWriter(str(tmp_path / "a" / "titles.tfr")) as writer:
+    writer.write(b"A")
+  with pytest.raises(InputError, match=r"titles.tfr: has 1 records, but .*blocks.tfr has more"):
+    Corpus.load(path)
+  path = released_bundle.write_block_records(str(tmp_path / "b"), ["A", "B", "C"], ["a", "b"])
+  with pytest.raises(InputError, match=r"titles.tfr: has more records than the 2 of "):
+    Corpus.load(path)
+  path = released_bundle.write_block_records(str(tmp_path / "c"), ["A"], ["a"],
+                                             with_titles=False)
+  with tf.io.TFRecordWriter(path) as writer:
+    writer.write(b"ok")
+    writer.write(b"\xff\xfe")
+  with pytest.raises(MalformedRecordError, match=r"blocks.tfr:2: record is not UTF-8"):
+    Corpus.load(path)
 
 
 def test_jsonl_writer_round_trip(tmp_path):

@@ -7,10 +7,10 @@ order so an index can be checked against its corpus. Legend: N blocks, T wordpie
 A corpus lives on disk in the memory-mapped form of `retrieval.corpus_files` (flat columns and
 offsets, fingerprint in the manifest), so opening one costs O(1) time and memory whatever N,
 and a row read touches only its pages. `Corpus.load(path)` opens such a directory; any other
-input (`retrieval.corpus_sources`: pipeline shards, JSONL, DPR TSV) is converted once,
-streaming, into it: next to the input (`<file>.corpus/`, `<shard dir>/corpus/`), or under
-`cache_dir` where that is not writable, and converted again when the input changes (its size,
-modification time or shard listing). Blocks are ordered by ascending id. `titles` and `texts`
+input (`retrieval.corpus_sources`: pipeline shards, JSONL, DPR TSV, Google's released block
+records) is converted once, streaming, into it: next to the input (`<file>.corpus/`,
+`<shard dir>/corpus/`), or under `cache_dir` where that is not writable, and converted again
+when the input changes (its size, modification time or shard listing). Blocks are ordered by ascending id. `titles` and `texts`
 are `StringColumn`s (sequences of str); `from_blocks` builds a small corpus in memory.
 
 Wordpieces: the ids stored by the corpus pipeline are valid only for the vocabulary it
@@ -66,8 +66,9 @@ class Corpus:
     block_ids: int64 [N], strictly increasing (a memmap for an on-disk corpus).
     titles, texts: `StringColumn`s of N UTF-8 strings (lists are converted).
     source: where the corpus was read from (for messages and provenance).
-    title_ids, body_ids: `RaggedColumn`s [N, (T)], the corpus pipeline's wordpieces without
-      specials (its vocabulary only: use `wordpieces`); None for a corpus read from JSONL/TSV.
+    title_ids, body_ids: `RaggedColumn`s [N, (T)], the wordpieces without specials stored by
+      the corpus pipeline or the release's `examples.tfr` (their vocabulary only: use
+      `wordpieces`); None for a corpus read from JSONL/TSV.
     directory: the on-disk corpus directory, None for a corpus in memory.
   """
 
@@ -194,7 +195,8 @@ class Corpus:
   @classmethod
   def load(cls, path: str, cache_dir: Optional[str] = None) -> "Corpus":
     """Opens the corpus at `path`: a corpus directory, or an input converted once (module
-    docstring): a `blocks-*.tfrecord` directory, a JSONL or a DPR TSV file.
+    docstring): a `blocks-*.tfrecord` directory, a JSONL or a DPR TSV file, or Google's
+    released `blocks.tfr` (with its `titles.tfr` and `examples.tfr`).
 
     Raises:
       FileNotFoundError: nothing at `path`, or a directory without block shards.
@@ -208,7 +210,7 @@ class Corpus:
       raise FileNotFoundError(errors.describe(
           path, "no corpus at this path", "Pass a corpus directory, a blocks-*.tfrecord "
           "directory (python -m pipelines.wikipedia_to_blocks), a JSONL file of "
-          "{id, title, text} or a DPR TSV file"))
+          "{id, title, text}, a DPR TSV file or a released blocks.tfr"))
     source = corpus_sources.describe_source(path)
     target = _conversion_dir(path, source, cache_dir)
     if corpus_files.is_corpus_dir(target):

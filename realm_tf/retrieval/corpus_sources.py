@@ -4,7 +4,12 @@
   `realm_tf.data.shards.check_shards`; the blocks keep the pipeline's wordpieces;
 * a JSONL file, one block a line: `{"title": ..., "text": ..., "id": optional int}`;
 * a DPR passages TSV (`psgs_w100.tsv` form): `id<TAB>text<TAB>title`, an optional header line
-  `id text title`.
+  `id text title`;
+* Google's released block records (`enwiki-20181220/blocks.tfr`, the ORQA/REALM release): a
+  TFRecord file whose record i is the raw UTF-8 text of block i (the body: sentences joined by
+  spaces, no title), read with the row-aligned `titles.tfr` (raw titles) and `examples.tfr`
+  (`tf.train.Example`s of `title_ids` and `token_ids`, the release's own wordpieces) when they
+  are beside it. Block ids are the record numbers, the rows of the release's `block_emb`.
 Each reader yields `Block`s in file order, one line or record at a time (ids default to the line
 order among blocks); a malformed line raises `errors.MalformedRecordError` naming file and line.
 A UTF-8 byte-order mark at the start of a text file is skipped.
@@ -24,6 +29,11 @@ from realm_tf.data import shards
 
 _SHARD_BATCH = 1024
 _BOM = "\ufeff"
+RELEASED_SUFFIX = ".tfr"
+RELEASED_TITLES = "titles.tfr"
+RELEASED_EXAMPLES = "examples.tfr"
+_RELEASED_FEATURES = {"title_ids": tf.io.RaggedFeature(tf.int64),
+                      "token_ids": tf.io.RaggedFeature(tf.int64)}
 
 
 @dataclasses.dataclass
@@ -46,13 +56,21 @@ def describe_source(path: str) -> Dict[str, Any]:
     listing = sorted([name, stat.length, stat.mtime_nsec] for name, stat in stats.items())
     return {"path": path, "kind": "shards", "files": listing}
   stat = tf.io.gfile.stat(path)
-  kind = "tsv" if os.path.splitext(path)[1].lower() in (".tsv", ".csv") else "jsonl"
+  extension = os.path.splitext(path)[1].lower()
+  if extension == RELEASED_SUFFIX:
+    files = [[name, s.length, s.mtime_nsec] for name, s in
+             ((name, tf.io.gfile.stat(p)) for name, p in _released_siblings(path).items() if p)]
+    return {"path": path, "kind": "released", "bytes": stat.length, "mtime_ns": stat.mtime_nsec,
+            "files": files}
+  kind = "tsv" if extension in (".tsv", ".csv") else "jsonl"
   return {"path": path, "kind": kind, "bytes": stat.length, "mtime_ns": stat.mtime_nsec}
 
 
 def read_blocks(path: str, kind: str) -> Iterator[Block]:
-  """The blocks of input `path` of `kind` ("shards", "jsonl", "tsv"), in file order."""
-  return {"shards": _shard_blocks, "jsonl": _jsonl_blocks, "tsv": _tsv_blocks}[kind](path)
+  """The blocks of input `path` of `kind` ("shards", "jsonl", "tsv", "released"), in file
+  order."""
+  return {"shards": _shard_blocks, "jsonl": _jsonl_blocks, "tsv": _tsv_blocks,
+          "released": _released_blocks}[kind](path)
 
 
 def _shard_blocks(corpus_dir: str) -> Iterator[Block]:
@@ -134,3 +152,65 @@ def _check_encodable(path: str, number: int, *strings: str) -> None:
     except UnicodeEncodeError as e:
       raise errors.MalformedRecordError(path, number, f"a lone surrogate {string[e.start]!r} "
                                         "is not text") from e
+
+
+def _released_siblings(path: str) -> Dict[str, Optional[str]]:
+  """{file name: path, or None where absent} of the files read with a released `blocks.tfr`."""
+  directory = os.path.dirname(path)
+  siblings = {name: os.path.join(directory, name) for name in (RELEASED_TITLES, RELEASED_EXAMPLES)}
+  return {name: p if tf.io.gfile.exists(p) else None for name, p in siblings.items()}
+
+
+def _records(path: str, parse=None) -> Iterator[Any]:
+  """The records of a TFRecord file, one at a time (parsed by `parse` in batches)."""
+  dataset = tf.data.TFRecordDataset(path).batch(_SHARD_BATCH)
+  if parse is not None:
+    dataset = dataset.map(parse)
+  for batch in dataset:
+    if parse is None:
+      yield from batch.numpy()
+    else:
+      title_ids, token_ids = batch["title_ids"], batch["token_ids"]
+      title_splits, token_splits = title_ids.row_splits.numpy(), token_ids.row_splits.numpy()
+      title_values, token_values = title_ids.flat_values.numpy(), token_ids.flat_values.numpy()
+      for i in range(len(title_splits) - 1):
+        yield (title_values[title_splits[i]:title_splits[i + 1]],
+               token_values[token_splits[i]:token_splits[i + 1]])
+
+
+def _decoded(path: str, record: int, raw: bytes) -> str:
+  try:
+    return raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise errors.MalformedRecordError(path, record, f"record is not UTF-8 ({e.reason} at byte "
+                                      f"{e.start})") from e
+
+
+def _released_blocks(path: str) -> Iterator[Block]:
+  siblings = _released_siblings(path)
+  titles_path, examples_path = siblings[RELEASED_TITLES], siblings[RELEASED_EXAMPLES]
+  titles = _records(titles_path) if titles_path else None
+  examples = (_records(examples_path, lambda s: tf.io.parse_example(s, _RELEASED_FEATURES))
+              if examples_path else None)
+
+  def aligned(stream, other: str, row: int):
+    value = next(stream, None)
+    if value is None:
+      raise errors.InputError(errors.describe(
+          other, f"has {row} records, but {path} has more",
+          "Use the files of one release, each block's record at the same position"))
+    return value
+
+  count = 0
+  for row, raw in enumerate(_records(path)):
+    title = _decoded(titles_path, row + 1, aligned(titles, titles_path, row)) if titles else ""
+    title_ids = body_ids = None
+    if examples is not None:
+      title_ids, body_ids = aligned(examples, examples_path, row)
+    yield Block(row, title, _decoded(path, row + 1, raw), title_ids, body_ids)
+    count = row + 1
+  for stream, other in ((titles, titles_path), (examples, examples_path)):
+    if stream is not None and next(stream, None) is not None:
+      raise errors.InputError(errors.describe(
+          other, f"has more records than the {count} of {path}",
+          "Use the files of one release, each block's record at the same position"))
