@@ -99,8 +99,9 @@ def define_model_flags() -> ModelFlags:
                           "(default $REALM_TF_QA_MODEL)."),
       flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
                           "directory, JSONL or DPR TSV."),
-      flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
-                          "(verified against the doc embedder)."),
+      flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus: an "
+                          "index directory, embedding shards, or the released block_emb "
+                          "checkpoint / a .npy (verified against the doc embedder)."),
       flags.DEFINE_enum("index_kind", "", ("",) + INDEX_KINDS,
                         "MIPS index for --corpus (default: the model's)."),
       define_scann_flags(),

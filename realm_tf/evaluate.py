@@ -19,7 +19,8 @@ _DATA = flags.DEFINE_string("data", None, "Questions: ORQA JSONL, DPR TSV or pys
 _DATASET = flags.DEFINE_enum("dataset", "nq", cli.DATASETS,
                              "Decides string or regex (CuratedTrec) answers.")
 _CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus (default: the model's).")
-_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus.")
+_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
+                                  "(as realm-ask's --embeddings_dir).")
 _EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
 flags.declare_key_flag("embedding_dtype")  # in --help
 _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")

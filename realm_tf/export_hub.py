@@ -16,7 +16,8 @@ _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned model directory 
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "Output directory.", required=True)
 _CORPUS = flags.DEFINE_string("corpus", "", "Knowledge corpus to package into realm_qa "
                               "(default: the model's).")
-_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus.")
+_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
+                                  "(as realm-ask's --embeddings_dir).")
 _EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
 flags.declare_key_flag("embedding_dtype")  # in --help
 _K = flags.DEFINE_integer("k", 5, "Evidence blocks per question in realm_qa.", lower_bound=1)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import released_bundle
 from realm_tf import errors
 from realm_tf.data import formats
 from realm_tf.mips import index_publisher
@@ -142,6 +143,32 @@ def test_precomputed_embeddings_are_checked_against_the_doc_embedder(world, mode
     index_corpus(embedder, new, str(tmp_path / "short"))
   with pytest.raises(EmbeddingMismatchError, match="built for another corpus"):
     index_corpus(embedder, new, os.path.join(model_dir, "index", "step-00000000"))
+
+
+def test_released_block_emb_checkpoint_and_npy_are_an_index(world, model_dir, asker, tmp_path):
+  """The released index form (`encoded/encoded.ckpt` holding `block_emb`, as ORQA writes it)
+  and a `.npy`, checked against the doc embedder like any precomputed embeddings."""
+  new = Corpus.load(world.new_corpus)
+  embedder = asker.model.doc_embedder
+  own = embedder.embed_texts(new.titles, new.texts)
+  prefix = released_bundle.write_block_emb(str(tmp_path / "encoded" / "encoded.ckpt"), own)
+  for path in (prefix, str(tmp_path / "encoded")):
+    released = index_corpus(embedder, new, path, kind="brute_force", storage_dtype="float16")
+    np.testing.assert_array_equal(released.embeddings, own.astype(np.float16))
+  np.save(str(tmp_path / "block_emb.npy"), own)
+  from_npy = ask_lib.Asker(model_dir, corpus=world.new_corpus,
+                           embeddings_dir=str(tmp_path / "block_emb.npy"))
+  np.testing.assert_array_equal(from_npy.model.doc_index.embeddings, own)
+  assert all(2000 <= e.block_id < 3000 for e in from_npy.ask(QUESTION).evidence)
+  shuffled = released_bundle.write_block_emb(str(tmp_path / "shuffled" / "encoded.ckpt"),
+                                             own[::-1])
+  with pytest.raises(EmbeddingMismatchError, match="encoded.ckpt.data-00000-of-00001 were not "
+                                                   "made by the doc embedder"):
+    index_corpus(embedder, new, shuffled)
+  short = released_bundle.write_block_emb(str(tmp_path / "short" / "encoded.ckpt"), own[:-1])
+  with pytest.raises(EmbeddingMismatchError, match=f"{len(new) - 1} embeddings for the "
+                                                   f"{len(new)} blocks"):
+    index_corpus(embedder, new, short)
 
 
 def test_the_model_index_is_a_published_index_version(world, model_dir, asker, tmp_path):

@@ -9,6 +9,7 @@ writes them.
 import os
 from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -37,3 +38,18 @@ def write_block_records(directory: str, titles: Sequence[str], texts: Sequence[s
             "sentence_starts": _int64_feature([0])}))
         writer.write(example.SerializeToString())
   return os.path.join(directory, "blocks.tfr")
+
+
+def write_block_emb(prefix: str, embeddings: np.ndarray) -> str:
+  """Writes `block_emb` as ORQA's `write_array_to_checkpoint` does (a TF1 graph holding that
+  one variable, saved by `tf.compat.v1.train.Saver`); returns `prefix`."""
+  os.makedirs(os.path.dirname(prefix), exist_ok=True)
+  with tf.Graph().as_default():
+    variable = tf.compat.v1.get_variable(
+        "block_emb", shape=embeddings.shape, dtype=tf.float32,
+        initializer=tf.compat.v1.constant_initializer(embeddings))
+    saver = tf.compat.v1.train.Saver([variable])
+    with tf.compat.v1.Session() as session:
+      session.run(variable.initializer)
+      saver.save(session, prefix, write_meta_graph=False)
+  return prefix

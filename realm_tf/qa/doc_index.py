@@ -18,8 +18,9 @@ Embeddings always come from a doc tower through `retrieval.embedding.embed_block
 straight into the memory-mapped file: a doc-embedder export (`realm_tf.signatures.doc_embedder`)
 here, over the corpus's wordpieces in the export's vocabulary (`Corpus.wordpieces`), or the
 retriever in memory (fine-tuning's `retrieval.index_refresh` refresher). Embeddings from
-elsewhere (another `DocIndex` directory, or the embedding pipeline's `embeddings-*.tfrecord`
-shards) are checked against the embedder before use: the dimension must agree and a
+elsewhere (another `DocIndex` directory, the embedding pipeline's `embeddings-*.tfrecord`
+shards, or the released `block_emb` checkpoint or a `.npy`, `checkpoints.released_embeddings`,
+copied a chunk of rows at a time) are checked against the embedder before use: the dimension must agree and a
 deterministic sample of blocks is re-embedded and compared, so a corpus embedded by another
 model is an `EmbeddingMismatchError`, never silently wrong retrieval. The comparison allows the
 rounding of the precision the embeddings were computed in ("embedding_dtype": float32, or
@@ -35,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.checkpoints import released_embeddings
 from realm_tf.data import formats
 from realm_tf.data import shards
 from realm_tf.mips import index_publisher
@@ -49,6 +51,7 @@ from realm_tf.signatures.doc_embedder import DocEmbedder
 
 _VERIFY_SAMPLE = 8
 _PIPELINE_BATCH = 4096
+_COPY_ROWS = 1 << 16
 
 
 class EmbeddingMismatchError(errors.InputError):
@@ -123,6 +126,22 @@ def load_pipeline_embeddings(directory: str, corpus: Corpus, path: str,
         "--embeddings_dir=...), or leave --embeddings_dir out to embed it"))
   out.flush()
   return embedding_file.open_embeddings(path, storage_dtype)
+
+
+def copy_released_embeddings(path: str, doc_embedder: DocEmbedder, corpus: Corpus, out_path: str,
+                             embedding_dtype: str, storage_dtype: str) -> np.ndarray:
+  """Checks released embeddings (`checkpoints.released_embeddings`) against `corpus` and the
+  doc embedder, then copies them into a new embeddings file at `out_path`, a chunk of rows at
+  a time; returns it mapped."""
+  embeddings, source = released_embeddings.open_released_embeddings(path)
+  verify_embeddings(doc_embedder, corpus, embeddings, f"embeddings in {source}",
+                    (embedding_dtype, "float32"))
+  out = embedding_file.create(out_path, *embeddings.shape, storage_dtype)
+  for begin in range(0, len(embeddings), _COPY_ROWS):
+    out[begin:begin + _COPY_ROWS] = np.asarray(embeddings[begin:begin + _COPY_ROWS],
+                                               np.float32).astype(out.dtype)
+  out.flush()
+  return embedding_file.open_embeddings(out_path, storage_dtype)
 
 
 def _pipeline_records(files: List[str]) -> Iterator[Tuple[np.ndarray, List[np.ndarray]]]:
@@ -300,9 +319,10 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
   Args:
     doc_embedder: the model's doc-embedder export.
     corpus: the corpus.
-    embeddings_dir: optional precomputed embeddings: a `DocIndex` directory, or a directory
-      of the embedding pipeline's `embeddings-*.tfrecord` shards. They are verified against
-      the doc embedder. Empty: embed the corpus now.
+    embeddings_dir: optional precomputed embeddings: a `DocIndex` directory, a directory
+      of the embedding pipeline's `embeddings-*.tfrecord` shards, or the released forms of
+      `checkpoints.released_embeddings` (a TF1 checkpoint of `block_emb`, a `.npy`). They are
+      verified against the doc embedder. Empty: embed the corpus now.
     kind: the MIPS index to build ("scann" or "brute_force") when none is loaded.
     batch_size, progress: for embedding.
     scann: the ScaNN settings of a "scann" index built here.
@@ -326,7 +346,11 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
     return doc_index
   staging = tempfile.TemporaryDirectory(prefix="realm_doc_index_")
   path = os.path.join(staging.name, embedding_file.EMBEDDING_FILE)
-  embeddings = load_pipeline_embeddings(embeddings_dir, corpus, path, storage_dtype)
+  if released_embeddings.is_released_embeddings(embeddings_dir):
+    embeddings = copy_released_embeddings(embeddings_dir, doc_embedder, corpus, path,
+                                          embedding_dtype, storage_dtype)
+  else:
+    embeddings = load_pipeline_embeddings(embeddings_dir, corpus, path, storage_dtype)
   verify_embeddings(doc_embedder, corpus, embeddings, source, (embedding_dtype, storage_dtype))
   del embeddings
   return DocIndex.from_file(path, corpus, kind, scann, 0, embedding_dtype, storage_dtype,
