@@ -95,15 +95,16 @@ def define_model_flags() -> ModelFlags:
   settings of the index built for `--corpus` and `--embedding_dtype`; the calling binary lists
   them in its `--help` with `flags.adopt_module_key_flags(cli)`."""
   holders = ModelFlags(
-      flags.DEFINE_string("model_dir", "", "Fine-tuned model directory "
-                          "(default $REALM_TF_QA_MODEL)."),
+      flags.DEFINE_string("model_dir", "", "Fine-tuned model directory, or a released ORQA "
+                          "model directory (default $REALM_TF_QA_MODEL)."),
       flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
-                          "directory, JSONL or DPR TSV."),
+                          "directory, JSONL, DPR TSV or a released blocks.tfr."),
       flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus: an "
                           "index directory, embedding shards, or the released block_emb "
                           "checkpoint / a .npy (verified against the doc embedder)."),
       flags.DEFINE_enum("index_kind", "", ("",) + INDEX_KINDS,
-                        "MIPS index for --corpus (default: the model's)."),
+                        "MIPS index for --corpus, or of a released model's import (default: "
+                        "the model's; ScaNN for a released model)."),
       define_scann_flags(),
       define_embedding_dtype_flag())
   flags.register_multi_flags_validator(

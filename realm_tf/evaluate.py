@@ -13,7 +13,8 @@ from realm_tf import cli
 
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned model directory (its best/ "
-                                 "is used when present).", required=True)
+                                 "is used when present), or a released ORQA model directory.",
+                                 required=True)
 _DATA = flags.DEFINE_string("data", None, "Questions: ORQA JSONL, DPR TSV or pyserini:<name>.",
                             required=True)
 _DATASET = flags.DEFINE_enum("dataset", "nq", cli.DATASETS,
@@ -23,6 +24,11 @@ _EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings 
                                   "(as realm-ask's --embeddings_dir).")
 _EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
 flags.declare_key_flag("embedding_dtype")  # in --help
+_INDEX_KIND = flags.DEFINE_enum("index_kind", "", ("",) + cli.INDEX_KINDS,
+                                "MIPS index for --corpus, or of a released model's import "
+                                "(default: the model's; ScaNN for a released model).")
+_SCANN = cli.define_scann_flags()
+flags.adopt_module_key_flags(cli)
 _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")
 _METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
 _K = flags.DEFINE_integer("k", 5, "Blocks read per question.", lower_bound=1)
@@ -35,13 +41,15 @@ def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   import tensorflow as tf
+  from realm_tf.mips.index_builder import ScannSettings
   from realm_tf.qa import datasets
   from realm_tf.qa import evaluate_lib
   from realm_tf.qa.ask_lib import Asker
   dataset = datasets.dataset_of(_DATA.value, _DATASET.value)
   examples = datasets.load_examples(_DATA.value, dataset)
   asker = Asker(_MODEL_DIR.value, corpus=_CORPUS.value, embeddings_dir=_EMBEDDINGS.value,
-                k=_K.value, embedding_dtype=_EMBEDDING_DTYPE.value)
+                k=_K.value, index_kind=_INDEX_KIND.value,
+                scann=ScannSettings(**_SCANN.values()), embedding_dtype=_EMBEDDING_DTYPE.value)
   result = evaluate_lib.evaluate(
       asker.system, examples,
       evaluate_lib.EvalConfig(recall_ks=[int(k) for k in _RECALL_KS.value],

@@ -5,12 +5,21 @@ the loaders (the real files are gs:// downloads these machines cannot reach).
 `titles.tfr` (record i: its page title) and `examples.tfr` (record i: a `tf.train.Example` of
 int64 `title_ids`, `token_ids` and `sentence_starts`), as ORQA's Wikipedia preprocessing
 writes them.
+
+`cc_news_pretrained/embedder/` (`write_embedder`, `write_block_emb`) and
+`orqa_{nq,wq}_model_from_realm/` (`write_orqa_model`) hold TF1 checkpoints under the released
+variable names (`checkpoints.variable_maps`).
 """
+import json
 import os
+import shutil
 from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+from realm_tf import checkpoints
+from realm_tf.checkpoints import variable_maps
 
 
 def _int64_feature(values: Sequence[int]) -> tf.train.Feature:
@@ -53,3 +62,48 @@ def write_block_emb(prefix: str, embeddings: np.ndarray) -> str:
       session.run(variable.initializer)
       saver.save(session, prefix, write_meta_graph=False)
   return prefix
+
+
+def write_embedder(root: str, retriever, vocab: Sequence[str]) -> dict:
+  """`cc_news_pretrained/embedder/`: `variables/variables` (the retriever's doc tower under the
+  pre-trained embedder's names, with an MLM head's bias as the release has), and
+  `assets/vocab.txt`; returns {"vocab", "variables", "encoded"} (the prefix `block_emb` goes
+  to, `write_block_emb`)."""
+  directory = os.path.join(root, "cc_news_pretrained", "embedder")
+  os.makedirs(os.path.join(directory, "assets"), exist_ok=True)
+  with open(os.path.join(directory, "assets", "vocab.txt"), "w", encoding="utf-8") as f:
+    f.write("\n".join(vocab) + "\n")
+  arrays = checkpoints.tf1_arrays(variable_maps.realm_embedder_map(retriever,
+                                                                   doc_tower_only=True))
+  arrays["module/module/module/cls/predictions/output_bias"] = np.zeros(len(vocab), np.float32)
+  variables = checkpoints.write_tf1_checkpoint(
+      arrays, os.path.join(directory, "variables", "variables"))
+  return {"vocab": os.path.join(directory, "assets", "vocab.txt"), "variables": variables,
+          "encoded": os.path.join(directory, "encoded", "encoded.ckpt")}
+
+
+def write_orqa_model(root: str, name: str, retriever, reader, step: int) -> str:
+  """`<name>/` as ORQA fine-tuning leaves it: `params.json` naming the gs:// inputs, and
+  `export/best_default/checkpoint/model.ckpt-<step>` (the query tower and the reader under
+  the released names, `global_step` and Adam slots); returns the checkpoint prefix."""
+  directory = os.path.join(root, name)
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "params.json"), "w") as f:
+    json.dump({"retriever_module_path": "gs://realm-data/cc_news_pretrained/embedder",
+               "reader_module_path": "gs://realm-data/cc_news_pretrained/bert",
+               "block_records_path": "gs://orqa-data/enwiki-20181220/blocks.tfr",
+               "num_block_records": 13353718, "reader_seq_len": 320, "query_seq_len": 64,
+               "reader_beam_size": 5, "max_answer_length": 10}, f)
+  arrays = checkpoints.tf1_arrays(variable_maps.orqa_map(retriever, reader,
+                                                         query_tower_only=True))
+  for variable in list(arrays):
+    arrays[f"{variable}/adam_m"] = np.zeros_like(arrays[variable])
+    arrays[f"{variable}/adam_v"] = np.zeros_like(arrays[variable])
+  arrays["global_step"] = np.int64(step)
+  return checkpoints.write_tf1_checkpoint(
+      arrays, os.path.join(directory, "export", "best_default", "checkpoint",
+                           f"model.ckpt-{step}"))
+
+
+def copy_tree(source: str, target: str) -> None:
+  shutil.copytree(source, target)

@@ -114,9 +114,10 @@ def load_bert_reader(reader, path: str) -> bool:
   return _load_mlm_head(load, reader, path, "cls/predictions/")
 
 
-def load_realm_embedder(retriever, path: str) -> None:
-  """REALM's pre-trained embedder into both towers (its unused MLM head is ignored)."""
-  load_tf1_checkpoint(path, variable_maps.realm_embedder_map(retriever),
+def load_realm_embedder(retriever, path: str, doc_tower_only: bool = False) -> None:
+  """REALM's pre-trained embedder into both towers, or the doc tower alone (its unused MLM
+  head is ignored)."""
+  load_tf1_checkpoint(path, variable_maps.realm_embedder_map(retriever, doc_tower_only),
                       ignore=(r"/cls/predictions/",))
 
 
@@ -125,9 +126,10 @@ def load_realm_encoder(reader, path: str) -> None:
   load_tf1_checkpoint(path, variable_maps.realm_encoder_map(reader))
 
 
-def load_orqa(retriever, reader, path: str) -> None:
-  """An ORQA checkpoint fine-tuned from REALM: retriever and span reader."""
-  load_tf1_checkpoint(path, variable_maps.orqa_map(retriever, reader),
+def load_orqa(retriever, reader, path: str, query_tower_only: bool = False) -> None:
+  """An ORQA checkpoint fine-tuned from REALM: retriever (both towers, or the query tower
+  alone) and span reader."""
+  load_tf1_checkpoint(path, variable_maps.orqa_map(retriever, reader, query_tower_only),
                       ignore=(r"/cls/predictions/",))
 
 

@@ -81,14 +81,16 @@ def bert_map(encoder: keras.layers.Layer) -> VariableMap:
   return encoder_map(encoder, "bert/")
 
 
-def realm_embedder_map(retriever) -> VariableMap:
+def realm_embedder_map(retriever, doc_tower_only: bool = False) -> VariableMap:
   """The released REALM pre-trained embedder (`cc_news_pretrained/embedder`).
 
-  Its one tower initialises both of our towers when they are separate.
+  Its one tower initialises both of our towers when they are separate, or only the doc tower
+  with `doc_tower_only` (the frozen tower that embedded the released index).
   """
+  towers = _towers(retriever)[-1:] if doc_tower_only else _towers(retriever)
   return _merge(*(_merge(encoder_map(encoder, "module/module/module/bert/"),
                          _head_map(projection, _PROJECTION_NAMES, "module/module/"))
-                  for encoder, projection in _towers(retriever)))
+                  for encoder, projection in towers))
 
 
 def mlm_head_map(reader, prefix: str = "cls/predictions/") -> VariableMap:
@@ -105,11 +107,14 @@ def realm_encoder_map(reader) -> VariableMap:
   return _merge(encoder_map(reader.encoder, "bert/"), mlm_head_map(reader))
 
 
-def orqa_map(retriever, reader) -> VariableMap:
-  """The released ORQA checkpoints fine-tuned from REALM (`orqa_{nq,wq}_model_from_realm`)."""
+def orqa_map(retriever, reader, query_tower_only: bool = False) -> VariableMap:
+  """The released ORQA checkpoints fine-tuned from REALM (`orqa_{nq,wq}_model_from_realm`):
+  their query tower into both retriever towers, or only the query tower with
+  `query_tower_only` (their document index was embedded by the pre-trained embedder)."""
+  towers = _towers(retriever)[:1] if query_tower_only else _towers(retriever)
   retriever_map = _merge(*(_merge(encoder_map(encoder, "module/module/module/module/bert/"),
                                   _head_map(projection, _PROJECTION_NAMES, "module/module/module/"))
-                           for encoder, projection in _towers(retriever)))
+                           for encoder, projection in towers))
   reader_map = _merge(encoder_map(reader.encoder, "reader/module/bert/"),
                       _head_map(reader.span_scorer, _SPAN_NAMES, "reader/"))
   return _merge(retriever_map, reader_map)

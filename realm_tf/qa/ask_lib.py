@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 from realm_tf import errors
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.qa import datasets
+from realm_tf.qa import released_model
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 from realm_tf.retrieve_and_read import Answer
@@ -29,7 +30,8 @@ class Asker:
   """A loaded QA model answering questions.
 
   Args:
-    model_dir: a fine-tuned model directory (or its `best/`).
+    model_dir: a fine-tuned model directory (or its `best/`), or a released ORQA model
+      directory (`qa.released_model`, imported on first use).
     corpus: optional other knowledge corpus.
     embeddings_dir: optional precomputed embeddings of `corpus`.
     k: evidence blocks read per question.
@@ -42,6 +44,7 @@ class Asker:
   def __init__(self, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
                index_kind: str = "", scann: ScannSettings = ScannSettings(),
                embedding_dtype: str = "float32"):
+    model_dir = released_model.model_directory(model_dir, index_kind, scann)
     self.model = QAModel.load(find_model_dir(model_dir), corpus=corpus,
                               embeddings_dir=embeddings_dir, index_kind=index_kind,
                               scann=scann, embedding_dtype=embedding_dtype)
