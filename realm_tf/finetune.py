@@ -46,6 +46,10 @@ flags.DEFINE_bool("init_checkpoint_share_towers", True,
 flags.DEFINE_string("init_realm_embedder", "", "Released REALM embedder.")
 flags.DEFINE_string("init_realm_encoder", "", "Released REALM encoder.")
 flags.DEFINE_string("init_orqa", "", "Released ORQA checkpoint.")
+flags.DEFINE_string("init_index", "", "Precomputed step-0 embeddings of --corpus by the initial "
+                    "doc tower (the released block_emb checkpoint, e.g. cc_news_pretrained/"
+                    "embedder/encoded/encoded.ckpt, or a .npy), checked on sampled blocks "
+                    "instead of embedding every block.")
 flags.DEFINE_string("init_weights", "", "BERT weights of every tower: '', "
                     "'minilm', HF safetensors or TF1 BERT ckpt.")
 flags.DEFINE_integer("batch_size", 4, "Questions per step (global).", lower_bound=1)
@@ -111,6 +115,7 @@ SETTINGS = {
     "init_checkpoint_share_towers": "task.init.checkpoint_share_towers",
     "init_realm_embedder": "task.init.realm_embedder",
     "init_realm_encoder": "task.init.realm_encoder", "init_orqa": "task.init.orqa",
+    "init_index": "task.init.index",
     "init_weights": "task.init.bert_weights", "batch_size": "trainer.batch_size",
     "num_steps": "trainer.num_steps", "learning_rate": "trainer.learning_rate",
     "retriever_learning_rate": "trainer.retriever_learning_rate",

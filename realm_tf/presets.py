@@ -182,6 +182,9 @@ class InitConfig:
     orqa: a released ORQA checkpoint (TF1) -> both retriever towers and the reader.
     bert_weights: BERT weights (see the module docstring) -> every BERT, and the reader's
       MLM head when the checkpoint has one.
+    index: precomputed embeddings of the corpus by the initial doc tower (the released
+      `block_emb` checkpoint, a `.npy`): fine-tuning's step-0 index, checked on sampled
+      blocks, instead of embedding the corpus (`qa.index_snapshots.publish_initial_index`).
   Nothing set: random initialisation (tests).
   """
   checkpoint: str = ""
@@ -190,6 +193,7 @@ class InitConfig:
   realm_encoder: str = ""
   orqa: str = ""
   bert_weights: str = ""
+  index: str = ""
 
 
 def _copy_towers(source: Retriever, target: Retriever) -> None:

@@ -12,6 +12,7 @@ the documentation says, and must retrieve the same blocks with the same scores (
 give the same answers.
 """
 # bazel-size: large
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,9 +23,14 @@ import pytest
 
 import released_bundle
 from realm_tf import configs
+from realm_tf.checkpoints import released_embeddings
 from realm_tf.evaluation import normalize_answer
+from realm_tf.experiments import registry
+from realm_tf.experiments.train_lib import run_experiment
+from realm_tf.presets import InitConfig
 from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
+from realm_tf.qa.doc_index import EmbeddingMismatchError
 from realm_tf.qa import released_model
 from realm_tf.qa.ask_lib import Asker
 
@@ -153,6 +159,38 @@ def test_realm_evaluate_and_ask_take_the_released_directory(bundle, tmp_path):
                           QUESTIONS[0][0]], check=True, env=env, cwd=str(tmp_path),
                          capture_output=True, text=True, timeout=600)
   assert f"A: {records[0]['answer']!r}" in asked.stdout and " #0 Ada: " in asked.stdout
+
+
+@pytest.mark.slow
+def test_finetuning_from_the_pretrained_embedder_starts_on_its_released_index(bundle, tmp_path):
+  """ORQA fine-tuning from `cc_news_pretrained`: the step-0 index is `block_emb` itself,
+  checked on sampled blocks, not the corpus embedded again; another index is refused."""
+  root, _, _ = bundle
+  embedder = os.path.join(root, "cc_news_pretrained", "embedder")
+  encoded = os.path.join(embedder, "encoded", "encoded.ckpt")
+  base = registry.get("open_qa")
+
+  def experiment(model_dir, index):
+    return dataclasses.replace(
+        base, task=dataclasses.replace(
+            base.task, corpus=os.path.join(root, "enwiki-20181220", "blocks.tfr"),
+            train_data=os.path.join(root, "NaturalQuestions.resplit.test.jsonl"),
+            vocab_file=os.path.join(embedder, "assets", "vocab.txt"), model=CONFIG,
+            init=InitConfig(realm_embedder=os.path.join(embedder, "variables", "variables"),
+                            index=index),
+            index_kind="brute_force", retriever_top_k=8, embedding_dtype="float32"),
+        trainer=dataclasses.replace(base.trainer, model_dir=model_dir, num_steps=2,
+                                    batch_size=2, checkpoint_every=2, log_every=1))
+
+  model_dir = str(tmp_path / "finetuned")
+  run_experiment(experiment(model_dir, encoded), verbose=False)
+  stored = np.load(os.path.join(model_dir, "index", "step-00000000", "block_embeddings.npy"))
+  block_emb, _ = released_embeddings.open_released_embeddings(encoded)
+  np.testing.assert_array_equal(stored, block_emb)  # the release's rows, not re-embedded ones
+  shuffled = released_bundle.write_block_emb(str(tmp_path / "shuffled" / "encoded.ckpt"),
+                                             np.asarray(block_emb)[::-1])
+  with pytest.raises(EmbeddingMismatchError, match=r"not the initial doc tower's embeddings"):
+    run_experiment(experiment(str(tmp_path / "other"), shuffled), verbose=False)
 
 
 def test_released_files_that_do_not_fit_are_refused_naming_them(bundle, tmp_path):

@@ -60,6 +60,7 @@ from realm_tf.qa.evaluate_lib import EvalConfig
 from realm_tf.qa.evaluate_lib import evaluate
 from realm_tf.qa.index_snapshots import SNAPSHOT_VARIABLE
 from realm_tf.qa.index_snapshots import checkpoint_versions
+from realm_tf.qa.index_snapshots import publish_initial_index
 from realm_tf.qa.index_snapshots import snapshot_dirs
 from realm_tf.qa.index_snapshots import snapshot_query_tower
 from realm_tf.qa.index_snapshots import start_refresher
@@ -189,6 +190,9 @@ class FineTuner:
       initialize((self.retriever, self.reader))
       if not task.init.checkpoint or task.init.checkpoint_share_towers:
         snapshot_query_tower(self.retriever)  # shared pre-trained towers: the same doc tower.
+      if task.init.index:
+        publish_initial_index(self.output_dir, self.corpus, self.tokenizer, task,
+                              self.retriever, task.init.index)
 
     self.refresher = start_refresher(self.output_dir, self.corpus, self.tokenizer, task,
                                      self.retriever, self._snapshot(), self._checkpoints())
