@@ -51,7 +51,6 @@ from realm_tf.signatures.doc_embedder import DocEmbedder
 
 _VERIFY_SAMPLE = 8
 _PIPELINE_BATCH = 4096
-_COPY_ROWS = 1 << 16
 
 
 class EmbeddingMismatchError(errors.InputError):
@@ -136,11 +135,7 @@ def copy_released_embeddings(path: str, doc_embedder: DocEmbedder, corpus: Corpu
   embeddings, source = released_embeddings.open_released_embeddings(path)
   verify_embeddings(doc_embedder, corpus, embeddings, f"embeddings in {source}",
                     (embedding_dtype, "float32"))
-  out = embedding_file.create(out_path, *embeddings.shape, storage_dtype)
-  for begin in range(0, len(embeddings), _COPY_ROWS):
-    out[begin:begin + _COPY_ROWS] = np.asarray(embeddings[begin:begin + _COPY_ROWS],
-                                               np.float32).astype(out.dtype)
-  out.flush()
+  embedding_file.copy_rows(embeddings, out_path, storage_dtype)
   return embedding_file.open_embeddings(out_path, storage_dtype)
 
 

@@ -31,7 +31,6 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 SNAPSHOT_VARIABLE = "doc_snapshot_step"
 _CHECKED_ROWS = 8  # sampled blocks re-embedded to check precomputed step-0 embeddings
-_COPY_ROWS = 1 << 16
 INDEX_ROOT = "index"
 EMBEDDER_ROOT = "doc_embedder"
 
@@ -107,11 +106,7 @@ def publish_initial_index(directory: str, corpus: Corpus, tokenizer: WordpieceTo
   tf.io.gfile.makedirs(index_root)
   path = os.path.join(index_root, f"{version}.embeddings.tmp-{uuid.uuid4().hex}.npy")
   storage_dtype = task.embedding_storage_dtype
-  out = embedding_file.create(path, len(corpus), embeddings.shape[1], storage_dtype)
-  for begin in range(0, len(corpus), _COPY_ROWS):
-    out[begin:begin + _COPY_ROWS] = np.asarray(embeddings[begin:begin + _COPY_ROWS],
-                                               np.float32).astype(out.dtype)
-  out.flush()
+  out = embedding_file.copy_rows(embeddings, path, storage_dtype)
   metadata = {"snapshot_step": 0, "corpus_fingerprint": corpus.fingerprint,
               "embedding_dtype": precision.resolve(task.embedding_dtype),
               **embedding_file.metadata(path, storage_dtype)}

@@ -148,6 +148,19 @@ def gather(embeddings: np.ndarray, rows: np.ndarray) -> np.ndarray:
   return out
 
 
+def copy_rows(source: np.ndarray, path: str, storage_dtype: str,
+              chunk: int = 1 << 16) -> np.ndarray:
+  """A new embeddings file at `path` holding `source` [N, D] (any float array, e.g. a memmap
+  of the released `block_emb`) in `storage_dtype`, written `chunk` rows at a time so no full
+  copy is held; returns it mapped writable."""
+  out = create(path, *source.shape, storage_dtype)
+  for begin in range(0, len(source), chunk):
+    out[begin:begin + chunk] = np.asarray(source[begin:begin + chunk],
+                                          np.float32).astype(out.dtype)
+  out.flush()
+  return out
+
+
 def as_float32(embeddings: np.ndarray) -> np.ndarray:
   """`embeddings` as float32: itself when it is float32 (a memmap stays one), else a copy."""
   return embeddings if embeddings.dtype == np.float32 else np.asarray(embeddings, np.float32)
