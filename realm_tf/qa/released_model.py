@@ -37,6 +37,7 @@ from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
 from realm_tf.qa import model as model_lib
+from realm_tf.qa.doc_index import EmbeddingMismatchError
 from realm_tf.qa.doc_index import index_corpus
 from realm_tf.retrieval import corpus_files
 from realm_tf.retrieval.corpus import Corpus
@@ -162,10 +163,13 @@ def import_released(orqa_checkpoint: str, embedder_dir: str, blocks: str, output
     export_doc_embedder(retriever, embedder_path, tokenizer.cls_id, tokenizer.sep_id,
                         tokenizer.pad_id, block_length=config.block_length, snapshot_step=0,
                         tokenizer=tokenizer)
-    doc_index = index_corpus(
-        DocEmbedder(embedder_path), corpus,
-        embeddings or os.path.join(embedder_dir, "encoded", "encoded.ckpt"), kind=index_kind,
-        scann=scann, storage_dtype=storage_dtype)
+    try:
+      doc_index = index_corpus(
+          DocEmbedder(embedder_path), corpus,
+          embeddings or os.path.join(embedder_dir, "encoded", "encoded.ckpt"), kind=index_kind,
+          scann=scann, storage_dtype=storage_dtype)
+    except EmbeddingMismatchError as e:  # name the embedder given, not the export made of it
+      raise EmbeddingMismatchError(f"{e} (the doc tower: the embedder {embedder_dir})") from e
     doc_index.save(os.path.join(work, "index", VERSION))
     model_lib.model_checkpoint(retriever, reader).write(os.path.join(work, "ckpt-1"))
     with tf.io.gfile.GFile(os.path.join(work, "checkpoint"), "w") as f:
