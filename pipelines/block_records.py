@@ -46,16 +46,33 @@ class BlockRecord:
 _ROWS_PER_READ = 65536
 
 
-def _corpus_form_rows(corpus_dir: str, rows: Tuple[int, int]):
-  """The `BlockRecord`s of rows [start, stop) of a corpus-form directory."""
+def _corpus_form_rows(rows: Tuple[int, int], corpus_dir: str, wordpieces: bool):
+  """The `BlockRecord`s of rows [start, stop) of a corpus-form directory (empty wordpieces
+  unless `wordpieces`)."""
   store = Corpus.open(corpus_dir)
-  if store.title_ids is None:
+  if wordpieces and store.title_ids is None:
     raise ValueError(f"{corpus_dir}: the corpus has no stored wordpieces (it was not made by "
                      "the corpus pipeline); the index builder needs them")
+  empty = np.zeros([0], np.int64)
   for r in range(*rows):
     yield BlockRecord(int(store.block_ids[r]), store.titles[r], store.texts[r],
-                      np.asarray(store.title_ids.row(r), np.int64),
-                      np.asarray(store.body_ids.row(r), np.int64))
+                      np.asarray(store.title_ids.row(r), np.int64) if wordpieces else empty,
+                      np.asarray(store.body_ids.row(r), np.int64) if wordpieces else empty)
+
+
+def readable_corpus(path: str) -> Tuple[str, int]:
+  """(the directory `ReadBlocks` reads, its number of blocks) of a corpus input: block shards
+  (verified) as they are, anything else `Corpus.load` takes (a corpus directory, a released
+  `blocks.tfr`, JSONL, DPR TSV) as its corpus form, converted once, where the pipeline is
+  launched (workers on a cluster must see that directory).
+
+  Raises:
+    FileNotFoundError, InputError: as `shards.check_shards` and `Corpus.load`.
+  """
+  if tf.io.gfile.isdir(path) and not corpus_files.is_corpus_dir(path):
+    return path, shards.check_shards(path, "blocks").num_records
+  store = Corpus.load(path)
+  return store.directory, len(store)
 
 
 def parse_block_record(serialized: bytes) -> BlockRecord:
@@ -87,12 +104,15 @@ class ReadBlocks(beam.PTransform):
   Args:
     corpus_dir: the directory pipeline 1 wrote, or a corpus-form directory.
     verify: check the shards (`block_files`) when the pipeline is built.
+    wordpieces: the blocks' stored wordpieces are needed (a corpus form without them is
+      refused); False: a corpus form's records carry none.
   """
 
-  def __init__(self, corpus_dir: str, verify: bool = True):
+  def __init__(self, corpus_dir: str, verify: bool = True, wordpieces: bool = True):
     super().__init__()
     self.corpus_dir = corpus_dir
     self.verify = verify
+    self.wordpieces = wordpieces
 
   def expand(self, pbegin):
     if corpus_files.is_corpus_dir(self.corpus_dir):
@@ -100,8 +120,7 @@ class ReadBlocks(beam.PTransform):
       ranges = [(start, min(start + _ROWS_PER_READ, num_blocks))
                 for start in range(0, num_blocks, _ROWS_PER_READ)]
       return (pbegin | "RowRanges" >> beam.Create(ranges) | "Reshuffle" >> beam.Reshuffle()
-              | "ReadRows" >> beam.FlatMap(lambda rows, d=self.corpus_dir: _corpus_form_rows(d,
-                                                                                      rows)))
+              | "ReadRows" >> beam.FlatMap(_corpus_form_rows, self.corpus_dir, self.wordpieces))
     if self.verify:
       block_files(self.corpus_dir)
     return (pbegin

@@ -14,7 +14,8 @@ from absl import logging
 
 from realm_tf import cli
 
-_CORPUS_DIR = flags.DEFINE_string("corpus", None, "Block shards of pipeline 1.",
+_CORPUS_DIR = flags.DEFINE_string("corpus", None, "Block shards of pipeline 1, a corpus "
+                                  "directory, JSONL, DPR TSV or a released blocks.tfr.",
                                   required=True)
 flags.DEFINE_alias("corpus_dir", "corpus")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the example shards go.",

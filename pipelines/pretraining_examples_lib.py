@@ -61,7 +61,8 @@ class ExamplesConfig:
   """What pipeline 2 reads and writes.
 
   Attributes:
-    corpus_dir: the block shards of pipeline 1.
+    corpus_dir: the block shards of pipeline 1, or any corpus `Corpus.load` takes (a corpus
+      directory, a released `blocks.tfr`, JSONL, DPR TSV).
     output_dir: where the example and dead-letter shards go.
     masking: "salient_span", "random_span" or "random_token".
     tagger: `salient_span_tagger.load_tagger` spec ("spacy", "dates", "module:factory").
@@ -339,13 +340,15 @@ class WriteExamples(beam.PTransform):
 
 def build_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
                    tagger: Optional[salient_span_tagger.Tagger] = None,
-                   verify: bool = True) -> None:
+                   verify: bool = True, read_dir: str = "") -> None:
   """Adds pipeline 2's transforms to `pipeline`; `tagger` defaults to
-  `load_tagger(config.tagger)` for salient-span masking; `verify`: check the block shards."""
+  `load_tagger(config.tagger)` for salient-span masking; `verify`: check the block shards;
+  `read_dir`: where the blocks are read (`block_records.readable_corpus`; "": the corpus)."""
   if tagger is None and config.masking == "salient_span":
     tagger = salient_span_tagger.load_tagger(config.tagger)
   sentences = (pipeline
-               | "ReadBlocks" >> block_records.ReadBlocks(config.corpus_dir, verify)
+               | "ReadBlocks" >> block_records.ReadBlocks(read_dir or config.corpus_dir,
+                                                          verify, wordpieces=False)
                | "BlocksToSentences" >> BlocksToSentences()
                | "SpreadSentences" >> beam.Reshuffle())  # tagging is the costly stage
   examples = sentences | "SentencesToExamples" >> SentencesToExamples(config, tagger)
@@ -357,19 +360,20 @@ def build_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
 
 def run_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
                  tagger: Optional[salient_span_tagger.Tagger] = None) -> Dict[str, int]:
-  """Verifies the block shards, builds pipeline 2 on `pipeline`, runs it to completion, writes
-  the examples' manifest and returns its counters.
+  """Verifies the corpus (block shards, or any input `Corpus.load` takes, converted once into
+  its corpus form: `block_records.readable_corpus`), builds pipeline 2 on `pipeline`, runs it
+  to completion, writes the examples' manifest and returns its counters.
 
   Raises:
-    FileNotFoundError, InputError: a missing or damaged corpus (`shards.check_shards`), an
-      output directory that is a file, or no example came out.
+    FileNotFoundError, InputError: a missing or damaged corpus (`shards.check_shards`,
+      `Corpus.load`), an output directory that is a file, or no example came out.
   """
-  corpus = shards.check_shards(config.corpus_dir, wikipedia_to_blocks_lib.BLOCKS_PREFIX)
+  read_dir, num_records = block_records.readable_corpus(config.corpus_dir)
   pipeline_io.check_output_dir(config.output_dir)
   shards.remove_manifest(config.output_dir, EXAMPLES_PREFIX)
-  build_pipeline(pipeline, config, tagger, verify=False)
+  build_pipeline(pipeline, config, tagger, verify=False, read_dir=read_dir)
   counters = pipeline_io.run(pipeline)
   pipeline_io.finish_output(
       config.output_dir, EXAMPLES_PREFIX, "examples", counters,
-      dict(dataclasses.asdict(config), corpus_records=corpus.num_records), config.corpus_dir)
+      dict(dataclasses.asdict(config), corpus_records=num_records), config.corpus_dir)
   return counters

@@ -36,6 +36,10 @@ class MalformedRecordError(InputError):
     self.line = line
 
 
+class EmbeddingMismatchError(InputError):
+  """Block embeddings do not belong to the corpus or were not made by the doc embedder."""
+
+
 def describe(path: str, problem: str, fix: str = "",
              where: Optional[Union[int, str]] = None) -> str:
   """`<path>[:<where>]: <problem>. <fix>.` on one line (newlines in the parts are flattened)."""

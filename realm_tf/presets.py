@@ -183,8 +183,9 @@ class InitConfig:
     bert_weights: BERT weights (see the module docstring) -> every BERT, and the reader's
       MLM head when the checkpoint has one.
     index: precomputed embeddings of the corpus by the initial doc tower (the released
-      `block_emb` checkpoint, a `.npy`): fine-tuning's step-0 index, checked on sampled
-      blocks, instead of embedding the corpus (`qa.index_snapshots.publish_initial_index`).
+      `block_emb` checkpoint, a `.npy`): fine-tuning's or pre-training's step-0 index,
+      checked on sampled blocks, instead of embedding the corpus
+      (`retrieval.initial_index`).
   Nothing set: random initialisation (tests).
   """
   checkpoint: str = ""

@@ -10,7 +10,8 @@ from absl import flags
 
 from realm_tf import cli
 
-flags.DEFINE_string("corpus", None, "Directory of blocks-*.tfrecord shards.", required=True)
+flags.DEFINE_string("corpus", None, "The knowledge corpus: blocks-*.tfrecord shards, a corpus "
+                    "directory, JSONL, DPR TSV or a released blocks.tfr.", required=True)
 flags.DEFINE_alias("corpus_dir", "corpus")
 flags.DEFINE_string("examples_dir", None, "Directory of examples-*.tfrecord.", required=True)
 flags.DEFINE_bool("allow_unverified_examples", False, "Train on --examples_dir shards without "
@@ -20,7 +21,17 @@ flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: MiniLM's u
 flags.DEFINE_string("retriever_dir", "", "Saved retriever to start from (ICT output).")
 flags.DEFINE_string("reader_dir", "", "Saved reader to start from.")
 flags.DEFINE_enum("encoder", cli.DEFAULT_ENCODER, cli.ENCODERS, "BERT size for new towers.")
-flags.DEFINE_string("init_weights", "minilm", "'', 'minilm', HF safetensors or TF1 BERT ckpt.")
+flags.DEFINE_string("init_weights", "minilm", "BERT weights of the new towers nothing else "
+                    "fills: '', 'minilm', HF safetensors or TF1 BERT ckpt.")
+flags.DEFINE_string("init_realm_embedder", "", "Released REALM embedder (cc_news_pretrained/"
+                    "embedder/variables/variables) -> the retriever.")
+flags.DEFINE_string("init_realm_encoder", "", "Released REALM knowledge-augmented encoder "
+                    "(cc_news_pretrained/bert/variables/variables) -> the reader, MLM head "
+                    "included.")
+flags.DEFINE_string("init_index", "", "Precomputed step-0 embeddings of --corpus by the initial "
+                    "doc tower (the released block_emb, cc_news_pretrained/embedder/encoded/"
+                    "encoded.ckpt, or a .npy), checked on sampled blocks instead of embedding "
+                    "every block.")
 flags.DEFINE_float("dropout", None, "Override the encoder dropout rate.",
                    lower_bound=0, upper_bound=1)
 flags.DEFINE_enum("retriever_head", "auto", cli.RETRIEVER_HEADS,
@@ -78,6 +89,8 @@ SETTINGS = {
     "model_dir": "trainer.model_dir", "vocab_file": "task.vocab_file",
     "retriever_dir": "task.retriever_dir", "reader_dir": "task.reader_dir",
     "encoder": "task.model.encoder", "init_weights": "task.init.bert_weights",
+    "init_realm_embedder": "task.init.realm_embedder",
+    "init_realm_encoder": "task.init.realm_encoder", "init_index": "task.init.index",
     "dropout": ("task.model.encoder.dropout_rate", "task.model.encoder.attention_dropout_rate"),
     "retriever_head": "task.model.retriever_head", "share_towers": "task.share_towers",
     "num_steps": "trainer.num_steps", "batch_size": "trainer.batch_size",

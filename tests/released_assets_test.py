@@ -18,15 +18,22 @@ import os
 import subprocess
 import sys
 
+import apache_beam as beam
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import released_bundle
+from pipelines import pretraining_examples_lib
+from pipelines.pretraining_examples_lib import ExamplesConfig
+from realm_tf import checkpoints
 from realm_tf import configs
 from realm_tf.checkpoints import released_embeddings
+from realm_tf.checkpoints import variable_maps
 from realm_tf.evaluation import normalize_answer
 from realm_tf.experiments import registry
 from realm_tf.experiments.train_lib import run_experiment
+from realm_tf.models.saving import load_model
 from realm_tf.presets import InitConfig
 from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
@@ -93,6 +100,7 @@ def bundle(tmp_path_factory):
   with torch.no_grad():
     block_emb = embedder.eval()(**blocks).projected_score.numpy()
   released_bundle.write_block_emb(paths["encoded"], block_emb)
+  released_bundle.write_pretrained_bert(root, _perturbed(4)[1])
   released_bundle.write_block_records(os.path.join(root, "enwiki-20181220"), TITLES, TEXTS)
   checkpoint = released_bundle.write_orqa_model(root, "orqa_nq_model_from_realm", finetuned,
                                                 reader, step=300)
@@ -190,6 +198,55 @@ def test_finetuning_from_the_pretrained_embedder_starts_on_its_released_index(bu
   shuffled = released_bundle.write_block_emb(str(tmp_path / "shuffled" / "encoded.ckpt"),
                                              np.asarray(block_emb)[::-1])
   with pytest.raises(EmbeddingMismatchError, match=r"not the initial doc tower's embeddings"):
+    run_experiment(experiment(str(tmp_path / "other"), shuffled), verbose=False)
+
+
+@pytest.mark.slow
+def test_pretraining_starts_from_the_released_towers_and_index(bundle, tmp_path):
+  """REALM pre-training from `cc_news_pretrained` as docs/reproduce.md runs it: salient-span
+  examples made from `blocks.tfr` itself, both towers from the released embedder and encoder,
+  the step-0 index `block_emb` itself (not the corpus embedded again), its trainer searching
+  it; another index is refused."""
+  root, _, _ = bundle
+  embedder = os.path.join(root, "cc_news_pretrained", "embedder")
+  encoder = os.path.join(root, "cc_news_pretrained", "bert", "variables", "variables")
+  encoded = os.path.join(embedder, "encoded", "encoded.ckpt")
+  blocks = os.path.join(root, "enwiki-20181220", "blocks.tfr")
+  vocab = os.path.join(embedder, "assets", "vocab.txt")
+  examples = str(tmp_path / "examples")
+  counters = pretraining_examples_lib.run_pipeline(beam.Pipeline(), ExamplesConfig(
+      corpus_dir=blocks, output_dir=examples, vocab_file=vocab, min_sentence_wordpieces=3))
+  assert counters["blocks_read"] == len(TEXTS) and counters["examples"] > 0
+  base = registry.get("pretrain")
+
+  def experiment(model_dir, index):
+    return dataclasses.replace(
+        base, task=dataclasses.replace(
+            base.task, corpus=blocks, examples_dir=examples, vocab_file=vocab,
+            model=dataclasses.replace(CONFIG, query_length=32),
+            init=InitConfig(realm_embedder=os.path.join(embedder, "variables", "variables"),
+                            realm_encoder=encoder, index=index),
+            num_candidates=4, refresh="sync", refresh_every=100, index_kind="brute_force",
+            embedding_dtype="float32"),
+        trainer=dataclasses.replace(base.trainer, model_dir=model_dir, num_steps=2,
+                                    batch_size=2, checkpoint_every=2))
+
+  model_dir = str(tmp_path / "pretrained")
+  result = run_experiment(experiment(model_dir, encoded), verbose=False)
+  assert np.isfinite(result["loss"]) and result["index_snapshot_step"] == 0
+  stored = np.load(os.path.join(model_dir, "index", "step-00000000", "block_embeddings.npy"))
+  block_emb, _ = released_embeddings.open_released_embeddings(encoded)
+  np.testing.assert_array_equal(stored, block_emb)  # the release's rows, not re-embedded ones
+  assert not os.path.exists(os.path.join(model_dir, "mlm_warmup"))  # the encoder's MLM head
+  reader = load_model(os.path.join(model_dir, "reader"))
+  released = tf.train.load_checkpoint(encoder)
+  trained = checkpoints.tf1_arrays(variable_maps.realm_encoder_map(reader))
+  for name in ("bert/embeddings/word_embeddings", "cls/predictions/output_bias"):
+    np.testing.assert_allclose(trained[name], released.get_tensor(name), atol=1e-3)  # 2 steps
+  shuffled = released_bundle.write_block_emb(str(tmp_path / "shuffled" / "encoded.ckpt"),
+                                             np.asarray(block_emb)[::-1])
+  with pytest.raises(EmbeddingMismatchError, match=r"shuffled/encoded.ckpt.*not the initial "
+                                                   r"doc tower's embeddings"):
     run_experiment(experiment(str(tmp_path / "other"), shuffled), verbose=False)
 
 

@@ -6,7 +6,8 @@ the loaders (the real files are gs:// downloads these machines cannot reach).
 int64 `title_ids`, `token_ids` and `sentence_starts`), as ORQA's Wikipedia preprocessing
 writes them.
 
-`cc_news_pretrained/embedder/` (`write_embedder`, `write_block_emb`) and
+`cc_news_pretrained/embedder/` (`write_embedder`, `write_block_emb`),
+`cc_news_pretrained/bert/` (`write_pretrained_bert`) and
 `orqa_{nq,wq}_model_from_realm/` (`write_orqa_model`) hold TF1 checkpoints under the released
 variable names (`checkpoints.variable_maps`).
 """
@@ -80,6 +81,15 @@ def write_embedder(root: str, retriever, vocab: Sequence[str]) -> dict:
       arrays, os.path.join(directory, "variables", "variables"))
   return {"vocab": os.path.join(directory, "assets", "vocab.txt"), "variables": variables,
           "encoded": os.path.join(directory, "encoded", "encoded.ckpt")}
+
+
+def write_pretrained_bert(root: str, reader) -> str:
+  """`cc_news_pretrained/bert/variables/variables`: the reader's BERT and MLM head under the
+  released knowledge-augmented encoder's names (`bert/...`, `cls/predictions/...`); returns
+  the prefix."""
+  arrays = checkpoints.tf1_arrays(variable_maps.realm_encoder_map(reader))
+  return checkpoints.write_tf1_checkpoint(
+      arrays, os.path.join(root, "cc_news_pretrained", "bert", "variables", "variables"))
 
 
 def write_orqa_model(root: str, name: str, retriever, reader, step: int) -> str:

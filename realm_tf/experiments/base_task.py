@@ -149,16 +149,19 @@ class Task(abc.ABC):
 
   def model_config(self) -> presets.ModelConfig:
     """`task.model` for the vocabulary, its "auto" head resolved: the previous run's head,
-    else the head of `init.bert_weights`; a previous run's retriever sets the projection
-    size."""
+    else REALM's for released towers (`init.realm_embedder`, `init.orqa`), else the head of
+    `init.bert_weights`; a previous run's retriever sets the projection size."""
     model = self.task.model
     head, projection_size = model.retriever_head, model.projection_size
     if self.previous and self.previous.projection_size is not None:
       projection_size = self.previous.projection_size
       head = self.previous.retriever_head if head == "auto" else head
+    init = self.task.init
+    # Released REALM and ORQA towers hold REALM's head, whatever BERT weights fill the rest.
+    head_weights = "" if init.realm_embedder or init.orqa else init.bert_weights
     return dataclasses.replace(
         model, encoder=dataclasses.replace(model.encoder, vocab_size=self.tokenizer.vocab_size),
-        retriever_head=presets.resolve_head(head, self.task.init.bert_weights),
+        retriever_head=presets.resolve_head(head, head_weights),
         projection_size=projection_size)
 
   def recall_monitor(self, store: Corpus) -> Optional[RecallMonitor]:

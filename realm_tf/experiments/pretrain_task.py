@@ -1,14 +1,18 @@
 """The REALM pre-training task (`training.pretraining_lib`): starts from the previous stage's
-saved towers (an ICT run's `retriever/`, a pre-training run's `retriever/` and `reader/`) and
-BERT weights for the towers it does not hold, warms a new reader's MLM head up when those
-weights have none (`training.mlm_warmup`); refreshes its MIPS index synchronously or with
-the asynchronous builder (`retrieval.index_refresh`, `retrieval.async_refresh`)."""
+saved towers (an ICT run's `retriever/`, a pre-training run's `retriever/` and `reader/`), or
+from Google's released pre-trained towers (`cc_news_pretrained/{embedder,bert}`, with the
+released `block_emb` as its step-0 index), and BERT weights for the towers nothing else
+fills; warms a new reader's MLM head up when those weights have none
+(`training.mlm_warmup`); refreshes its MIPS index synchronously or with the asynchronous
+builder (`retrieval.index_refresh`, `retrieval.async_refresh`)."""
 import os
 from typing import Dict, Tuple
 
 import tensorflow as tf
 from absl import logging
 
+from realm_tf import checkpoints
+from realm_tf import distribute
 from realm_tf import errors
 from realm_tf import presets
 from realm_tf.experiments.base_task import Task
@@ -17,6 +21,7 @@ from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
 from realm_tf.retrieval.async_refresh import AsynchronousRefresher
+from realm_tf.retrieval import initial_index
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training.mlm_warmup import MlmWarmup
@@ -64,17 +69,30 @@ class PretrainTask(Task):
                                 max_span_width=model.max_span_width)
 
   def initialize(self, model: Tuple[Retriever, Reader]) -> Tuple[Retriever, Reader]:
-    """`init.bert_weights` into the new towers (the saved ones keep their weights); sets
+    """The initial weights of the new towers (the saved ones keep theirs): the released REALM
+    embedder (`init.realm_embedder`) into the retriever and knowledge-augmented encoder
+    (`init.realm_encoder`, BERT and MLM head) into the reader, else `init.bert_weights`; sets
     `mlm_head_loaded`: whether a new reader's weights brought an MLM head."""
     retriever, reader = model
-    bert_weights = self.task.init.bert_weights
+    init = self.task.init
+    for source, tower in ((init.realm_embedder, "retriever"), (init.realm_encoder, "reader")):
+      if source and self.saved(tower):
+        raise errors.InputError(errors.describe(
+            source, f"a second {tower} to start from besides {self.saved(tower)}",
+            f"Pass one of --init_realm_{'embedder' if tower == 'retriever' else 'encoder'} "
+            f"and --{tower}_dir"))
     with self.scope():
-      if not self.saved("retriever"):
+      if init.realm_embedder:
+        checkpoints.load_realm_embedder(retriever, init.realm_embedder)
+      elif not self.saved("retriever"):
         for tower in {id(e): e for e in (retriever.query_encoder,
                                          retriever.doc_encoder)}.values():
-          presets.load_bert_weights(tower, bert_weights)
-      if not self.saved("reader"):
-        self.mlm_head_loaded = presets.load_reader_weights(reader, bert_weights)
+          presets.load_bert_weights(tower, init.bert_weights)
+      if init.realm_encoder:
+        checkpoints.load_realm_encoder(reader, init.realm_encoder)
+        self.mlm_head_loaded = True
+      elif not self.saved("reader"):
+        self.mlm_head_loaded = presets.load_reader_weights(reader, init.bert_weights)
     return retriever, reader
 
   def warm_up_reader(self, reader: Reader, store: Corpus) -> None:
@@ -93,7 +111,8 @@ class PretrainTask(Task):
       logging.info("MLM warm-up skipped: the reader is a saved one (%s)", self.saved("reader"))
       return
     if not bert_weights or self.mlm_head_loaded:
-      logging.info("MLM warm-up skipped: %s", f"{bert_weights} has an MLM head" if bert_weights
+      logging.info("MLM warm-up skipped: %s", f"{self.task.init.realm_encoder or bert_weights} "
+                   "has an MLM head" if self.mlm_head_loaded
                    else "the reader has no BERT weights (task.init.bert_weights)")
       return
     warmup = MlmWarmup(reader, store, self.tokenizer,
@@ -118,15 +137,38 @@ class PretrainTask(Task):
       return SynchronousRefresher(index_root, task.refresh_every, store, special,
                                   task.index_kind, task.model.block_length,
                                   tokenizer=self.tokenizer, **shared)
-    return AsynchronousRefresher(index_root, task.refresh_every, store, special, task.corpus,
+    if store.title_ids is None:
+      raise errors.InputError(errors.describe(
+          task.corpus, "the asynchronous index builder embeds the corpus's stored wordpieces, "
+          "and this corpus has none", "Pass block shards of pipelines.wikipedia_to_blocks "
+          "(or a released blocks.tfr with its examples.tfr beside it), or --refresh=sync"))
+    # The builder reads block shards, or the corpus form another input was converted into.
+    corpus_dir = task.corpus if tf.io.gfile.isdir(task.corpus) else store.directory
+    return AsynchronousRefresher(index_root, task.refresh_every, store, special, corpus_dir,
                                  os.path.join(model_dir, "snapshots"), task.index_kind,
                                  task.model.block_length, list(task.builder_args),
                                  max_builder_failures=task.max_builder_failures, **shared)
+
+  def publish_initial_index(self, retriever: Retriever, store: Corpus) -> None:
+    """`init.index`, the initial doc tower's precomputed embeddings of the corpus (the
+    released `block_emb`), as the step-0 index of a new run (`retrieval.initial_index`): the
+    refresher starts on it instead of embedding every block."""
+    checkpoints_dir = os.path.join(self.config.trainer.model_dir, "checkpoints")
+    if not self.task.init.index or tf.train.latest_checkpoint(checkpoints_dir):
+      return
+    if distribute.is_chief(self.strategy):
+      initial_index.publish_initial_index(
+          os.path.join(self.config.trainer.model_dir, "index"), store, self.tokenizer,
+          retriever, self.task.init.index, block_length=self.task.model.block_length,
+          kind=self.task.index_kind, scann=self.task.scann,
+          embedding_dtype=self.task.embedding_dtype)
+    distribute.barrier(self.strategy)
 
   def run(self) -> Dict[str, float]:
     store = self.build_inputs()
     retriever, reader = self.initialize(self.build_model())
     self.warm_up_reader(reader, store)
+    self.publish_initial_index(retriever, store)
     history = RealmPretrainer(self.config, retriever, reader, store, self.tokenizer,
                               self._refresher(store), self.strategy,
                               monitor=self.recall_monitor(store)).train(verbose=self.verbose)

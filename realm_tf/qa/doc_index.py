@@ -53,8 +53,7 @@ _VERIFY_SAMPLE = 8
 _PIPELINE_BATCH = 4096
 
 
-class EmbeddingMismatchError(errors.InputError):
-  """Block embeddings do not belong to the corpus or were not made by the doc embedder."""
+EmbeddingMismatchError = errors.EmbeddingMismatchError
 
 
 def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.ndarray,
