@@ -24,6 +24,7 @@ import dataclasses
 from typing import Optional, Tuple, Union
 
 from realm_tf.evaluation.qa_example import dataset_spec
+from realm_tf.losses.mlm_marginal_likelihood import MLM_LOSS_FORMS
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.presets import InitConfig
 from realm_tf.presets import ModelConfig
@@ -142,6 +143,9 @@ class PretrainTaskConfig:
     num_candidates, null_document, exclude_source: K candidates, the null document among
       them, the query's own block dropped.
     masking: "salient_span", "random_span" or "random_token".
+    mlm_loss: "token" (each masked token marginalised over the candidates on its own, as the
+      released code) or "sequence" (the paper: one document explains all the masks of x),
+      `losses.mlm_marginal_likelihood`.
     max_predictions: masked positions per query.
     reader_warmup_steps: the first steps train the reader alone; the retriever stays at its
       warm start (its gradient is zeroed: Adam's update is zero, only AdamW's decoupled weight
@@ -180,6 +184,7 @@ class PretrainTaskConfig:
   null_document: bool = True
   exclude_source: bool = True
   masking: str = "salient_span"
+  mlm_loss: str = "token"
   max_predictions: int = 10
   reader_warmup_steps: int = 0
   mlm_warmup_steps: int = 300
@@ -197,6 +202,8 @@ class PretrainTaskConfig:
   def __post_init__(self):
     if self.refresh not in ("async", "sync"):
       raise ValueError(f"refresh must be 'async' or 'sync', got {self.refresh!r}")
+    if self.mlm_loss not in MLM_LOSS_FORMS:
+      raise ValueError(f"mlm_loss must be one of {MLM_LOSS_FORMS}, got {self.mlm_loss!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,9 @@ flags.DEFINE_string("init_index", "", "Precomputed step-0 embeddings of --corpus
                     "instead of embedding every block.")
 flags.DEFINE_string("init_weights", "", "BERT weights of every tower: '', "
                     "'minilm', HF safetensors or TF1 BERT ckpt.")
+flags.DEFINE_enum("span_normalization", "joint", ["joint", "per_document"],
+                  "Reader spans in one softmax over every (block, span) pair (ORQA) or per "
+                  "block, times p(z|x) (the patent's eq. 9); answering uses the same form.")
 flags.DEFINE_integer("batch_size", 4, "Questions per step (global).", lower_bound=1)
 flags.DEFINE_integer("num_steps", 10000, "Training steps (0: export the "
                      "initialisation as a QA model).", lower_bound=0)
@@ -109,7 +112,9 @@ SETTINGS = {
     "projection_size": "task.model.projection_size",
     "retriever_head": "task.model.retriever_head",
     "span_hidden_size": "task.model.span_hidden_size",
-    "max_span_width": "task.model.max_span_width", "query_length": "task.model.query_length",
+    "max_span_width": "task.model.max_span_width",
+    "span_normalization": "task.model.span_normalization",
+    "query_length": "task.model.query_length",
     "block_length": "task.model.block_length", "reader_length": "task.model.reader_length",
     "init_checkpoint": "task.init.checkpoint",
     "init_checkpoint_share_towers": "task.init.checkpoint_share_towers",

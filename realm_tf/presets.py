@@ -25,6 +25,7 @@ from realm_tf import checkpoints
 from realm_tf import configs
 from realm_tf import pretrained
 from realm_tf.checkpoints import tf2_checkpoint
+from realm_tf.losses.open_qa_loss import SPAN_NORMALIZATIONS
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
@@ -131,6 +132,10 @@ class ModelConfig:
     query_length: `[CLS] x [SEP]` wordpieces (ORQA: 64).
     block_length: `[CLS] title [SEP] body [SEP]` wordpieces (288).
     reader_length: `[CLS] x [SEP] z_body [SEP]` wordpieces in fine-tuning (320).
+    span_normalization: how the reader's span scores become p(y | x), in training and
+      answering (`losses.open_qa_loss`): "joint" (ORQA: one softmax over every (block, span)
+      pair of f(x, z) + g(s)) or "per_document" (the patent's eq. 9: p(z | x) times a softmax
+      over each block's own spans).
   """
   encoder: configs.EncoderConfig = dataclasses.field(
       default_factory=lambda: encoder_config(DEFAULT_ENCODER, 30522))
@@ -141,8 +146,12 @@ class ModelConfig:
   query_length: int = 64
   block_length: int = 288
   reader_length: int = 320
+  span_normalization: str = "joint"
 
   def __post_init__(self):
+    if self.span_normalization not in SPAN_NORMALIZATIONS:
+      raise ValueError(f"span_normalization must be one of {SPAN_NORMALIZATIONS}, got "
+                       f"{self.span_normalization!r}")
     if self.reader_length < self.query_length + 2:
       raise ValueError(f"reader_length {self.reader_length} must be >= query_length "
                        f"{self.query_length} + 2")

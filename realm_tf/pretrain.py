@@ -49,6 +49,9 @@ flags.DEFINE_integer("num_candidates", 8, "K, null document included.", lower_bo
 flags.DEFINE_bool("null_document", True, "Put the null document among the candidates.")
 flags.DEFINE_bool("exclude_source", True, "Drop the query's own block (trivial retrieval).")
 flags.DEFINE_enum("masking", "salient_span", cli.MASKINGS, "Masking strategy.")
+flags.DEFINE_enum("mlm_loss", "token", ["token", "sequence"],
+                  "Marginal likelihood per masked token (the released code) or per sequence "
+                  "(the paper: one document explains all the masks).")
 flags.DEFINE_integer("query_length", 96, "Query length.", lower_bound=3)
 flags.DEFINE_integer("block_length", 288, "Block length.", lower_bound=4)
 flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")
@@ -97,7 +100,8 @@ SETTINGS = {
     "learning_rate": "trainer.learning_rate", "mlm_warmup_steps": "task.mlm_warmup_steps",
     "num_candidates": "task.num_candidates",
     "null_document": "task.null_document", "exclude_source": "task.exclude_source",
-    "masking": "task.masking", "query_length": "task.model.query_length",
+    "masking": "task.masking", "mlm_loss": "task.mlm_loss",
+    "query_length": "task.model.query_length",
     "block_length": "task.model.block_length", "refresh": "task.refresh",
     "refresh_every": "task.refresh_every", "index_kind": "task.index_kind",
     **{flag: f"task.scann.{name}" for flag, name in _SCANN.names().items()},

@@ -9,7 +9,8 @@ T wordpieces.
 3. `RetrieveAndRead.answer`: question -> query tower -> top-k blocks and their retrieval
    logits f(x, z) (the index's inner products with the block embeddings it holds) ->
    reader over `[CLS] x [SEP] z_body [SEP]` -> the best (block, span) under
-   f(x, z) + span score, one softmax over all k x S pairs.
+   f(x, z) + span score, one softmax over all k x S pairs (or, for a reader trained with
+   "per_document" span normalisation, p(z | x) times a softmax over the block's spans).
 
 The graph pieces (`tokenization.featurizers.Featurizer`, `RetrieveAndRead.read`) are TF ops
 end to end, so the same code runs eagerly, inside `tf.function`, in fine-tuning (which reads
@@ -32,6 +33,7 @@ import tensorflow as tf
 
 from realm_tf import graph_functions
 from realm_tf.layers.span_scorer import masked_logit_value
+from realm_tf.losses.open_qa_loss import per_document_log_probs
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
@@ -81,12 +83,15 @@ class RetrieveAndRead:
     query_length, block_length, reader_length: see `Featurizer`.
     block_ids: the N blocks' ids for the evidence (default: row numbers).
     batch_size: questions per batch in `answer` and `retrieve`.
+    span_normalization: how span scores become answer probabilities, as the reader was
+      trained (`presets.ModelConfig`).
   """
 
   def __init__(self, retriever: Retriever, reader: Reader, tokenizer: WordpieceTokenizer,
                index: MipsIndex, titles: Sequence[str], bodies: Sequence[str], k: int = 5,
                query_length: int = 96, block_length: int = 288, reader_length: int = 320,
-               block_ids: Optional[Sequence[int]] = None, batch_size: int = 16):
+               block_ids: Optional[Sequence[int]] = None, batch_size: int = 16,
+               span_normalization: str = "joint"):
     if index.num_docs != len(titles) or len(titles) != len(bodies):
       raise ValueError(f"index has {index.num_docs} blocks but the corpus has {len(titles)} "
                        f"titles and {len(bodies)} bodies")
@@ -95,6 +100,7 @@ class RetrieveAndRead:
     if k < 1:
       raise ValueError(f"k must be >= 1, got {k}")
     self.retriever, self.reader, self.tokenizer, self.index = retriever, reader, tokenizer, index
+    self.span_normalization = span_normalization
     self.titles, self.bodies = titles, bodies  # sequences read by row (memory-mapped columns)
     self.block_ids = (np.arange(len(titles), dtype=np.int64) if block_ids is None
                       else np.asarray(block_ids, np.int64))
@@ -126,8 +132,9 @@ class RetrieveAndRead:
       training: the reader's dropout (the `realm_qa` export fine-tunes through it).
 
     Returns:
-      {"answer": string [B], "probability": float32 [B] of the best (block, span) under one
-       softmax over all k x S pairs (0 when no block has a span), "block": int32 [B] the
+      {"answer": string [B], "probability": float32 [B] of the best (block, span): one
+       softmax over all k x S pairs, or p(z | x) p(s | z, x) with "per_document" span
+       normalisation (0 when no block has a span), "block": int32 [B] the
        answer's block in 0..k-1 (-1: none), "span_start"/"span_end": int32 [B] positions in
        that block's reader input, "block_probabilities": float32 [B, k] p(z | x) over the k
        blocks}.
@@ -143,11 +150,17 @@ class RetrieveAndRead:
     valid = tf.logical_and(tf.cast(valid, tf.bool), tf.math.is_finite(retrieval_scores))
     retrieval_logits = tf.where(valid, tf.cast(retrieval_scores, tf.float32), masked)
     span_ok = tf.logical_and(span_logits > masked / 2, valid[:, :, None])  # [B, k, S]
-    joint = tf.reshape(tf.where(span_ok, span_logits + retrieval_logits[:, :, None], masked),
-                       [batch, -1])  # [B, k*S]
+    if self.span_normalization == "per_document":  # log p(z|x) + log p(s|z,x)
+      scores = (tf.nn.log_softmax(retrieval_logits, axis=1)[:, :, None] +
+                per_document_log_probs(span_logits, span_ok))
+    else:
+      scores = span_logits + retrieval_logits[:, :, None]
+    joint = tf.reshape(tf.where(span_ok, scores, masked), [batch, -1])  # [B, k*S]
     best = tf.argmax(joint, axis=1, output_type=tf.int32)
     found = tf.reduce_any(tf.reshape(span_ok, [batch, -1]), axis=1)
-    probability = tf.exp(tf.reduce_max(tf.nn.log_softmax(joint), axis=1))
+    probability = tf.exp(tf.reduce_max(
+        joint if self.span_normalization == "per_document" else tf.nn.log_softmax(joint),
+        axis=1))
     block, span = best // num_spans, best % num_spans
     span_start, span_end = tf.gather(starts, span), tf.gather(ends, span)
     row = tf.range(batch) * num_blocks + block

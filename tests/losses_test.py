@@ -36,6 +36,40 @@ def test_marginal_mlm_loss_matches_numpy():
   np.testing.assert_allclose(loss, expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sequence_marginal_mlm_loss_matches_numpy(seed):
+  """The paper's form: log Σ_z p(z|x) Π_j p(y_j|z,x), one document for all the masks; it equals
+  the per-token form for one mask and differs for several."""
+  rng = np.random.default_rng(seed)
+  b, k, m, v = 3, 4, 3, 9
+  relevance = rng.normal(scale=2.0, size=(b, k)).astype(np.float32)
+  logits = rng.normal(scale=2.0, size=(b, k, m, v)).astype(np.float32)
+  ids = rng.integers(0, v, (b, m)).astype(np.int32)
+  weights = np.array([[1, 1, 1], [1, 0, 0], [0, 0, 0]], np.float32)
+  token = np.take_along_axis(log_softmax(logits, -1),
+                             np.broadcast_to(ids[:, None, :, None], (b, k, m, 1)), -1)[..., 0]
+  sequence = logsumexp(log_softmax(relevance, -1) + (token * weights[:, None, :]).sum(-1),
+                       axis=1)  # [B]
+  loss, _ = losses.marginal_mlm_loss(relevance, logits, ids, weights, form="sequence")
+  np.testing.assert_allclose(loss, -sequence.sum() / weights.sum(), atol=1e-5)
+  np.testing.assert_allclose(
+      losses.sequence_marginal_log_probs(relevance, token, weights), sequence, atol=1e-5)
+  per_token = logsumexp(log_softmax(relevance, -1)[:, :, None] + token, axis=1)  # [B, M]
+  np.testing.assert_allclose(sequence[1], per_token[1, 0], atol=1e-5)  # one mask: the same
+  assert abs(sequence[0] - per_token[0].sum()) > 1e-3  # several: not the same
+  with pytest.raises(ValueError, match="form must be one of"):
+    losses.marginal_mlm_loss(relevance, logits, ids, weights, form="other")
+
+
+def test_per_document_retrieval_utility_matches_numpy():
+  rng = np.random.default_rng(3)
+  token = rng.normal(size=(2, 4, 3)).astype(np.float32)  # log p(y_j|z,x), null document first
+  weights = np.array([[1, 1, 0], [1, 1, 1]], np.float32)
+  sequence = (token * weights[:, None, :]).sum(-1)
+  np.testing.assert_allclose(losses.document_retrieval_utility(token, weights),
+                             sequence - sequence[:, :1], atol=1e-6)
+
+
 def test_marginal_mlm_loss_is_zero_without_masks_and_stable_in_bfloat16():
   rng = np.random.default_rng(1)
   relevance = rng.normal(size=(2, 3)).astype(np.float32)
@@ -116,6 +150,44 @@ def test_open_qa_loss_reads_the_blocks_at_read_positions():
   assert abs(float(top["reader_loss"][0]) - float(parts["reader_loss"][0])) > 0.1
 
 
+def test_per_document_span_softmax_matches_numpy():
+  """The patent's eq. 9: −log Σ_z p(z|x) Σ_{s correct} softmax_{s ∈ z}(g), each block's spans
+  normalised on their own; a block read without a valid span (the null document) keeps its
+  share p(z|x), which no answer comes from."""
+  rng = np.random.default_rng(4)
+  b, k, s = 3, 4, 6
+  masked = masked_logit_value(tf.float32)
+  retriever = rng.normal(scale=2.0, size=(b, 5)).astype(np.float32)
+  span = rng.normal(scale=3.0, size=(b, k, s)).astype(np.float32)
+  mask = rng.random((b, k, s)) < 0.8
+  mask[:, 0] = False  # the null document: no span
+  span = np.where(mask, span, masked).astype(np.float32)
+  correct = (rng.random((b, k, s)) < 0.2) & mask
+  correct[2] = False  # no answer read: zero
+  _, parts = losses.open_qa_loss(retriever, np.zeros((b, 5), bool), span, correct,
+                                 span_normalization="per_document")
+  log_blocks = log_softmax(retriever[:, :k], -1)
+  expected = []
+  for i in range(b):
+    total = []
+    for z in range(k):
+      if mask[i, z].any():
+        log_spans = span[i, z, mask[i, z]] - logsumexp(span[i, z, mask[i, z]])
+        total += list(log_blocks[i, z] + log_spans[correct[i, z, mask[i, z]]])
+    expected.append(-logsumexp(total) if total else 0.0)
+  np.testing.assert_allclose(parts["reader_loss"], expected, atol=1e-5)
+  assert expected[2] == 0.0 and min(expected[:2]) > 0
+  _, joint = losses.open_qa_loss(retriever, np.zeros((b, 5), bool), span, correct)
+  assert np.abs(joint["reader_loss"][:2] - parts["reader_loss"][:2]).min() > 1e-3
+  shifted = span + np.where(mask, np.arange(k, dtype=np.float32)[None, :, None] * 5.0, 0.0)
+  _, invariant = losses.open_qa_loss(retriever, np.zeros((b, 5), bool), shifted.astype(
+      np.float32), correct, span_normalization="per_document")
+  np.testing.assert_allclose(invariant["reader_loss"], parts["reader_loss"], atol=1e-4)
+  _finite_gradients(lambda r, x: losses.open_qa_loss(
+      r, np.zeros((b, 5), bool), x, correct, span_normalization="per_document")[0],
+      retriever, span)
+
+
 def test_correct_spans():
   starts = np.array([0, 1, 2, 0, 1], np.int32)
   ends = np.array([0, 1, 2, 1, 2], np.int32)
@@ -127,7 +199,7 @@ def test_correct_spans():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_retriever_gradient_is_posterior_minus_prior(seed):
-  """REALM §2.4: d log p(y|x) / d f(x,z) = p(z|y,x) - p(z|x), per masked token, so the loss
+  """REALM §3.3 / Appendix A: d log p(y|x) / d f(x,z) = p(z|y,x) - p(z|x), per masked token, so the loss
   gradient is Σ_j w_j (p(z|y_j,x) - p(z|x)) / Σ w; padded candidates get none."""
   rng = np.random.default_rng(seed)
   b, k, m, v = 3, 5, 4, 11

@@ -209,6 +209,33 @@ def test_null_document_alone_is_a_masked_lm_without_retrieval(world, tmp_path):
   assert [h["source_retrieved"] for h in history] == [0.0, 0.0, 0.0]
 
 
+def test_sequence_mlm_loss_trains_and_logs_per_document_retrieval_utility(world, tmp_path):
+  """`mlm_loss="sequence"` (the paper's one-document-per-example marginal) trains from the same
+  start to another first loss than the per-token form; both log Appendix D's RU(z|x) of the
+  top retrieved block."""
+  directory, store, tok = world
+  first = {}
+  for form in ("token", "sequence"):
+    retriever, reader = _models()
+    history = RealmPretrainer(
+        _config(str(tmp_path / form), directory, num_steps=3, mlm_loss=form,
+                masking="random_span"),  # several masks a query: the forms differ
+        retriever, reader, store, tok,
+        SynchronousRefresher(str(tmp_path / f"index-{form}"), 100, store,
+                             (tok.cls_id, tok.sep_id, tok.pad_id), "brute_force",
+                             24)).train(verbose=False)
+    assert all(math.isfinite(h["loss"]) and math.isfinite(h["top_document_ru"])
+               for h in history)
+    first[form] = history[0]
+  assert first["token"]["top_document_ru"] == pytest.approx(first["sequence"]["top_document_ru"],
+                                                            rel=1e-4)  # the same first read
+  # An untrained reader's p(y_j|z,x) hardly depends on z, so the forms differ by ~1e-4 here,
+  # 100x the float noise between two computations from the same numbers.
+  assert abs(first["token"]["loss"] - first["sequence"]["loss"]) > 1e-5
+  with pytest.raises(ValueError, match="mlm_loss must be one of"):
+    PretrainTaskConfig(mlm_loss="per_block")
+
+
 def test_unmaskable_examples_are_counted_not_nan(world, tmp_path):
   directory, store, tok = world
   retriever, reader = _models()

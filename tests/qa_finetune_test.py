@@ -339,6 +339,29 @@ def test_per_tower_learning_rates(world, tmp_path):
                  zip(reader, open_qa_step.reader_variables(tuner.reader)))
 
 
+def test_per_document_span_normalization_trains_and_answers_in_its_form(world, tmp_path):
+  """`span_normalization="per_document"` (the patent's eq. 9) trains with that reader loss and
+  the QA model it writes answers in the same form."""
+  model = dataclasses.replace(tiny_world.model_config(), span_normalization="per_document")
+  model_dir = str(tmp_path / "per_document")
+  tuner = FineTuner(tiny_config(world, model_dir, dev_data="", num_steps=3, model=model),
+                    log=lambda message: None)
+  batch = tuner.prepare_batch(tuner.train_examples[:4])
+  _, _, reader_loss, correct = open_qa_step.open_qa_losses(
+      tuner.retriever, tuner.reader, batch, training=False, span_normalization="joint")
+  _, _, per_document, _ = tuner._losses(batch, training=False)
+  answered = np.asarray(correct).any(axis=(1, 2))
+  assert answered.any()
+  assert np.abs(np.asarray(reader_loss)[answered] - np.asarray(per_document)[answered]).min() > 0
+  result = tuner.run()
+  assert np.all(np.isfinite(result.losses))
+  qa_model = QAModel.load(model_dir)
+  assert qa_model.config.span_normalization == "per_document"
+  assert qa_model.system(k=2).span_normalization == "per_document"
+  with pytest.raises(ValueError, match="span_normalization must be one of"):
+    dataclasses.replace(model, span_normalization="per_block")
+
+
 def test_config_errors(world, tmp_path):
   with pytest.raises(ValueError, match="retriever_top_k 3 must be >= reader_top_k 5"):
     tiny_config(world, str(tmp_path), retriever_top_k=3)

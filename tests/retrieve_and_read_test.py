@@ -1,6 +1,7 @@
 """Retrieve-and-read over a tiny corpus with tiny towers."""
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from realm_tf import configs
 from realm_tf import retrieve_and_read
@@ -99,3 +100,32 @@ def test_reading_inputs_cut_to_their_longest_row_gives_the_answers_of_full_lengt
   for short, full in zip(cut.answer(questions), make(96).answer(questions)):
     assert short.answer == full.answer and short.block == full.block
     np.testing.assert_allclose(short.probability, full.probability, rtol=1e-4)
+
+
+def test_per_document_span_normalization_answers_with_p_z_times_p_span(system):
+  """A reader trained with the patent's per-document span softmax answers with the best
+  p(z|x) p(s|z,x), computed here from its raw span logits."""
+  tokenizer, retriever, reader, embeddings = system
+  make = lambda normalization: RetrieveAndRead(
+      retriever, reader, tokenizer, BruteForceIndex(embeddings), TITLES, BODIES, k=3,
+      query_length=16, block_length=24, reader_length=40, span_normalization=normalization)
+  system_ = make("per_document")
+  question = "where is paris ?"
+  features, query_ids, query_emb = system_.embed_questions(np.array([question]))
+  scores, rows = system_.index.search(query_emb, 3)
+  rows = rows.numpy()[0]
+  titles = np.array([[TITLES[r] for r in rows]])
+  bodies = np.array([[BODIES[r] for r in rows]])
+  inputs = system_.featurizer.reader_inputs(query_ids, titles, bodies)
+  logits, _, _ = reader.span_logits(
+      {n: inputs[n] for n in ("input_word_ids", "input_mask", "input_type_ids")},
+      inputs["block_mask"])
+  logits = logits.numpy()
+  valid = logits > retrieve_and_read.masked_logit_value(tf.float32) / 2  # [k, S]
+  log_blocks = scores.numpy()[0] - np.logaddexp.reduce(scores.numpy()[0])
+  best = max(log_blocks[z] + logits[z, s] - np.logaddexp.reduce(logits[z, valid[z]])
+             for z in range(3) for s in np.flatnonzero(valid[z]))
+  answer = system_.answer([question])[0]
+  np.testing.assert_allclose(answer.probability, np.exp(best), rtol=1e-4)
+  joint = make("joint").answer([question])[0]
+  assert abs(joint.probability - answer.probability) > 1e-4  # another form, another score

@@ -1,4 +1,4 @@
-"""Open-QA fine-tuning (REALM §3.4 / ORQA): query tower + reader on a frozen document index.
+"""Open-QA fine-tuning (REALM §3.3 / ORQA): query tower + reader on a frozen document index.
 
 Legend: B questions per batch, K blocks scored by the retriever loss (reference: 5000),
 k blocks read (5), Lq / Lr query / reader length, S spans, A gold spans, N blocks, D dim.
@@ -198,7 +198,8 @@ class FineTuner:
                                      self.retriever, self._snapshot(), self._checkpoints())
     self.doc_index = self._refreshed_doc_index()
     self._replica_step = make_replica_step(self.retriever, self.reader, self.optimizer,
-                                           trainer.batch_size, self.retriever_optimizer)
+                                           trainer.batch_size, self.retriever_optimizer,
+                                           task.model.span_normalization)
     self._systems: Dict[int, RetrieveAndRead] = {}  # blocks read -> the system reading that many
     self._prepare = BatchPreparer(self.retriever, self.featurizer, self.tokenizer, self.corpus)
     self._train_fn = graph_functions.function(self._distributed_step)
@@ -289,7 +290,8 @@ class FineTuner:
   # The replicated step ------------------------------------------------------------------------
 
   def _losses(self, inputs: Dict[str, tf.Tensor], training: bool):
-    return open_qa_losses(self.retriever, self.reader, inputs, training)
+    return open_qa_losses(self.retriever, self.reader, inputs, training,
+                          self.experiment.task.model.span_normalization)
 
   def loss(self, prepared: Dict[str, np.ndarray]) -> np.ndarray:
     """Per-question losses [B] of a `prepare_batch` result with the current weights, without

@@ -328,7 +328,8 @@ def make_system(retriever: Retriever, reader: Reader, tokenizer: WordpieceTokeni
   return RetrieveAndRead(retriever, reader, tokenizer, doc_index.index, corpus.titles,
                          corpus.texts, k=k, query_length=config.query_length,
                          block_length=config.block_length, reader_length=config.reader_length,
-                         block_ids=corpus.block_ids, batch_size=batch_size)
+                         block_ids=corpus.block_ids, batch_size=batch_size,
+                         span_normalization=config.span_normalization)
 
 
 def find_model_dir(directory: str) -> str:

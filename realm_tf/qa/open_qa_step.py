@@ -1,4 +1,4 @@
-"""The Open-QA training step (REALM §3.4 / ORQA): loss of a prepared batch, the replicated
+"""The Open-QA training step (REALM §3.3 / ORQA): loss of a prepared batch, the replicated
 update, and the variables fine-tuning trains.
 
 Legend: B questions, K blocks scored by the retriever loss, k blocks read, Lq / Lr query /
@@ -27,7 +27,8 @@ READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "block_mask
 QUERY_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
 
 
-def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bool):
+def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bool,
+                   span_normalization: str = "joint"):
   """Per-question Open-QA losses of prepared inputs (`FineTuner.prepare_batch` names).
 
   Args:
@@ -37,6 +38,7 @@ def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bo
       "gold_starts" / "gold_ends" [B, k, A], optional "read_positions" [B, k] (the blocks
       read among the K; default the top k).
     training: dropout on or off.
+    span_normalization: the reader term's form (`losses.open_qa_loss`).
 
   Returns:
     (loss [B], retriever loss [B], reader loss [B], correct spans bool [B, k, S]).
@@ -56,16 +58,18 @@ def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bo
   span_logits = tf.reshape(span_logits, [batch, k, -1])  # [B, k, S]
   correct = correct_spans(starts, ends, inputs["gold_starts"], inputs["gold_ends"])
   _, parts = open_qa_loss(retriever_logits, inputs["has_answer"], span_logits, correct,
-                         read_positions=inputs.get("read_positions"))
+                         read_positions=inputs.get("read_positions"),
+                         span_normalization=span_normalization)
   per_question = parts["retriever_loss"] + parts["reader_loss"]
   return per_question, parts["retriever_loss"], parts["reader_loss"], correct
 
 
 def make_replica_step(retriever, reader, optimizer, global_batch_size: int,
-                      retriever_optimizer=None
+                      retriever_optimizer=None, span_normalization: str = "joint"
                       ) -> Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
-  """The replicated training step: Open-QA loss, gradients, AdamW updates (the query tower's
-  by `retriever_optimizer` when given, else by `optimizer` with the reader's).
+  """The replicated training step: Open-QA loss (`span_normalization`'s reader term),
+  gradients, AdamW updates (the query tower's by `retriever_optimizer` when given, else by
+  `optimizer` with the reader's).
 
   The returned function takes one replica's prepared inputs and returns sums over its
   questions ("loss", "retriever_loss", "reader_loss", "retrieved_answer": questions with an
@@ -77,7 +81,7 @@ def make_replica_step(retriever, reader, optimizer, global_batch_size: int,
   def replica_step(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     with tf.GradientTape() as tape:
       per_question, retriever_loss, reader_loss, correct = open_qa_losses(
-          retriever, reader, inputs, training=True)
+          retriever, reader, inputs, training=True, span_normalization=span_normalization)
       loss = tf.reduce_sum(per_question) / float(global_batch_size)
     pairs = [(g, v) for g, v in zip(tape.gradient(loss, variables), variables)]
     updates = [(g, v) for g, v in pairs if g is not None]  # e.g. an unused pooler

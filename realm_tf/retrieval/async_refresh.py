@@ -1,4 +1,4 @@
-"""The asynchronous index refresh: a builder process publishes the indexes (REALM Appendix A).
+"""The asynchronous index refresh: a builder process publishes the indexes (REALM §3.3).
 
 Every N steps the trainer exports a doc-embedder snapshot
 (`<snapshot_root>/step-<8-digit step>`); an index-builder process

@@ -1,4 +1,4 @@
-"""Keeping the MIPS index fresh while the retriever trains (REALM §3.3 / Appendix A): the one
+"""Keeping the MIPS index fresh while the retriever trains (REALM §3.3): the one
 refresher of pre-training and of Open-QA fine-tuning's optional index refresh.
 
 Every index is published under `<index_root>/step-<8-digit step>` (the step of the doc-embedder

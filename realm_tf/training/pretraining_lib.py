@@ -1,18 +1,21 @@
-"""REALM pre-training: backpropagation through retrieval (REALM §2–3).
+"""REALM pre-training: backpropagation through retrieval (REALM §3).
 
 Per step:
   1. replicated: embed the masked queries with the current θ;
   2. host: search the (possibly stale) index, drop the source block, null document first,
      cut to K, pack candidate and reader inputs (`CandidateBuilder`);
   3. replicated: re-embed query and candidates with the current θ (fresh p(z|x) and its
-     gradient), read every (x, z), and minimise the per-token marginal negative log-likelihood
-     over the K candidates; gradients flow into both towers and the reader.
+     gradient), read every (x, z), and minimise the marginal negative log-likelihood over the K
+     candidates (per token, or the paper's per sequence: `task.mlm_loss`); gradients flow into
+     both towers and the reader, the retriever's by p(z|y,x) − p(z|x) (Appendix A).
 The index is swapped between steps by an `IndexRefresher`. With several workers
 (MultiWorkerMirroredStrategy) every worker reads the same global batch, gathers the query
 embeddings of all replicas after step 1, does step 2 on the whole batch, and its replicas take
 their rows in step 3 (`distribute`): the step is the single-worker one. Logged: loss, MLM
-accuracy of the marginal prediction, retrieval utility vs the null document, the null
-document's prior and posterior share of the retrieval mass (`null_prior`, `null_posterior`),
+accuracy of the marginal prediction, retrieval utility of the marginal vs the null document
+(`retrieval_utility`) and Appendix D's per-document RU(z|x) of the best-scored retrieved block
+(`top_document_ru`), the null document's prior and posterior share of the retrieval mass
+(`null_prior`, `null_posterior`),
 how often the source block is retrieved, index version and staleness, step time.
 Legend: B batch, K candidates, M masked positions, V vocabulary, D embedding dim.
 """
@@ -27,6 +30,7 @@ from realm_tf import graph_functions
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.losses.mlm_marginal_likelihood import marginal_mlm_loss
 from realm_tf.losses.mlm_marginal_likelihood import marginal_token_log_probs
+from realm_tf.losses.retrieval_utility import document_retrieval_utility
 from realm_tf.losses.retrieval_utility import retrieval_utility
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
@@ -46,8 +50,10 @@ from realm_tf.training.train_loop import Evaluation
 from realm_tf.training.train_loop import TrainLoop
 
 
-def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_document: bool):
-  """The replicated REALM step: batch -> per-replica metric sums (see module docstring).
+def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_document: bool,
+                     mlm_loss: str = "token", num_candidates: int = 8):
+  """The replicated REALM step: batch -> per-replica metric sums (see module docstring), the
+  loss in `mlm_loss`'s form (`losses.mlm_marginal_likelihood`) over `num_candidates` K.
   Retriever gradients are zeroed where `batch["train_retriever"]` is False (reader warm-up)."""
 
   def step(batch):
@@ -66,7 +72,7 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
       mlm = tf.reshape(tf.cast(mlm, tf.float32), [b, k, tf.shape(positions)[1], -1])  # [b, K, M, V]
       loss, token_log_probs = marginal_mlm_loss(logits, mlm, batch["masked_lm_ids"],
                                                 batch["masked_lm_weights"],
-                                                normalizer=batch["normalizer"][0])
+                                                normalizer=batch["normalizer"][0], form=mlm_loss)
     variables = retriever.trainable_variables + reader.trainable_variables
     gradients = tape.gradient(loss, variables)
     train_retriever = batch["train_retriever"][0]
@@ -94,6 +100,13 @@ def pretraining_step(retriever: Retriever, reader: Reader, optimizer, null_docum
       joint = candidate_log_probs[:, :, 0] + token_log_probs  # [b, K, M]
       posterior = tf.exp(joint[:, 0] - tf.reduce_logsumexp(joint, axis=1))  # [b, M]
       metrics["null_posterior"] = tf.reduce_sum(posterior * weights)
+    if null_document and num_candidates > 1:
+      # Appendix D's RU(z|x) of the best-scored retrieved block (candidate 1, after the null
+      # document), over the examples that retrieved one.
+      top = tf.cast(batch["candidate_mask"][:, 1], tf.float32) * has_mask
+      document_ru = document_retrieval_utility(token_log_probs, weights)  # [b, K]
+      metrics["top_document_ru"] = tf.reduce_sum(document_ru[:, 1] * top)
+      metrics["top_document_examples"] = tf.reduce_sum(top)
     return metrics
 
   return step
@@ -161,7 +174,8 @@ class RealmPretrainer:
                               retriever.trainable_variables + reader.trainable_variables,
                               self.strategy))
     self._train_step = graph_functions.function(
-        pretraining_step(retriever, reader, self.optimizer, task.null_document))
+        pretraining_step(retriever, reader, self.optimizer, task.null_document, task.mlm_loss,
+                         task.num_candidates))
     self._embed_query = graph_functions.function(
         lambda f: retriever.embed_query(f, training=False))
 
@@ -213,6 +227,9 @@ class RealmPretrainer:
       metrics["retrieval_utility"] = sums["retrieval_utility"] / examples
       metrics["null_prior"] = sums["null_prior"] / examples
       metrics["null_posterior"] = sums["null_posterior"] / tokens
+    if "top_document_ru" in sums:
+      metrics["top_document_ru"] = sums["top_document_ru"] / max(
+          sums.pop("top_document_examples"), 1.0)
     return metrics
 
   def _search(self, queries: np.ndarray, k: int) -> np.ndarray:
