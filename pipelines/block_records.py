@@ -25,6 +25,7 @@ from realm_tf.retrieval import corpus_files
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.fingerprint import block_digest
 from realm_tf.retrieval.fingerprint import fingerprint_digests
+from realm_tf.signatures.doc_embedder import export_tokenizer
 
 
 @dataclasses.dataclass
@@ -46,18 +47,26 @@ class BlockRecord:
 _ROWS_PER_READ = 65536
 
 
-def _corpus_form_rows(rows: Tuple[int, int], corpus_dir: str, wordpieces: bool):
+def _corpus_form_rows(rows: Tuple[int, int], corpus_dir: str, wordpieces: bool,
+                      embedder_dir: str):
   """The `BlockRecord`s of rows [start, stop) of a corpus-form directory (empty wordpieces
-  unless `wordpieces`)."""
+  unless `wordpieces`): its stored wordpieces, else those of the tokenizer of the
+  doc-embedder export `embedder_dir` (cached in the corpus directory by whoever tokenized it
+  first, `Corpus.wordpieces`)."""
   store = Corpus.open(corpus_dir)
-  if wordpieces and store.title_ids is None:
-    raise ValueError(f"{corpus_dir}: the corpus has no stored wordpieces (it was not made by "
-                     "the corpus pipeline); the index builder needs them")
+  title_ids, body_ids = store.title_ids, store.body_ids
+  if wordpieces and title_ids is None:
+    tokenizer = export_tokenizer(embedder_dir) if embedder_dir else None
+    if tokenizer is None:
+      raise ValueError(f"{corpus_dir}: the corpus has no stored wordpieces (it was not made "
+                       "by the corpus pipeline) and the doc embedder has no tokenizer; the "
+                       "index builder needs one of them")
+    title_ids, body_ids = store.wordpieces(tokenizer)
   empty = np.zeros([0], np.int64)
   for r in range(*rows):
     yield BlockRecord(int(store.block_ids[r]), store.titles[r], store.texts[r],
-                      np.asarray(store.title_ids.row(r), np.int64) if wordpieces else empty,
-                      np.asarray(store.body_ids.row(r), np.int64) if wordpieces else empty)
+                      np.asarray(title_ids.row(r), np.int64) if wordpieces else empty,
+                      np.asarray(body_ids.row(r), np.int64) if wordpieces else empty)
 
 
 def readable_corpus(path: str) -> Tuple[str, int]:
@@ -104,15 +113,19 @@ class ReadBlocks(beam.PTransform):
   Args:
     corpus_dir: the directory pipeline 1 wrote, or a corpus-form directory.
     verify: check the shards (`block_files`) when the pipeline is built.
-    wordpieces: the blocks' stored wordpieces are needed (a corpus form without them is
-      refused); False: a corpus form's records carry none.
+    wordpieces: the blocks' wordpieces are needed (a corpus form without stored ones is
+      tokenized by `embedder_dir`'s tokenizer, or refused); False: a corpus form's records
+      carry none.
+    embedder_dir: the doc-embedder export the wordpieces are for ("": stored ones only).
   """
 
-  def __init__(self, corpus_dir: str, verify: bool = True, wordpieces: bool = True):
+  def __init__(self, corpus_dir: str, verify: bool = True, wordpieces: bool = True,
+               embedder_dir: str = ""):
     super().__init__()
     self.corpus_dir = corpus_dir
     self.verify = verify
     self.wordpieces = wordpieces
+    self.embedder_dir = embedder_dir
 
   def expand(self, pbegin):
     if corpus_files.is_corpus_dir(self.corpus_dir):
@@ -120,7 +133,8 @@ class ReadBlocks(beam.PTransform):
       ranges = [(start, min(start + _ROWS_PER_READ, num_blocks))
                 for start in range(0, num_blocks, _ROWS_PER_READ)]
       return (pbegin | "RowRanges" >> beam.Create(ranges) | "Reshuffle" >> beam.Reshuffle()
-              | "ReadRows" >> beam.FlatMap(_corpus_form_rows, self.corpus_dir, self.wordpieces))
+              | "ReadRows" >> beam.FlatMap(_corpus_form_rows, self.corpus_dir, self.wordpieces,
+                                           self.embedder_dir))
     if self.verify:
       block_files(self.corpus_dir)
     return (pbegin

@@ -280,7 +280,8 @@ def build_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
   """Adds the embedding stage to `pipeline`; returns the (shard, count) PCollection.
   `verify`: check the block shards (`block_records.block_files`)."""
   return (pipeline
-          | "ReadBlocks" >> block_records.ReadBlocks(corpus_dir, verify)
+          | "ReadBlocks" >> block_records.ReadBlocks(corpus_dir, verify,
+                                                    embedder_dir=embedder_dir)
           | "EmbedBlocks" >> EmbedBlocks(embedder_dir, num_shards, blocks_per_batch,
                                          groups_per_bucket)
           | "WriteEmbeddingShards" >> WriteEmbeddingShards(embeddings_dir, num_shards))

@@ -226,8 +226,21 @@ class OpenQATaskConfig:
       the best answer-bearing block of the top K instead of the k-th (DPR's reader training:
       supervision for every question the top K answers; False: REALM's and ORQA's top k).
     index_kind, scann: the document index ("scann" or "brute_force") and ScaNN's settings.
-    index_refresh_steps: refresh the index every that many steps (0: frozen; needs a
-      pre-trained retriever with shared towers).
+    index_refresh_steps: refresh the index every that many steps (0: frozen). Without
+      `train_doc_tower` the doc tower becomes a copy of the query tower first (what shared
+      towers would hold; needs a pre-trained retriever with shared towers).
+    train_doc_tower: the doc tower trains too (the patent's fine-tuning variant; REALM and
+      ORQA freeze it): the k blocks read (and the null document) are re-embedded by it in the
+      step, so their f(x, z) is fresh and has its gradient, as in pre-training; the index is
+      refreshed from the doc tower itself.
+    refresh: "sync" (the trainer rebuilds the index, `retrieval.index_refresh`) or "async"
+      (a doc-embedder snapshot every `index_refresh_steps`, built by the index-builder
+      process while training goes on, swapped in when published,
+      `retrieval.async_refresh`; needs `train_doc_tower`).
+    builder_args, max_builder_failures: the asynchronous builder's extra flags and the
+      failed builds in a row that stop training.
+    null_document: the null document (an empty block) first among the K scored and the k
+      read, as the patent's fine-tuning allows (REALM's pre-training always has it).
     embedding_dtype: the doc tower's precision when embedding the index (and of its
       export), recorded in the index manifest's metadata.
     embedding_storage_dtype: "float32", "bfloat16" or "float16": the dtype the index's block
@@ -251,6 +264,11 @@ class OpenQATaskConfig:
   index_kind: str = "scann"
   scann: ScannSettings = ScannSettings()
   index_refresh_steps: int = 0
+  train_doc_tower: bool = False
+  refresh: str = "sync"
+  builder_args: Tuple[str, ...] = ()
+  max_builder_failures: int = 2
+  null_document: bool = False
   embedding_dtype: str = "auto"
   embedding_storage_dtype: str = "float32"
   allow_unanswerable: bool = False
@@ -265,7 +283,12 @@ class OpenQATaskConfig:
                        f"{self.reader_top_k}")
     if self.index_refresh_steps < 0:
       raise ValueError(f"index_refresh_steps must be >= 0, got {self.index_refresh_steps}")
-    if self.index_refresh_steps and self.init.checkpoint and not (
+    if self.refresh not in ("async", "sync"):
+      raise ValueError(f"refresh must be 'async' or 'sync', got {self.refresh!r}")
+    if self.refresh == "async" and not self.train_doc_tower:
+      raise ValueError("an asynchronous index refresh needs train_doc_tower (a frozen doc "
+                       "tower is refreshed by copying the query tower, synchronously)")
+    if self.index_refresh_steps and not self.train_doc_tower and self.init.checkpoint and not (
         self.init.checkpoint_share_towers):
       raise ValueError("index refresh snapshots the query tower into the doc tower, which "
                        "needs a pre-trained retriever with shared towers")

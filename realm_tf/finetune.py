@@ -78,6 +78,18 @@ flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
 flags.DEFINE_integer("refresh_every", 0,
                      "Refresh the index every N steps (0: frozen index).", lower_bound=0)
 flags.DEFINE_alias("index_refresh_steps", "refresh_every")
+flags.DEFINE_bool("train_doc_tower", False,
+                  "Train the doc tower too (the patent's variant): the blocks read are "
+                  "re-embedded in the step; --refresh_every refreshes the index from it.")
+flags.DEFINE_enum("refresh", "sync", ["sync", "async"],
+                  "Index refresh in the trainer, or by the index-builder process while "
+                  "training goes on (async; needs --train_doc_tower).")
+flags.DEFINE_list("builder_args", [], "Extra flags for the asynchronous index builder.")
+flags.DEFINE_integer("max_builder_failures", 2,
+                     "Stop after this many asynchronous index builds failed in a row.",
+                     lower_bound=1)
+flags.DEFINE_bool("null_document", False,
+                  "Put the null document first among the blocks scored and read.")
 flags.DEFINE_integer("eval_every", 1000, "Dev evaluation cadence.", lower_bound=1)
 flags.DEFINE_alias("eval_every_steps", "eval_every")
 flags.DEFINE_integer("eval_max_examples", 0, "Dev questions evaluated (0: all).", lower_bound=0)
@@ -129,7 +141,10 @@ SETTINGS = {
     "read_answer_block": "task.read_answer_block",
     "index_kind": "task.index_kind",
     **{flag: f"task.scann.{name}" for flag, name in _SCANN.names().items()},
-    "refresh_every": "task.index_refresh_steps", "eval_every": "trainer.eval_every",
+    "refresh_every": "task.index_refresh_steps", "train_doc_tower": "task.train_doc_tower",
+    "refresh": "task.refresh", "builder_args": "task.builder_args",
+    "max_builder_failures": "task.max_builder_failures", "null_document": "task.null_document",
+    "eval_every": "trainer.eval_every",
     "eval_max_examples": "trainer.eval_max_examples",
     "checkpoint_every": "trainer.checkpoint_every",
     "keep_checkpoints": "trainer.keep_checkpoints", "log_every": "trainer.log_every",

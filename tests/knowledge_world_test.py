@@ -205,6 +205,10 @@ def test_ablation_runs_follow_the_systems_they_serve():
   assert config.pretraining_runs() == ["bert_pairs", "realm", "bert"]
   seed = config.for_seed(7)
   assert (seed.seed, seed.world.seed, os.path.basename(seed.output_dir)) == (7, 7, "seed-7")
+  forms = ablation_config.AblationConfig(output_dir="x", variants=ablation_config.FORM_VARIANTS)
+  assert forms.pretraining_runs() == ["bert_pairs", "realm_sequence_mlm", "realm"]
+  assert ablation_config.AblationConfig(output_dir="x").variants == (
+      ablation_config.TABLE_VARIANTS)  # the loss forms are off the default table
   with pytest.raises(ValueError, match="variants"):
     ablation_config.AblationConfig(output_dir="x", variants=("bogus",))
   with pytest.raises(ValueError, match="seeds"):

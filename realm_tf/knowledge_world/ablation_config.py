@@ -23,6 +23,15 @@ system is a retriever and a reader, fine-tuned together):
   realm_random_token      REALM with BERT-style random-token masks.
   realm_random_span       REALM with random-span masks.
   realm_stale_index       REALM with the index refreshed `stale_factor` (30) times less often.
+  realm_sequence_mlm      REALM pre-trained with the paper's per-example marginal
+                          log Σ_z p(z|x) Π_j p(y_j|z,x) (`mlm_loss="sequence"`), not the
+                          released code's per-token one.
+  realm_per_document_spans  the REALM system fine-tuned with the patent's per-document span
+                          softmax (eq. 9), not ORQA's one softmax over (block, span) pairs.
+  realm_train_doc_tower   the REALM system fine-tuned with its doc tower trained too and the
+                          index refreshed from it every `refresh_every` * 5 steps.
+  realm_null_document     the REALM system fine-tuned with the null document among the blocks
+                          scored and read.
 
 The readers. "BERT" (`bert`) is a plain masked-LM pre-training of the reader on the X
 sentences alone (random-token masks, the null document as its only candidate, so it learns X's
@@ -61,7 +70,11 @@ from realm_tf.knowledge_world.world import WorldConfig
 
 VARIANTS = ("no_retrieval", "orqa", "realm_retriever_bert_reader",
             "ict_retriever_realm_reader", "realm", "realm_random_token", "realm_random_span",
-            "realm_stale_index")
+            "realm_stale_index", "realm_sequence_mlm", "realm_per_document_spans",
+            "realm_train_doc_tower", "realm_null_document")
+# The variants of the loss forms and of the patent's fine-tuning, off the default table.
+FORM_VARIANTS = VARIANTS[-4:]
+TABLE_VARIANTS = VARIANTS[:-4]
 # variant -> (retriever: "ict" or a pre-training run, reader: a pre-training run)
 SYSTEMS = {"no_retrieval": ("ict", "bert"), "orqa": ("ict", "bert"),
            "realm_retriever_bert_reader": ("realm", "bert"),
@@ -69,7 +82,11 @@ SYSTEMS = {"no_retrieval": ("ict", "bert"), "orqa": ("ict", "bert"),
            "realm": ("realm", "realm"),
            "realm_random_token": ("realm_random_token", "realm_random_token"),
            "realm_random_span": ("realm_random_span", "realm_random_span"),
-           "realm_stale_index": ("realm_stale_index", "realm_stale_index")}
+           "realm_stale_index": ("realm_stale_index", "realm_stale_index"),
+           "realm_sequence_mlm": ("realm_sequence_mlm", "realm_sequence_mlm"),
+           "realm_per_document_spans": ("realm", "realm"),
+           "realm_train_doc_tower": ("realm", "realm"),
+           "realm_null_document": ("realm", "realm")}
 DESCRIPTIONS = {
     "no_retrieval": "No retrieval (BERT reader, null document only)",
     "orqa": "ORQA (ICT retriever + BERT reader)",
@@ -79,13 +96,24 @@ DESCRIPTIONS = {
     "realm_random_token": "REALM, random-token masks",
     "realm_random_span": "REALM, random-span masks",
     "realm_stale_index": "REALM, 30x staler index",
+    "realm_sequence_mlm": "REALM, per-example MLM marginal (the paper's form)",
+    "realm_per_document_spans": "REALM, fine-tuned with per-document span softmax",
+    "realm_train_doc_tower": "REALM, fine-tuned with the doc tower trained",
+    "realm_null_document": "REALM, fine-tuned with the null document",
 }
+# variant -> its fine-tuning's `OpenQATaskConfig` settings besides the benchmark's ("model":
+# `ModelConfig` settings); the doc-tower variant's refresh period is `refresh_every` * 5.
+FINETUNE_SETTINGS = {"realm_per_document_spans": {"model": {"span_normalization": "per_document"}},
+                     "realm_train_doc_tower": {"train_doc_tower": True},
+                     "realm_null_document": {"null_document": True}}
 # pre-training run -> (masking, reader it starts from: None = fresh)
 PRETRAINING_RUNS = {"bert": ("random_token", None), "bert_pairs": ("random_token", None),
                      "realm": ("salient_span", "bert_pairs"),
                      "realm_random_token": ("random_token", "bert_pairs"),
                      "realm_random_span": ("random_span", "bert_pairs"),
-                     "realm_stale_index": ("salient_span", "bert_pairs")}
+                     "realm_stale_index": ("salient_span", "bert_pairs"),
+                     "realm_sequence_mlm": ("salient_span", "bert_pairs")}
+SEQUENCE_MLM_RUNS = ("realm_sequence_mlm",)  # pre-trained with mlm_loss="sequence"
 
 
 def lineage(run: str) -> List[str]:
@@ -119,7 +147,8 @@ class AblationConfig:
       retriever_top_k, eval_every: Open-QA fine-tuning (warm-up over the first 10% of the
       steps; the best dev checkpoint is evaluated on test).
     recall_k: k of zero-shot recall@k.
-    variants: which rows to run (their pre-training runs are trained as needed).
+    variants: which rows to run (their pre-training runs are trained as needed); default the
+      rows of Table 2, not `FORM_VARIANTS`.
     seeds: one run per seed; `seed` is the run at hand.
   """
   output_dir: str
@@ -150,7 +179,7 @@ class AblationConfig:
   retriever_top_k: int = 40
   eval_every: int = 100
   recall_k: int = 5
-  variants: Tuple[str, ...] = VARIANTS
+  variants: Tuple[str, ...] = TABLE_VARIANTS
   seeds: Tuple[int, ...] = (0, 1, 2)
   seed: int = 0
 

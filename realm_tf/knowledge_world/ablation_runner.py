@@ -28,7 +28,9 @@ from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiments import registry
 from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.knowledge_world.ablation_config import DESCRIPTIONS
+from realm_tf.knowledge_world.ablation_config import FINETUNE_SETTINGS
 from realm_tf.knowledge_world.ablation_config import PRETRAINING_RUNS
+from realm_tf.knowledge_world.ablation_config import SEQUENCE_MLM_RUNS
 from realm_tf.knowledge_world.ablation_config import SYSTEMS
 from realm_tf.knowledge_world.ablation_config import AblationConfig
 from realm_tf.knowledge_world.ablation_config import lineage
@@ -168,6 +170,7 @@ class AblationRunner:
         corpus=self.files.directory, examples_dir=self.files.directory,
         model=self.pretrain_model, init=InitConfig(),
         retriever_dir=self._path("ict", "retriever"), exclude_source=False, masking=masking,
+        mlm_loss="sequence" if run in SEQUENCE_MLM_RUNS else "token",
         refresh="sync", index_kind="brute_force", embedding_dtype="float32", **settings),
         verbose=False)
     history = read_step_records(os.path.join(model_dir, "metrics.jsonl"))
@@ -203,18 +206,22 @@ class AblationRunner:
       tf.io.gfile.rmtree(model_dir)
     corpus = self._path(NULL_CORPUS) if variant == "no_retrieval" else self.files.directory
     steps = config.finetune_steps
+    settings = dict(FINETUNE_SETTINGS.get(variant, {}))
+    model = dataclasses.replace(self.model, **settings.pop("model", {}))
+    if settings.get("train_doc_tower"):
+      settings["index_refresh_steps"] = config.refresh_every * 5
     run_experiment(self._experiment(
         "open_qa", model_dir, dict(num_steps=steps, batch_size=config.finetune_batch_size,
                                    learning_rate=config.finetune_learning_rate,
                                    warmup_steps=max(1, steps // 10),
                                    eval_every=config.eval_every, checkpoint_every=steps,
                                    keep_checkpoints=1, log_every=max(1, steps // 4)),
-        corpus=corpus, train_data=self.files.train, dev_data=self.files.dev, model=self.model,
+        corpus=corpus, train_data=self.files.train, dev_data=self.files.dev, model=model,
         init=InitConfig(checkpoint=self._init_checkpoint(variant)),
         reader_top_k=config.reader_top_k,
         retriever_top_k=max(config.reader_top_k, config.retriever_top_k),
         index_kind="brute_force", embedding_dtype="float32",
-        allow_unanswerable=variant == "no_retrieval"), verbose=False)
+        allow_unanswerable=variant == "no_retrieval", **settings), verbose=False)
     model = QAModel.load(find_model_dir(model_dir))
     result = evaluate(model.system(k=config.reader_top_k), self.test,
                       EvalConfig(recall_ks=(config.recall_k,)),

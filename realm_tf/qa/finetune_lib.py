@@ -1,4 +1,4 @@
-"""Open-QA fine-tuning (REALM §3.3 / ORQA): query tower + reader on a frozen document index.
+"""Open-QA fine-tuning (REALM §3.3 / ORQA): query tower + reader on a document index.
 
 Legend: B questions per batch, K blocks scored by the retriever loss (reference: 5000),
 k blocks read (5), Lq / Lr query / reader length, S spans, A gold spans, N blocks, D dim.
@@ -9,26 +9,30 @@ Per step:
    read from the document index's memory-mapped embeddings file, and the answer supervision
    of the K blocks and of the k read is computed.
 2. Replicated step (`tf.distribute`, `realm_tf.qa.open_qa_step`): `open_qa_loss` of the query
-   tower against the frozen block embeddings and of the reader over the k blocks, AdamW.
+   tower against the block embeddings and of the reader over the k blocks, AdamW.
 
 The step loop is `realm_tf.training.train_loop.TrainLoop`, as for ICT and REALM pre-training:
 checkpoints (model + optimizers + step + doc snapshot step) in `<model_dir>` itself, resumed
 from the latest; every step's metrics in `metrics.jsonl` and TensorBoard (`<model_dir>/train/`:
 `loss`, `retriever_loss`, `reader_loss`, `retrieved_answer`, `read_answer`, `index_version`,
 the step of the doc tower the index was built from, `index_staleness`, `step_time_s`,
-`learning_rate/optimizer` (reader) and `learning_rate/retriever_optimizer` (query tower));
+`learning_rate/optimizer` (reader) and `learning_rate/retriever_optimizer` (retriever));
 with dev data, every `trainer.eval_every` steps and at the last step dev exact match and recall@k
 (`eval.jsonl`, TensorBoard `eval/...`) and the best checkpoint by exact match in
 `<model_dir>/best/` (without dev data `best/` is the last step). Each checkpoint gets
 `model.json` beside it, and `best/` its own (`realm_tf.qa.model`, which loads them).
 
-Index refresh (`task.index_refresh_steps > 0`, off by default; the paper's footnote 3
-suggests it may help): every that many steps the doc tower becomes a snapshot of the current
-query tower (as REALM's shared towers would be), the corpus is re-embedded by it and the index
-and its block-embeddings file are swapped in, synchronously, by pre-training's refresher
-(`retrieval.index_refresh.SynchronousRefresher`, set up by `realm_tf.qa.index_snapshots`:
-versions `index/step-<S>/` with their doc embedders `doc_embedder/step-<S>/`). It needs a
-pre-trained retriever with shared towers.
+The doc tower (`task.train_doc_tower`, off by default as in the paper): frozen, or trained (the
+patent's variant: the k blocks read, re-embedded in the step by the current doc tower, give
+fresh scores and its gradient, as in pre-training). Index refresh (`task.index_refresh_steps >
+0`, off by default; the paper's footnote 3 suggests it may help), by pre-training's refreshers
+(`realm_tf.qa.index_snapshots`: versions `index/step-<S>/` with their doc embedders
+`doc_embedder/step-<S>/`): a frozen doc tower becomes a snapshot of the current query tower
+(as REALM's shared towers would be; needs a pre-trained retriever with shared towers) and the
+corpus is re-embedded synchronously; a trained doc tower is embedded as it is, synchronously
+or by the asynchronous index builder (`task.refresh="async"`: snapshot, builder process,
+publish, swap between steps; staleness logged). The QA model pairs each checkpoint with the
+index in use at its step.
 
 Several workers (MultiWorkerMirroredStrategy): every worker prepares the same global batch
 (step 1), its replicas train on their rows of it; the other workers write the chief's files
@@ -66,17 +70,17 @@ from realm_tf.qa.index_snapshots import snapshot_query_tower
 from realm_tf.qa.index_snapshots import start_refresher
 from realm_tf.qa.model import BEST_DIR
 from realm_tf.qa.model import CORPUS
-from realm_tf.qa.model import MODEL_INFO
+from realm_tf.qa.model import copy_corpus
 from realm_tf.qa.model import VOCAB
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import make_system
 from realm_tf.qa.open_qa_batches import BatchPreparer
+from realm_tf.qa.open_qa_batches import EpochBatches
 from realm_tf.qa.open_qa_step import make_replica_step
 from realm_tf.qa.open_qa_step import open_qa_losses
-from realm_tf.qa.open_qa_step import query_tower_variables
 from realm_tf.qa.open_qa_step import reader_variables
+from realm_tf.qa.open_qa_step import retriever_variables
 from realm_tf.qa.supervision import check_answerable
-from realm_tf.retrieval import corpus_files
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.tokenization.featurizers import Featurizer
@@ -153,6 +157,10 @@ class FineTuner:
                                  task.model.block_length, task.model.reader_length)
     self.num_retrieved = min(task.retriever_top_k, len(self.corpus))
     self.num_read = min(task.reader_top_k, self.num_retrieved)
+    self.num_fresh = self.num_read if task.train_doc_tower else 0  # re-embedded in the step
+    if task.refresh == "async" and distribute.num_workers(self.strategy) > 1:
+      raise ValueError("an asynchronous index refresh in fine-tuning runs on one worker (each "
+                       "worker keeps its own index, and theirs would swap at other steps)")
 
     schedule = dict(num_train_steps=max(1, trainer.num_steps), warmup_steps=trainer.warmup_steps)
     query_rate = trainer.retriever_learning_rate  # the query tower's (None: the reader's)
@@ -181,7 +189,7 @@ class FineTuner:
     tf.io.gfile.makedirs(self.output_dir)
     with tf.io.gfile.GFile(os.path.join(self.output_dir, VOCAB), "w") as f:
       f.write("\n".join(self.tokenizer.vocabulary) + "\n")
-    self._copy_corpus()
+    copy_corpus(self.corpus, self.output_dir)
     latest = tf.train.latest_checkpoint(self.loop.checkpoint_dir)  # the chief's, on every worker
     if latest:
       self.loop.restore()
@@ -199,11 +207,12 @@ class FineTuner:
     self.doc_index = self._refreshed_doc_index()
     self._replica_step = make_replica_step(self.retriever, self.reader, self.optimizer,
                                            trainer.batch_size, self.retriever_optimizer,
-                                           task.model.span_normalization)
+                                           task.model.span_normalization, task.train_doc_tower)
     self._systems: Dict[int, RetrieveAndRead] = {}  # blocks read -> the system reading that many
     self._prepare = BatchPreparer(self.retriever, self.featurizer, self.tokenizer, self.corpus)
     self._train_fn = graph_functions.function(self._distributed_step)
-    self._epoch_orders = {}
+    self._batches = EpochBatches(self.train_examples, trainer.batch_size,
+                                 experiment.runtime.seed)
     self._losses_run: List[float] = []
     self._dev_metrics: Dict[int, Dict[str, float]] = {}
 
@@ -211,7 +220,8 @@ class FineTuner:
     return int(self.step.numpy())
 
   def _create_slots(self) -> None:
-    create_slots(self.retriever_optimizer, query_tower_variables(self.retriever), self.strategy)
+    create_slots(self.retriever_optimizer, retriever_variables(
+        self.retriever, self.experiment.task.train_doc_tower), self.strategy)
     create_slots(self.optimizer, reader_variables(self.reader), self.strategy)
 
   def _snapshot(self) -> int:
@@ -223,13 +233,25 @@ class FineTuner:
     return float((self.loop.best() or {}).get("exact_match", -1.0))
 
   def _refresh_index(self, step: int) -> None:
-    """The doc tower becomes the query tower of `step`; its index is swapped in."""
-    snapshot_query_tower(self.retriever)
-    self.doc_snapshot_step.assign(step)
-    self.refresher.maybe_refresh(step, self.retriever)
+    """The index refresh before step `step` (0-based, > 0). A frozen doc tower becomes the
+    query tower of `step` every `index_refresh_steps` and its index is swapped in, the
+    checkpoint saved with it; a trained doc tower is snapshotted by the refresher on its
+    schedule and a newer published index swapped in when there is one."""
+    task = self.experiment.task
+    if not task.train_doc_tower:
+      if step % task.index_refresh_steps or self._snapshot() == step:
+        return
+      snapshot_query_tower(self.retriever)
+      self.doc_snapshot_step.assign(step)
+      self.refresher.maybe_refresh(step, self.retriever)
+    elif not self.refresher.maybe_refresh(step, self.retriever,
+                                          last_step=self.experiment.trainer.num_steps):
+      return
+    self.doc_snapshot_step.assign(self.refresher.snapshot_step)
     self.doc_index = self._refreshed_doc_index()
     self._systems = {}
-    self.loop.save()  # the checkpoint's doc tower must match the live index.
+    if not task.train_doc_tower:
+      self.loop.save()  # the checkpoint's doc tower must match the live index.
     self.refresher.retain(checkpoint_versions(self._checkpoints()))
 
   def _refreshed_doc_index(self) -> DocIndex:
@@ -258,34 +280,12 @@ class FineTuner:
   def _write_best_info(self, step: int, metrics: Dict[str, float]) -> None:
     self._info(step, "../", metrics).write(os.path.join(self.output_dir, BEST_DIR))
 
-  def _copy_corpus(self) -> None:
-    """Copies the on-disk corpus into the model directory (so that it can move; hard links
-    where it can), unless the copy is there already (its fingerprint in model.json)."""
-    model_dir = self.output_dir
-    path = os.path.join(model_dir, CORPUS)
-    if tf.io.gfile.exists(path) and tf.io.gfile.exists(os.path.join(model_dir, MODEL_INFO)) and (
-        ModelInfo.read(model_dir).corpus_fingerprint == self.corpus.fingerprint):
-      return
-    corpus_files.copy_corpus(self.corpus.directory, path)
-
   # Batches ------------------------------------------------------------------------------------
-
-  def _examples(self, step: int) -> List[datasets.QAExample]:
-    """The deterministic batch of `step` (epochs reshuffled by seed, resumable by step)."""
-    count, batch = len(self.train_examples), self.experiment.trainer.batch_size
-    picked = []
-    for position in range(step * batch, (step + 1) * batch):
-      epoch = position // count
-      if epoch not in self._epoch_orders:
-        self._epoch_orders = {epoch: np.random.default_rng(
-            [self.experiment.runtime.seed, epoch]).permutation(count)}
-      picked.append(self.train_examples[self._epoch_orders[epoch][position % count]])
-    return picked
 
   def prepare_batch(self, examples: List[datasets.QAExample]) -> Dict[str, np.ndarray]:
     """Host-side retrieval and supervision for a batch (`open_qa_batches.BatchPreparer`)."""
     return self._prepare(examples, self.doc_index, self.experiment.task, self.num_retrieved,
-                         self.num_read)
+                         self.num_read, self.num_fresh)
 
   # The replicated step ------------------------------------------------------------------------
 
@@ -321,10 +321,10 @@ class FineTuner:
 
   def _train_at(self, step: int) -> Dict[str, float]:
     """The loop's step `step` (0-based): index refresh on schedule, then `train_step`."""
-    trainer, refresh_steps = self.experiment.trainer, self.experiment.task.index_refresh_steps
-    if refresh_steps and step and step % refresh_steps == 0 and self._snapshot() != step:
+    trainer = self.experiment.trainer
+    if self.experiment.task.index_refresh_steps and step:
       self._refresh_index(step)
-    stats = self.train_step(self._examples(step))
+    stats = self.train_step(self._batches(step))
     if not np.isfinite(stats["loss"]):
       raise FloatingPointError(f"non-finite loss {stats['loss']} at step {step}")
     self._losses_run.append(stats["loss"])
@@ -369,7 +369,10 @@ class FineTuner:
     if self.dev_examples:  # 0 steps: the pre-trained model's figures
       evaluation = Evaluation(self._validate, trainer.eval_every, "exact_match",
                               at_start=trainer.num_steps == 0)
-    self.loop.run(self._train_at, evaluation=evaluation)
+    try:
+      self.loop.run(self._train_at, evaluation=evaluation)
+    finally:
+      self.refresher.close()  # an asynchronous builder still running is stopped
     step = self._step()
     if not self.dev_examples and not _saved_at(self.loop.best_manager, step):
       self.loop.save_best({})  # without dev data `best/` is the last step

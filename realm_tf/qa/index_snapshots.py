@@ -1,12 +1,13 @@
 """Fine-tuning's document index in the model directory, kept by the one index refresher.
 
 The doc tower of step S (0: the pre-trained one; with index refresh, the query tower copied at
-step S) embeds the corpus into the index version `index/step-<S, 8 digits>/` (published by
-`realm_tf.retrieval.index_refresh.SynchronousRefresher` in `realm_tf.mips.index_publisher`'s
-format, like pre-training's indexes) and is exported as `doc_embedder/step-<S>/`. A run that
-starts again reuses the version of its checkpoint's S when the index still matches the doc
-tower (`IndexRefresher.matches_doc_tower`), and versions that no kept checkpoint uses are
-removed with their doc embedders (`checkpoint_versions`, `IndexRefresher.retain`).
+step S, or the trained doc tower of step S) embeds the corpus into the index version
+`index/step-<S, 8 digits>/` (published by `realm_tf.retrieval.index_refresh`'s refreshers in
+`realm_tf.mips.index_publisher`'s format, like pre-training's indexes) and is exported as
+`doc_embedder/step-<S>/`. A run that starts again reuses the version of its checkpoint's S
+(a frozen doc tower's only when the index still matches it,
+`IndexRefresher.matches_doc_tower`), and versions that no kept checkpoint uses are removed
+with their doc embedders (`checkpoint_versions`, `IndexRefresher.retain`).
 """
 import os
 from typing import Iterable, Set, Tuple
@@ -18,6 +19,8 @@ from realm_tf.mips import index_publisher
 from realm_tf.models import precision
 from realm_tf.retrieval import initial_index
 from realm_tf.retrieval.corpus import Corpus
+from realm_tf.retrieval.async_refresh import AsynchronousRefresher
+from realm_tf.retrieval.index_refresh import IndexRefresher
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -40,23 +43,34 @@ def snapshot_query_tower(retriever) -> None:
 
 def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenizer,
                     task: OpenQATaskConfig, retriever, snapshot: int,
-                    checkpoints: Iterable[str]) -> SynchronousRefresher:
+                    checkpoints: Iterable[str]) -> IndexRefresher:
   """The refresher of a fine-tuning run writing into model directory `directory` (each worker
-  its own), started on the doc tower of step `snapshot` (its version reused if it matches the
-  doc tower, else built), with the versions of `checkpoints` pinned. Every
-  `index_refresh_steps` it embeds the corpus (N blocks, in the run's `tokenizer`'s wordpieces)
-  with the doc tower in `embedding_dtype` into an embeddings file in `embedding_storage_dtype`
-  and an `index_kind` index over it (`scann` settings); it keeps one version besides the
-  pinned ones."""
-  refresher = SynchronousRefresher(
-      os.path.join(directory, INDEX_ROOT), task.index_refresh_steps, corpus,
-      (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), task.index_kind,
-      task.model.block_length, compute_dtype=precision.resolve(task.embedding_dtype),
-      keep_versions=1, scann=task.scann, snapshot_root=os.path.join(directory, EMBEDDER_ROOT),
-      tokenizer=tokenizer, embedding_storage_dtype=task.embedding_storage_dtype)
+  its own), started on the doc tower of step `snapshot`, with the versions of `checkpoints`
+  pinned. A frozen doc tower's version is reused if it matches the doc tower, else built; a
+  trained one (`task.train_doc_tower`) has moved since its snapshot, so its version is reused
+  as it is. Every `index_refresh_steps` the corpus (N blocks, in the run's `tokenizer`'s
+  wordpieces) is embedded by the doc tower in `embedding_dtype` into an `index_kind` index
+  (`scann` settings): synchronously, with an embeddings file in `embedding_storage_dtype`, or
+  (`task.refresh="async"`) by the index-builder process from a doc-embedder snapshot. One
+  version is kept besides the pinned ones and the one in use."""
+  special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+  shared = dict(compute_dtype=precision.resolve(task.embedding_dtype), keep_versions=1,
+                scann=task.scann, tokenizer=tokenizer)
+  index_root, embedder_root = (os.path.join(directory, INDEX_ROOT),
+                               os.path.join(directory, EMBEDDER_ROOT))
+  if task.refresh == "async":
+    refresher = AsynchronousRefresher(
+        index_root, task.index_refresh_steps, corpus, special, corpus.directory,
+        embedder_root, task.index_kind, task.model.block_length, list(task.builder_args),
+        max_builder_failures=task.max_builder_failures, **shared)
+  else:
+    refresher = SynchronousRefresher(
+        index_root, task.index_refresh_steps, corpus, special, task.index_kind,
+        task.model.block_length, snapshot_root=embedder_root,
+        embedding_storage_dtype=task.embedding_storage_dtype, **shared)
   refresher.retain(checkpoint_versions(checkpoints))
   refresher.start(snapshot, retriever, index_publisher.version_for_step(snapshot),
-                  check_doc_tower=True)
+                  check_doc_tower=not task.train_doc_tower)
   return refresher
 
 

@@ -49,6 +49,7 @@ from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
 from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import index_corpus
+from realm_tf.retrieval import corpus_files
 from realm_tf.retrieval import embedding_file
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
@@ -192,6 +193,16 @@ def check_model_dir(directory: str, info: "ModelInfo", tokenizer: WordpieceToken
     raise errors.InputError(errors.describe(
         info_path, f"the model it describes ({len(expected)} variables) does not fit the "
         f"checkpoint {checkpoint} ({len(found)} variables, of other shapes)", fix_info))
+
+
+def copy_corpus(corpus: Corpus, model_dir: str) -> None:
+  """Copies the on-disk `corpus` into `model_dir` (so that the directory can move; hard links
+  where it can), unless the copy is there already (its fingerprint in model.json)."""
+  path = os.path.join(model_dir, CORPUS)
+  if tf.io.gfile.exists(path) and tf.io.gfile.exists(os.path.join(model_dir, MODEL_INFO)) and (
+      ModelInfo.read(model_dir).corpus_fingerprint == corpus.fingerprint):
+    return
+  corpus_files.copy_corpus(corpus.directory, path)
 
 
 def model_checkpoint(retriever: Retriever, reader: Reader, **extra) -> tf.train.Checkpoint:

@@ -14,6 +14,12 @@ DPR trains its reader; evaluation always reads the top k) are packed as reader i
 `[CLS] x [SEP] z_body [SEP]` (`Featurizer`, the inference featurization) and every occurrence
 of an answer's wordpieces in a block body becomes a gold span [B, k, A]
 (`supervision.gold_spans`).
+
+With `task.null_document` the null document (an empty block, `open_qa_step.NULL_ROW`) is put
+first among the K and among the k read (K + 1 and k + 1 then), as REALM's pre-training puts
+it among its candidates: it holds no answer and no span, so it takes p(z | x) mass that no
+answer comes from. Its doc-tower features, and with `num_fresh` those of the top blocks, are
+packed as "fresh_*" [B, F, Lb] for the step to embed with the current doc tower.
 """
 from typing import Dict, List
 
@@ -26,6 +32,7 @@ from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.experiment_config import OpenQATaskConfig
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.doc_index import DocIndex
+from realm_tf.qa.open_qa_step import NULL_ROW
 from realm_tf.qa.open_qa_step import QUERY_FEATURES
 from realm_tf.qa.open_qa_step import READER_FEATURES
 from realm_tf.qa.supervision import gold_spans
@@ -33,6 +40,24 @@ from realm_tf.retrieval import embedding_file
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
+
+
+class EpochBatches:
+  """The deterministic training batch of each step: B examples a step, every epoch in its own
+  order from `seed`, so a resumed run reads the batches it would have read."""
+
+  def __init__(self, examples: List[QAExample], batch_size: int, seed: int):
+    self.examples, self.batch_size, self.seed = examples, batch_size, seed
+    self._orders: Dict[int, np.ndarray] = {}  # the current epoch's order
+
+  def __call__(self, step: int) -> List[QAExample]:
+    count, picked = len(self.examples), []
+    for position in range(step * self.batch_size, (step + 1) * self.batch_size):
+      epoch = position // count
+      if epoch not in self._orders:
+        self._orders = {epoch: np.random.default_rng([self.seed, epoch]).permutation(count)}
+      picked.append(self.examples[self._orders[epoch][position % count]])
+    return picked
 
 
 class BatchPreparer:
@@ -47,6 +72,8 @@ class BatchPreparer:
     self._embed_fn = graph_functions.function(
         self._embed_questions, input_signature=[tf.TensorSpec([None], tf.string)])
     self._reader_inputs_fn = None  # traced on first use, when the wordpieces' spec is known
+    self._blocks_fn = graph_functions.function(
+        featurizer.blocks, input_signature=[tf.TensorSpec([None], tf.string)] * 2)
 
   def _reader_inputs(self, query_ids: tf.RaggedTensor):
     """`Featurizer.reader_inputs` as a `tf.function` over any batch size, traced once."""
@@ -63,19 +90,23 @@ class BatchPreparer:
     return features, query_ids, self.retriever.embed_query(features, training=False)
 
   def __call__(self, examples: List[QAExample], doc_index: DocIndex, task: OpenQATaskConfig,
-               num_retrieved: int, num_read: int) -> Dict[str, np.ndarray]:
-    """The prepared batch of `examples` over `doc_index`: K = `num_retrieved`, k = `num_read`.
+               num_retrieved: int, num_read: int, num_fresh: int = 0) -> Dict[str, np.ndarray]:
+    """The prepared batch of `examples` over `doc_index`: K = `num_retrieved`, k = `num_read`,
+    plus the null document first with `task.null_document`; F = `num_fresh` top blocks (and
+    the null document) with their doc-tower features.
 
     Returns:
-      numpy arrays: "query_*" [B, Lq], "rows" int64 [B, K] (-1: missing), "block_embeddings"
-      float32 [B, K, D] (zeros where rows are missing), "has_answer" bool [B, K],
-      "read_positions" int32 [B, k] (the blocks read among the K), "reader_*" int32
-      [B, k, Lr], "gold_starts" / "gold_ends" int32 [B, k, A].
+      numpy arrays: "query_*" [B, Lq], "rows" int64 [B, K] (-1: missing, `NULL_ROW`: the null
+      document), "block_embeddings" float32 [B, K, D] (zeros where rows are not blocks),
+      "has_answer" bool [B, K], "read_positions" int32 [B, k] (the blocks read among the
+      K), "reader_*" int32 [B, k, Lr], "gold_starts" / "gold_ends" int32 [B, k, A], and with
+      F > 0 "fresh_*" int32 [B, F, Lb].
     """
-    batch, k, length = len(examples), num_read, task.model.reader_length
+    null = int(task.null_document)
+    batch, k, length = len(examples), num_read + null, task.model.reader_length
     features, query_ids, query_emb = self._embed_fn(tf.constant([e.question for e in examples]))
     _, rows = doc_index.index.search(query_emb, num_retrieved)
-    rows = rows.numpy()
+    rows = np.concatenate([np.full([batch, null], NULL_ROW), rows.numpy()], axis=1)
     matchers = [AnswerMatcher(e.answers, e.match) for e in examples]
     texts = self.corpus.texts
     has_answer = np.array([[r >= 0 and m.has_answer(texts[r]) for r in row]
@@ -105,6 +136,14 @@ class BatchPreparer:
     prepared = {f"query_{n}": features[n].numpy() for n in QUERY_FEATURES}
     prepared.update({f"reader_{n}": reader[n].reshape([batch, k, length])
                      for n in READER_FEATURES})
+    fresh = num_fresh + null
+    if fresh:
+      picked = rows[:, :fresh].reshape([-1])
+      blocks = self._blocks_fn(*(tf.constant([column[r] if r >= 0 else "" for r in picked],
+                                             tf.string)
+                                 for column in (self.corpus.titles, texts)))
+      prepared.update({f"fresh_{n}": blocks[n].numpy().reshape([batch, fresh, -1])
+                       for n in QUERY_FEATURES})
     prepared.update(rows=rows.astype(np.int64),
                     block_embeddings=embedding_file.gather(doc_index.embeddings, rows),
                     has_answer=has_answer, read_positions=positions.astype(np.int32),

@@ -6,13 +6,17 @@ reader length, S spans, A gold spans, N blocks, D dim.
 
 The query tower re-embeds the questions (with dropout when training); retriever logits f(x, z)
 [B, K] are inner products with the K retrieved blocks' embeddings [B, K, D], an input of the
-step: the host reads those rows of the frozen block-embedding file the index was built from
-(`retrieval.embedding_file.gather`; the doc tower is not trained, so they are exact), so no
-[N, D] copy lives in the trainer (13.3M REALM blocks: 6.8 GB in float32); the reader
-scores all spans of the k blocks [B, k, S]; `open_qa_loss` (retriever marginal over K + reader
-marginal over k x S, each zero without a correct candidate) is minimised with AdamW
-(`training.optimizer.create_optimizer`). Everything here has static shapes and no host op, so
-it compiles with XLA (`tests/xla_steps_test.py`).
+step: the host reads those rows of the block-embedding file the index was built from
+(`retrieval.embedding_file.gather`), so no [N, D] copy lives in the trainer (13.3M REALM
+blocks: 6.8 GB in float32). With a frozen doc tower they are exact. The first F of the K
+(the null document, when it is a candidate, and the top blocks) may come with their
+doc-tower features ("fresh_*" [B, F, Lb]): the current doc tower re-embeds them in the step,
+as REALM's pre-training does, so their f(x, z) is fresh and, when the doc tower trains, has
+its gradient. The reader scores all spans of the k blocks [B, k, S]; `open_qa_loss`
+(retriever marginal over K + reader marginal over k x S, each zero without a correct
+candidate) is minimised with AdamW (`training.optimizer.create_optimizer`). Everything here
+has static shapes and no host op, so it compiles with XLA (`tests/xla_steps_test.py`).
+Row ids: -1 a missing result (masked out), `NULL_ROW` the null document.
 """
 from typing import Callable, Dict, List
 
@@ -25,6 +29,8 @@ from realm_tf.training.optimizer import apply_gradients
 
 READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "block_mask")
 QUERY_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
+MISSING_ROW = -1
+NULL_ROW = -2
 
 
 def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bool,
@@ -34,9 +40,10 @@ def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bo
   Args:
     retriever, reader: the models (the query tower and the reader run here).
     inputs: "query_*" [B, Lq], "rows" [B, K], "block_embeddings" float32 [B, K, D] (the
-      frozen doc-tower embeddings of those rows), "has_answer" [B, K], "reader_*" [B, k, Lr],
-      "gold_starts" / "gold_ends" [B, k, A], optional "read_positions" [B, k] (the blocks
-      read among the K; default the top k).
+      index's doc-tower embeddings of those rows), "has_answer" [B, K], "reader_*"
+      [B, k, Lr], "gold_starts" / "gold_ends" [B, k, A], optional "read_positions" [B, k]
+      (the blocks read among the K; default the top k), optional "fresh_*" [B, F, Lb] (the
+      first F of the K, re-embedded here by the current doc tower).
     training: dropout on or off.
     span_normalization: the reader term's form (`losses.open_qa_loss`).
 
@@ -51,7 +58,12 @@ def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bo
   rows = inputs["rows"]
   query_emb = tf.cast(retriever.embed_query(query, training=training), tf.float32)
   blocks = tf.cast(inputs["block_embeddings"], tf.float32)  # [B, K, D]
-  retriever_logits = tf.where(rows >= 0, tf.einsum("bd,bkd->bk", query_emb, blocks),
+  if "fresh_input_word_ids" in inputs:
+    fresh = retriever.embed_candidates({n: inputs[f"fresh_{n}"] for n in QUERY_FEATURES},
+                                       training=training)  # [B, F, D]
+    fresh = tf.cast(fresh, tf.float32)
+    blocks = tf.concat([fresh, blocks[:, tf.shape(fresh)[1]:]], axis=1)
+  retriever_logits = tf.where(rows != MISSING_ROW, tf.einsum("bd,bkd->bk", query_emb, blocks),
                               masked_logit_value(tf.float32))  # [B, K]
   span_logits, starts, ends = reader.span_logits(
       {n: flat[n] for n in QUERY_FEATURES}, flat["block_mask"], training=training)
@@ -65,17 +77,18 @@ def open_qa_losses(retriever, reader, inputs: Dict[str, tf.Tensor], training: bo
 
 
 def make_replica_step(retriever, reader, optimizer, global_batch_size: int,
-                      retriever_optimizer=None, span_normalization: str = "joint"
+                      retriever_optimizer=None, span_normalization: str = "joint",
+                      train_doc_tower: bool = False
                       ) -> Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
   """The replicated training step: Open-QA loss (`span_normalization`'s reader term),
-  gradients, AdamW updates (the query tower's by `retriever_optimizer` when given, else by
-  `optimizer` with the reader's).
+  gradients, AdamW updates (the retriever's towers by `retriever_optimizer` when given, else
+  by `optimizer` with the reader's; the doc tower too with `train_doc_tower`).
 
   The returned function takes one replica's prepared inputs and returns sums over its
   questions ("loss", "retriever_loss", "reader_loss", "retrieved_answer": questions with an
   answer-bearing block in the top-K, "read_answer": with a gold span in the top-k).
   """
-  query_tower = query_tower_variables(retriever)
+  query_tower = retriever_variables(retriever, train_doc_tower)
   variables = query_tower + reader_variables(reader)
 
   def replica_step(inputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
@@ -104,9 +117,20 @@ def make_replica_step(retriever, reader, optimizer, global_batch_size: int,
 
 
 def query_tower_variables(retriever) -> List[tf.Variable]:
-  """The retriever variables fine-tuning trains: the query tower (not the doc tower)."""
+  """The query tower's variables."""
   return (retriever.query_encoder.trainable_variables +
           retriever.query_projection.trainable_variables)
+
+
+def retriever_variables(retriever, train_doc_tower: bool = False) -> List[tf.Variable]:
+  """The retriever variables fine-tuning trains: the query tower, and the doc tower with
+  `train_doc_tower` (the patent's variant; REALM and ORQA freeze it)."""
+  if not train_doc_tower:
+    return query_tower_variables(retriever)
+  doc_tower = (retriever.doc_encoder.trainable_variables +
+               retriever.doc_projection.trainable_variables)
+  seen = {id(v) for v in query_tower_variables(retriever)}
+  return query_tower_variables(retriever) + [v for v in doc_tower if id(v) not in seen]
 
 
 def reader_variables(reader) -> List[tf.Variable]:

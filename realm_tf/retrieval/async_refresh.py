@@ -39,14 +39,18 @@ from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import IndexBuilderError
 from realm_tf.retrieval.index_refresh import IndexRefresher
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 
 class AsynchronousRefresher(IndexRefresher):
   """Snapshots the doc embedder every N steps; a builder process publishes indexes.
 
   Args:
-    corpus_dir: the block shards the builder reads.
+    corpus_dir: the block shards, or the corpus-form directory, the builder reads.
     snapshot_root: where doc-embedder snapshots are exported.
+    tokenizer: the doc tower's (`IndexRefresher`): the snapshots carry it, and the builder
+      embeds a corpus without stored wordpieces in its wordpieces (`Corpus.wordpieces`,
+      cached in `corpus_dir` before the first build).
     builder_args: extra command-line arguments for the builder (e.g. Beam runner flags to run
       it on Dataflow or Flink in cluster mode).
     max_builder_failures: consecutive failed builds after which `maybe_refresh` raises
@@ -59,9 +63,11 @@ class AsynchronousRefresher(IndexRefresher):
                builder_args: Sequence[str] = (), compute_dtype: str = "float32",
                jit_compile: bool = False, max_builder_failures: int = 2,
                keep_versions: int = 3,
-               scann: index_builder.ScannSettings = index_builder.ScannSettings()):
+               scann: index_builder.ScannSettings = index_builder.ScannSettings(),
+               tokenizer: Optional[WordpieceTokenizer] = None):
     super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length,
-                     compute_dtype, jit_compile, keep_versions, scann, snapshot_root)
+                     compute_dtype, jit_compile, keep_versions, scann, snapshot_root,
+                     tokenizer=tokenizer)
     if max_builder_failures < 1:
       raise ValueError(f"max_builder_failures must be >= 1, got {max_builder_failures}")
     self.corpus_dir = corpus_dir
@@ -102,6 +108,8 @@ class AsynchronousRefresher(IndexRefresher):
     return os.path.join(directory, f"builder-{version}.log")
 
   def _launch(self, snapshot_dir: str) -> None:
+    if self.tokenizer is not None:
+      self._wordpieces()  # a corpus without stored ones: tokenized once, here, on disk
     self._builder_version = os.path.basename(snapshot_dir.rstrip("/"))
     self._builder_command = self.builder_command(snapshot_dir)
     self._builder_log = self._log_path(self._builder_version)

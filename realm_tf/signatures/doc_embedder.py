@@ -203,6 +203,17 @@ def export_attributes(path: str) -> ExportAttributes:
       sep_id=int(value("sep_id")), pad_id=int(value("pad_id")))
 
 
+def export_tokenizer(path: str) -> Optional[WordpieceTokenizer]:
+  """The tokenizer an export was written with (its vocabulary asset and lower-casing), None
+  for an export without one; read from its files alone, without loading the model."""
+  vocab = os.path.join(path, "assets", "vocab.txt")
+  if not tf.io.gfile.exists(vocab):
+    return None
+  reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+  lower_case = bool(reader.get_tensor("do_lower_case/.ATTRIBUTES/VARIABLE_VALUE"))
+  return WordpieceTokenizer.from_vocab_file(vocab, lower_case=lower_case)
+
+
 class DocEmbedder:
   """A loaded doc-embedder export: `embed_blocks(title_ids, body_ids)` -> [N, D] numpy, and
   `embed_texts(titles, texts)` for exports written with a tokenizer."""
