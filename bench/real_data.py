@@ -131,6 +131,11 @@ _READ_ANSWER_BLOCK = flags.DEFINE_bool("read_answer_block", False, "Trained rows
                                       "top-k block holds an answer, the reader reads the best "
                                       "answer-bearing block of the top 1,000 instead of the "
                                       "k-th (`task.read_answer_block`).")
+_FT_VARIANT = flags.DEFINE_enum(
+    "finetune_variant", "", ["", "per_document_spans", "null_document", "train_doc_tower"],
+    "Trained rows: a fine-tuning variant of the patent: the per-document span softmax "
+    "(`model.span_normalization`), the null document among the blocks scored and read, or "
+    "the doc tower trained (the blocks read re-embedded in the step; the index not refreshed).")
 _EVAL_READ_K = flags.DEFINE_integer("eval_reader_top_k", 0, "Blocks the trained rows' QA "
                                     "models read per dev question (0: --reader_top_k).")
 _ICT_STEPS = flags.DEFINE_integer("ict_steps", 100, "Chain rows: ICT steps.")
@@ -310,7 +315,11 @@ def _finetune_and_evaluate(ctx: Context, seed: int, run_dir: str, init,
           model=ModelConfig(encoder=encoder_config("minilm_l6", tokenizer.vocab_size),
                             retriever_head="sentence", query_length=query_length,
                             block_length=ctx.block_length,
-                            reader_length=query_length + ctx.block_length),
+                            reader_length=query_length + ctx.block_length,
+                            span_normalization=("per_document" if _FT_VARIANT.value ==
+                                                "per_document_spans" else "joint")),
+          null_document=_FT_VARIANT.value == "null_document",
+          train_doc_tower=_FT_VARIANT.value == "train_doc_tower",
           init=init, reader_top_k=_READ_K.value,
           read_answer_block=_READ_ANSWER_BLOCK.value,
           retriever_top_k=1000, index_kind="brute_force",
@@ -350,6 +359,7 @@ def finetune_settings() -> Dict:
               extra_train=list(_EXTRA_TRAIN.value),
               # absent when off, so that earlier runs keep their directories' keys
               **({"read_answer_block": True} if _READ_ANSWER_BLOCK.value else {}),
+              **({"variant": _FT_VARIANT.value} if _FT_VARIANT.value else {}),
               **({"init": list(_FT_INIT.value)} if _FT_INIT.value else {}),
               **({"embedding_dtype": precision.resolve(_FT_EMBEDDING_DTYPE.value)}
                  if _FT_EMBEDDING_DTYPE.value != "float32" else {}))

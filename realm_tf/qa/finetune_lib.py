@@ -203,7 +203,8 @@ class FineTuner:
                               self.retriever, task.init.index)
 
     self.refresher = start_refresher(self.output_dir, self.corpus, self.tokenizer, task,
-                                     self.retriever, self._snapshot(), self._checkpoints())
+                                     self.retriever, self._snapshot(), self._checkpoints(),
+                                     resumed=bool(latest))
     self.doc_index = self._refreshed_doc_index()
     self._replica_step = make_replica_step(self.retriever, self.reader, self.optimizer,
                                            trainer.batch_size, self.retriever_optimizer,

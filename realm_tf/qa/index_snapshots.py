@@ -43,12 +43,12 @@ def snapshot_query_tower(retriever) -> None:
 
 def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenizer,
                     task: OpenQATaskConfig, retriever, snapshot: int,
-                    checkpoints: Iterable[str]) -> IndexRefresher:
+                    checkpoints: Iterable[str], resumed: bool = False) -> IndexRefresher:
   """The refresher of a fine-tuning run writing into model directory `directory` (each worker
   its own), started on the doc tower of step `snapshot`, with the versions of `checkpoints`
-  pinned. A frozen doc tower's version is reused if it matches the doc tower, else built; a
-  trained one (`task.train_doc_tower`) has moved since its snapshot, so its version is reused
-  as it is. Every `index_refresh_steps` the corpus (N blocks, in the run's `tokenizer`'s
+  pinned. The version of `snapshot` is reused if it matches the doc tower, else built; in a
+  `resumed` run whose doc tower trains (`task.train_doc_tower`) the doc tower has moved since
+  its snapshot, so that version is reused as it is. Every `index_refresh_steps` the corpus (N blocks, in the run's `tokenizer`'s
   wordpieces) is embedded by the doc tower in `embedding_dtype` into an `index_kind` index
   (`scann` settings): synchronously, with an embeddings file in `embedding_storage_dtype`, or
   (`task.refresh="async"`) by the index-builder process from a doc-embedder snapshot. One
@@ -70,7 +70,7 @@ def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenize
         embedding_storage_dtype=task.embedding_storage_dtype, **shared)
   refresher.retain(checkpoint_versions(checkpoints))
   refresher.start(snapshot, retriever, index_publisher.version_for_step(snapshot),
-                  check_doc_tower=not task.train_doc_tower)
+                  check_doc_tower=not (task.train_doc_tower and resumed))
   return refresher
 
 
