@@ -10,6 +10,7 @@ import tensorflow as tf
 from realm_tf import tiny_world
 from realm_tf.qa import open_qa_step
 from realm_tf.qa.finetune_lib import FineTuner
+from realm_tf.qa.index_snapshots import checkpoint_versions
 from realm_tf.qa.model import ModelInfo
 from realm_tf.qa.model import QAModel
 
@@ -78,6 +79,21 @@ def test_doc_tower_refresh_in_sync_keeps_checkpoints_and_index_paired(world, tmp
                                   train_doc_tower=True, index_refresh_steps=2,
                                   checkpoint_every=5), log=lambda message: None)
   assert resumed.refresher.version == "step-00000004"
+
+
+def test_kept_checkpoints_keep_their_indexes_through_swaps(world, tmp_path):
+  """A checkpoint saved before a swap keeps the index it names: the refresher prunes only the
+  versions no kept (or best) checkpoint uses."""
+  model_dir = str(tmp_path / "kept")
+  tuner = FineTuner(tiny_config(world, model_dir, dev_data="", num_steps=5,
+                                train_doc_tower=True, index_refresh_steps=2,
+                                checkpoint_every=3, keep_checkpoints=2),
+                    log=lambda message: None)
+  tuner.run()
+  versions = checkpoint_versions(tuner.loop.manager.checkpoints)
+  assert versions == {"step-00000002", "step-00000004"}  # ckpt-3 and ckpt-5
+  for version in versions:
+    assert os.path.isdir(os.path.join(model_dir, "index", version)), version
 
 
 @pytest.mark.slow

@@ -253,7 +253,7 @@ class FineTuner:
     self._systems = {}
     if not task.train_doc_tower:
       self.loop.save()  # the checkpoint's doc tower must match the live index.
-    self.refresher.retain(checkpoint_versions(self._checkpoints()))
+    self._pin_checkpoint_indexes()
 
   def _refreshed_doc_index(self) -> DocIndex:
     """The refresher's index version in use, its embeddings file memory-mapped."""
@@ -277,9 +277,16 @@ class FineTuner:
 
   def _write_info(self, step: int) -> None:
     self._info(step).write(self.output_dir)
+    self._pin_checkpoint_indexes()
 
   def _write_best_info(self, step: int, metrics: Dict[str, float]) -> None:
     self._info(step, "../", metrics).write(os.path.join(self.output_dir, BEST_DIR))
+    self._pin_checkpoint_indexes()
+
+  def _pin_checkpoint_indexes(self) -> None:
+    """Keeps the index versions the kept and best checkpoints use through the next swaps (a
+    swap prunes the versions no checkpoint pinned)."""
+    self.refresher.retain(checkpoint_versions(self._checkpoints()))
 
   # Batches ------------------------------------------------------------------------------------
 
