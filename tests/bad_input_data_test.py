@@ -139,28 +139,37 @@ def test_a_bz2_dump_cut_mid_way_keeps_complete_pages(tmp_path):
   assert dead["reason"].startswith(f"dump truncated at decompressed byte {dead['offset']}")
 
 
+# case -> (make it, (error, message) of the examples pipeline, which reads any corpus input
+# `Corpus.load` takes, and of the index builder, which reads block shards or a corpus form).
 EXAMPLES_INPUT_CASES = {
-    "corpus_dir_missing": (lambda t: str(t / "nope"), FileNotFoundError,
-                           r"/nope: no such directory \(expected a directory of "
-                           r"blocks-\*\.tfrecord shards\)\. Pass the directory that "
-                           r"python -m pipelines\.wikipedia_to_blocks wrote\.$"),
-    "corpus_dir_is_a_file": (lambda t: str((t / "f").write_text("x") and t / "f"),
-                             errors.InputError,
-                             r"/f: is a file, not a directory of blocks-\*\.tfrecord shards\."),
-    "corpus_dir_without_shards": (lambda t: str(t), FileNotFoundError,
-                                  r": no blocks-\*\.tfrecord shards\. Pass the directory"),
+    "corpus_dir_missing": (
+        lambda t: str(t / "nope"),
+        (FileNotFoundError, r"/nope: no corpus at this path\. Pass a corpus directory, a "
+                            r"blocks-\*\.tfrecord directory"),
+        (FileNotFoundError, r"/nope: no such directory \(expected a directory of "
+                            r"blocks-\*\.tfrecord shards\)\. Pass the directory that "
+                            r"python -m pipelines\.wikipedia_to_blocks wrote\.$")),
+    "corpus_dir_is_a_file": (
+        lambda t: str((t / "f").write_text("x") and t / "f"),
+        (errors.MalformedRecordError, r"/f:1: not valid JSON"),  # read as a JSONL corpus
+        (errors.InputError, r"/f: is a file, not a directory of blocks-\*\.tfrecord shards\.")),
+    "corpus_dir_without_shards": (
+        lambda t: str(t),
+        (FileNotFoundError, r": no blocks-\*\.tfrecord shards\. Pass the directory"),
+        (FileNotFoundError, r": no blocks-\*\.tfrecord shards\. Pass the directory")),
 }
 
 
 @pytest.mark.parametrize("case", sorted(EXAMPLES_INPUT_CASES))
 def test_examples_pipeline_and_index_builder_reject_a_bad_corpus_dir(tmp_path, case):
-  make, error_type, message = EXAMPLES_INPUT_CASES[case]
+  make, (examples_error, examples_message), (builder_error, builder_message) = (
+      EXAMPLES_INPUT_CASES[case])
   corpus_dir = make(tmp_path)
   config = pretraining_examples_lib.ExamplesConfig(corpus_dir, str(tmp_path / "out"),
                                                    tagger="dates")
-  with pytest.raises(error_type, match=message):
+  with pytest.raises(examples_error, match=examples_message):
     pretraining_examples_lib.run_pipeline(beam.Pipeline(), config)
-  with pytest.raises(error_type, match=message):
+  with pytest.raises(builder_error, match=builder_message):
     build_index_lib.build_index(corpus_dir, str(tmp_path), str(tmp_path / "index"))
   assert not os.path.exists(tmp_path / "out") and not os.path.exists(tmp_path / "index")
 
