@@ -78,7 +78,7 @@ def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.
         f"{source}: embeddings of dimension {embeddings.shape[1]}, but the doc embedder "
         f"{doc_embedder.path} makes dimension {doc_embedder.embedding_dim}; re-embed the "
         "corpus with this model's doc embedder")
-  rows = np.unique(np.linspace(0, len(corpus) - 1, min(_VERIFY_SAMPLE, len(corpus))).astype(int))
+  rows = corpus.sampled_rows(_VERIFY_SAMPLE)
   fresh = embedding.embed_texts(embedding.ExportTower(doc_embedder), doc_embedder.tokenizer(),
                                 [corpus.titles[r] for r in rows], [corpus.texts[r] for r in rows])
   difference = float(np.max(np.abs(fresh - embedding_file.gather(embeddings, rows))))

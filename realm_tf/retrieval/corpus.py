@@ -119,15 +119,17 @@ class Corpus:
       raise KeyError(f"block ids not in the corpus: {unknown[:10].tolist()}")
     return rows
 
-  def _sampled_rows(self) -> np.ndarray:
-    return np.unique(np.linspace(0, len(self) - 1, min(_CHECKED_TITLES, len(self))).astype(int))
+  def sampled_rows(self, count: int = _CHECKED_TITLES) -> np.ndarray:
+    """Up to `count` rows spread evenly over the corpus, first and last included: the blocks
+    every check against a tokenizer or a doc tower looks at."""
+    return np.unique(np.linspace(0, len(self) - 1, min(count, len(self))).astype(int))
 
   def stored_wordpieces_match(self, tokenizer: WordpieceTokenizer) -> bool:
     """Whether there are stored wordpieces and `tokenizer` reproduces them on (up to 64
     evenly) sampled titles, i.e. they are in its vocabulary."""
     if self.title_ids is None:
       return False
-    rows = self._sampled_rows()
+    rows = self.sampled_rows()
     fresh = tokenizer(tf.constant([self.titles[r] for r in rows], tf.string)).to_list()
     return fresh == self.title_ids.gather(rows).to_list()
 

@@ -205,8 +205,7 @@ class IndexRefresher(abc.ABC):
   def matches_doc_tower(self, retriever: Retriever, sample: int = 4) -> bool:
     """Whether the index in use holds `retriever`'s doc-tower embeddings of `sample` blocks
     (within `embedding_tolerance` of both precisions)."""
-    rows = np.unique(np.linspace(0, len(self.store) - 1, min(sample, len(self.store))).astype(
-        int))
+    rows = self.store.sampled_rows(sample)
     title_ids, body_ids = self._wordpieces()
     fresh = embed_blocks(self._doc_tower(retriever), title_ids.gather(rows),
                          body_ids.gather(rows))

@@ -42,7 +42,7 @@ def check_embeddings(embeddings: np.ndarray, source: str, corpus: Corpus,
         source, f"{len(embeddings)} embeddings for the {len(corpus)} blocks of corpus "
         f"{corpus.source}", "Pass the embeddings of this corpus (the release's block_emb "
         "goes with its blocks.tfr)"))
-  rows = np.unique(np.linspace(0, len(corpus) - 1, min(_CHECKED_ROWS, len(corpus))).astype(int))
+  rows = corpus.sampled_rows(_CHECKED_ROWS)
   title_ids, body_ids = wordpieces
   fresh = embedding.embed_blocks(tower, title_ids.gather(rows), body_ids.gather(rows))
   difference = float(np.max(np.abs(fresh - np.asarray(embeddings[rows], np.float32))))
