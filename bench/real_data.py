@@ -31,7 +31,8 @@ of Open-QA evaluation). Rows:
   ict, realm_salient, realm_random
                   zero-shot: the last retriever of ICT from the raw initialisation, and of
                   REALM pre-training from that ICT run with salient-span or random-span
-                  masking (`realm_tf.real_data.chain`, `--ict_*`, `--pretrain_*`), one chain
+                  masking (`realm_tf.real_data.chain`, `--ict_*`, `--pretrain_*`; with
+                  `--pretrain_mlm_loss=sequence` the per-example MLM marginal), one chain
                   per seed; its blocks embedded in `--pretrain_compute_dtype`
   orqa, realm_finetuned
                   the `finetuned` row's fine-tuning from the ICT run (ORQA-like: ICT
@@ -157,6 +158,9 @@ _PRETRAIN_DTYPE = flags.DEFINE_enum("pretrain_compute_dtype", "auto",
                                     ["auto", "float32", "bfloat16"], "Chain rows: ICT's and "
                                     "REALM's matmuls, their index and their zero-shot "
                                     "evaluation's block embeddings.")
+_PRETRAIN_MLM_LOSS = flags.DEFINE_enum("pretrain_mlm_loss", "token", ["token", "sequence"],
+                                       "Chain rows: REALM's MLM marginal, per masked token or "
+                                       "per example (the paper's).")
 _THREADS = flags.DEFINE_integer("threads", 2, "TensorFlow and torch intra-op threads.")
 _SEGMENT_IDS = flags.DEFINE_bool("minilm_segment_ids", True, "raw_minilm reads blocks with "
                                  "realm_tf's type ids (0 title, 1 body); false: all 0.")
@@ -423,7 +427,8 @@ def chain_config():
       ict_learning_rate=_ICT_LR.value, mlm_warmup_steps=_MLM_WARMUP_STEPS.value,
       pretrain_steps=_PRETRAIN_STEPS.value, pretrain_batch_size=_PRETRAIN_BATCH.value,
       pretrain_learning_rate=_PRETRAIN_LR.value, num_candidates=_NUM_CANDIDATES.value,
-      refresh_every=_REFRESH_EVERY.value, compute_dtype=_PRETRAIN_DTYPE.value)
+      refresh_every=_REFRESH_EVERY.value, compute_dtype=_PRETRAIN_DTYPE.value,
+      mlm_loss=_PRETRAIN_MLM_LOSS.value)
 
 
 def _chain(ctx: Context, seed: int):
@@ -461,27 +466,28 @@ def _zero_shot_run(ctx: Context, seed: int, stage_dir: str) -> Dict:
               eval_seconds=row["search_seconds"], stage=stage)
 
 
-def _stage_dir(ctx: Context, seed: int, stage: str) -> str:
-  """The chain stage `stage` ("ict", "realm-salient_span", "realm-random_span") of `seed`,
-  trained (or found) first."""
+def _stage_dir(ctx: Context, seed: int, masking: str) -> str:
+  """The ICT stage of `seed` (masking "") or its REALM stage of `masking`, trained (or found)
+  first."""
   chain = _chain(ctx, seed)
-  return chain.ict() if stage == "ict" else chain.pretrain(stage[len("realm-"):])
+  return chain.pretrain(masking) if masking else chain.ict()
 
 
-def zero_shot_chain_row(ctx: Context, name: str, stage: str) -> Dict:
-  """Zero-shot dev recall@k of a chain stage's retriever, one run per seed."""
-  runs = [_zero_shot_run(ctx, int(seed), _stage_dir(ctx, int(seed), stage))
+def zero_shot_chain_row(ctx: Context, name: str, masking: str) -> Dict:
+  """Zero-shot dev recall@k of a chain stage's retriever (`_stage_dir`), one run per seed."""
+  runs = [_zero_shot_run(ctx, int(seed), _stage_dir(ctx, int(seed), masking))
           for seed in _SEEDS.value]
   return seeds_row(ctx, name, runs, chain=chain_config().settings())
 
 
-def finetuned_chain_row(ctx: Context, name: str, stage: str) -> Dict:
-  """Open-QA fine-tuning from a chain stage (`Chain.finetune_init`), one run per seed, with
-  the `finetuned` row's settings."""
+def finetuned_chain_row(ctx: Context, name: str, masking: str) -> Dict:
+  """Open-QA fine-tuning from a chain stage (`Chain.finetune_init`: ICT for masking "", else
+  REALM's of `masking`), one run per seed, with the `finetuned` row's settings."""
   settings, digest = finetune_settings(), finetune_digest()
   runs = []
   for seed in _SEEDS.value:
     chain = _chain(ctx, int(seed))
+    stage = chain.realm_stage(masking) if masking else "ict"
     runs.append(_finetune_and_evaluate(
         ctx, int(seed), chain.path(f"{stage}-finetuned", digest), chain.finetune_init(stage)))
   return seeds_row(ctx, name, runs, settings=settings, chain=chain_config().settings(),
@@ -491,14 +497,12 @@ def finetuned_chain_row(ctx: Context, name: str, stage: str) -> Dict:
 ROWS = {"bm25": bm25_row, "raw_minilm": raw_minilm_row, "realm_tf_step0": realm_tf_step0_row,
         "realm_tf_step0_bf16": lambda ctx: realm_tf_step0_row(ctx, "bfloat16"),
         "finetuned": finetuned_row,
-        "ict": lambda ctx: zero_shot_chain_row(ctx, "ict", "ict"),
-        "realm_salient": lambda ctx: zero_shot_chain_row(ctx, "realm_salient",
-                                                         "realm-salient_span"),
-        "realm_random": lambda ctx: zero_shot_chain_row(ctx, "realm_random",
-                                                        "realm-random_span"),
-        "orqa": lambda ctx: finetuned_chain_row(ctx, "orqa", "ict"),
+        "ict": lambda ctx: zero_shot_chain_row(ctx, "ict", ""),
+        "realm_salient": lambda ctx: zero_shot_chain_row(ctx, "realm_salient", "salient_span"),
+        "realm_random": lambda ctx: zero_shot_chain_row(ctx, "realm_random", "random_span"),
+        "orqa": lambda ctx: finetuned_chain_row(ctx, "orqa", ""),
         "realm_finetuned": lambda ctx: finetuned_chain_row(ctx, "realm_finetuned",
-                                                           "realm-salient_span")}
+                                                           "salient_span")}
 
 
 def _recall_cell(row: Dict, k: int) -> str:

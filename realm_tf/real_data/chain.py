@@ -9,6 +9,7 @@ experiment (`realm_tf.experiments`) with the chain's settings over it:
                          warmed up first), K candidates with the null document, the
                          query's own block excluded, a brute-force index refreshed
                          synchronously every `refresh_every` steps  -> <run_dir>/realm-<masking>/
+                         (realm-<masking>-sequence_mlm/ with the per-example MLM marginal)
 
 Pre-training examples come from the Beam pipeline 2 (`pipelines.pretraining_examples_lib`:
 spaCy salient spans, or random word spans for the ablation), written once per masking under
@@ -46,6 +47,7 @@ from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
 from realm_tf.presets import encoder_config
 from realm_tf.presets import load_reader_weights
+from realm_tf.losses.mlm_marginal_likelihood import MLM_LOSS_FORMS
 
 DONE = "done.json"
 MASKINGS = ("salient_span", "random_span")
@@ -65,6 +67,8 @@ class ChainConfig:
     refresh_every: steps between index rebuilds with the current doc tower.
     compute_dtype: the training steps' and the index's matmuls ("auto": bfloat16 where the
       CPU has bfloat16 units, `models.precision`).
+    mlm_loss: REALM's MLM marginal, per masked token or per example (`MLM_LOSS_FORMS`). Not
+      in the digest: the REALM stage's directory names it, so both forms start from one ICT run.
   """
   block_length: int = 128
   query_length: int = 64
@@ -78,8 +82,11 @@ class ChainConfig:
   num_candidates: int = 8
   refresh_every: int = 50
   compute_dtype: str = "auto"
+  mlm_loss: str = "token"
 
   def __post_init__(self):
+    if self.mlm_loss not in MLM_LOSS_FORMS:
+      raise ValueError(f"mlm_loss must be one of {MLM_LOSS_FORMS}, got {self.mlm_loss!r}")
     for name in ("ict_steps", "ict_batch_size", "pretrain_steps", "pretrain_batch_size",
                  "num_candidates", "refresh_every"):
       if getattr(self, name) < 1:
@@ -90,7 +97,9 @@ class ChainConfig:
     return dict(dataclasses.asdict(self), compute_dtype=precision.resolve(self.compute_dtype))
 
   def digest(self) -> str:
-    return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:8]
+    settings = self.settings()
+    del settings["mlm_loss"]
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def examples_dir(cache_dir: str, masking: str, query_length: int) -> str:
@@ -183,27 +192,40 @@ class Chain:
                            learning_rate=config.ict_learning_rate),
         init=InitConfig(bert_weights="minilm")))
 
+  def realm_stage(self, masking: str) -> str:
+    """The name of the REALM stage of `masking` in the chain's MLM loss form."""
+    if masking not in MASKINGS:
+      raise ValueError(f"masking must be one of {MASKINGS}, got {masking!r}")
+    form = self.config.mlm_loss
+    return f"realm-{masking}" + ("" if form == "token" else f"-{form}_mlm")
+
   def pretrain(self, masking: str) -> str:
     """The REALM pre-training run of `masking` from the ICT run (retriever in `retriever/`,
     reader in `reader/`)."""
     config = self.config
+    stage = self.realm_stage(masking)
     examples = prepare_examples(self.corpus_dir, self.cache_dir, masking, config.query_length)
     ict_dir = self.ict()
-    return self._run(f"realm-{masking}", self._experiment(
-        "pretrain", f"realm-{masking}",
+    return self._run(stage, self._experiment(
+        "pretrain", stage,
         dict(num_steps=config.pretrain_steps, batch_size=config.pretrain_batch_size,
              learning_rate=config.pretrain_learning_rate),
         examples_dir=examples, init=InitConfig(checkpoint=ict_dir, bert_weights="minilm"),
         masking=masking, num_candidates=config.num_candidates, null_document=True,
         exclude_source=True, mlm_warmup_steps=config.mlm_warmup_steps, refresh="sync",
+        mlm_loss=config.mlm_loss,
         refresh_every=config.refresh_every, index_kind="brute_force",
         embedding_dtype=config.compute_dtype))
 
   def finetune_init(self, stage: str) -> InitConfig:
-    """The `task.init` of fine-tuning from `stage` ("ict" or "realm-<masking>"), trained first
+    """The `task.init` of fine-tuning from `stage` ("ict" or a `realm_stage`), trained first
     when it has not been."""
     if stage != "ict":
-      return InitConfig(checkpoint=self.pretrain(stage[len("realm-"):]))
+      maskings = [m for m in MASKINGS if self.realm_stage(m) == stage]
+      if not maskings:
+        raise ValueError(f"stage must be 'ict' or one of "
+                         f"{[self.realm_stage(m) for m in MASKINGS]}, got {stage!r}")
+      return InitConfig(checkpoint=self.pretrain(maskings[0]))
     prefix = self.path("orqa-init", "ckpt")
     if not tf.io.gfile.exists(prefix + ".index"):
       retriever = load_model(os.path.join(self.ict(), "retriever"))
