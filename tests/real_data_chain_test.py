@@ -2,9 +2,10 @@
 
 ICT and REALM pre-training take 2 steps each (float32); the checks are the chain's contracts:
 pre-training starts from the ICT retriever, ORQA's initialisation holds the ICT retriever and
-a MiniLM reader, each masking writes its own examples once for every seed, and a finished
-stage is never trained again.
+a MiniLM reader, each masking writes its own examples once for every seed, each MLM loss form
+pre-trains its own stage from the same ICT run, and a finished stage is never trained again.
 """
+import dataclasses
 import json
 import os
 
@@ -109,6 +110,24 @@ def test_each_masking_writes_its_own_examples(world):
     chain_lib.prepare_examples(chain.corpus_dir, cache_dir, "random_token", config.query_length)
 
 
+def test_the_sequence_mlm_form_pretrains_its_own_stage_from_the_same_ict(world):
+  cache_dir, config, _, chain, realm_dir = world
+  sequence = chain_lib.Chain(dataclasses.replace(config, mlm_loss="sequence"), chain.corpus_dir,
+                             cache_dir, chain.vocab_file, chain.model.encoder.vocab_size, 0,
+                             log=lambda _: None)
+  assert sequence.run_dir == chain.run_dir  # one ICT run for both forms
+  stage = sequence.realm_stage("salient_span")
+  assert stage == "realm-salient_span-sequence_mlm"
+  sequence_dir = sequence.pretrain("salient_span")
+  assert sequence_dir == chain.path(stage) != realm_dir
+  for directory, form in ((realm_dir, "token"), (sequence_dir, "sequence")):
+    with open(os.path.join(directory, "experiment.json"), encoding="utf-8") as f:
+      assert json.load(f)["task"]["mlm_loss"] == form
+  assert sequence.finetune_init(stage).checkpoint == sequence_dir
+  with pytest.raises(ValueError, match="realm-salient_span-sequence_mlm"):
+    sequence.finetune_init("realm-salient_span")
+
+
 def test_settings_key_the_run_directory():
   a = chain_lib.ChainConfig(compute_dtype="float32")
   assert chain_lib.ChainConfig(compute_dtype="float32").digest() == a.digest()
@@ -116,3 +135,5 @@ def test_settings_key_the_run_directory():
   assert a.settings()["compute_dtype"] == "float32"
   with pytest.raises(ValueError, match="pretrain_steps"):
     chain_lib.ChainConfig(pretrain_steps=0)
+  with pytest.raises(ValueError, match="mlm_loss"):
+    chain_lib.ChainConfig(mlm_loss="per_span")
