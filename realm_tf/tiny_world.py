@@ -68,8 +68,8 @@ PEOPLE = tuple(Person(*row) for row in (
     ("max", "lima", "coach"), ("ned", "kyiv", "baker"), ("oli", "doha", "tailor"),
     ("pam", "doha", "pilot")))
 NAMES = tuple(person.name for person in PEOPLE)
-VOCAB = (SPECIAL_TOKENS + (".", "lives", "in", "works", "as", "a", "the", "city", "of", "is")
-         + NAMES + CITIES + JOBS)
+TEMPLATE_WORDS = (".", "lives", "in", "works", "as", "a", "the", "city", "of", "is")
+VOCAB = SPECIAL_TOKENS + TEMPLATE_WORDS + NAMES + CITIES + JOBS
 
 # The swapped corpus: Ada moved to Lima, Hal became a pilot.
 UPDATES = {"ada": Person("ada", "lima", "tailor"), "hal": Person("hal", "riga", "pilot")}
@@ -87,16 +87,26 @@ def tokenizer() -> WordpieceTokenizer:
   return WordpieceTokenizer(list(VOCAB))
 
 
-def write_pipeline(directory: str) -> Tuple[Corpus, WordpieceTokenizer]:
+def write_pipeline(directory: str, people: Sequence[Person] = PEOPLE,
+                   vocab: Sequence[str] = VOCAB,
+                   pretrained: int = -1) -> Tuple[Corpus, WordpieceTokenizer]:
   """Writes blocks-00000-of-00001.tfrecord (block ids 1000, 1001, ...) and
-  examples-00000-of-00001.tfrecord with their manifests; returns (Corpus, tokenizer)."""
-  tok = tokenizer()
+  examples-00000-of-00001.tfrecord with their manifests; returns (Corpus, tokenizer).
+
+  Args:
+    people, vocab: the table and its wordpieces (every name, city and job one wordpiece).
+    pretrained: the first this many people have pre-training examples (-1: all); the others'
+      facts are only in their blocks.
+  """
+  tok = WordpieceTokenizer(list(vocab))
   ids = lambda text: tok(tf.constant([text])).to_list()[0]
   os.makedirs(directory, exist_ok=True)
   blocks, examples = [], []
-  for i, person in enumerate(PEOPLE):
+  for i, person in enumerate(people):
     name, text, block_id = person.name, block_text(person), 1000 + i
     blocks.append((block_id, name, text, ids(name), ids(text)))
+    if 0 <= pretrained <= i:
+      continue
     for sentence, value in ((f"{name} lives in the city of {person.city} .", person.city),
                             (f"the {person.job} is {name} .", person.job)):
       query = ids(sentence)
@@ -113,10 +123,10 @@ def write_pipeline(directory: str) -> Tuple[Corpus, WordpieceTokenizer]:
   return Corpus.load(directory), tok
 
 
-def write_vocab(path: str) -> None:
-  """VOCAB as a vocab.txt, one wordpiece a line."""
+def write_vocab(path: str, vocab: Sequence[str] = VOCAB) -> None:
+  """`vocab` as a vocab.txt, one wordpiece a line."""
   with open(path, "w", encoding="utf-8") as f:
-    f.write("\n".join(VOCAB) + "\n")
+    f.write("\n".join(vocab) + "\n")
 
 
 def write_pipeline_and_vocab(directory) -> tuple:

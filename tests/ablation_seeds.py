@@ -157,10 +157,10 @@ class SeedChecks:
     block was among the top 7 probed again. What held on seeds 0-2 is asserted: the edited
     block, with the new town, is retrieved in the original's place (>= 80%; measured 93-98% of
     67-122 sentences), and the filled town changes for some sentences (>= 5%; measured
-    13-22%). That the fill follows the edit does not hold at this size, so it is not asserted:
-    the pre-trained reader remembers the places of its pre-training sentences (Appendix C's
-    caveat) and fills in the new town at chance level (0-2 sentences a seed; none of the 2-7
-    places it filled right from the block it ranked first followed the edit)."""
+    13-22%). That the fill follows the edit does not hold for this world's reader, so it is not
+    asserted here: it remembers the places of its pre-training sentences (Appendix C's caveat)
+    and fills in the new town at chance level (0-2 sentences a seed). A reader that copies,
+    and follows edits, is tested in `probe_edit_test.py`."""
     model_dir, examples = probed
     places = [e for e in examples if e.label == "GPE"
               and e.block_id in [z.block_id for z in e.probe.evidence]]

@@ -1,7 +1,7 @@
 """Knowledge probing (`realm_tf.probing.probe_lib`, `realm-probe`) on a tiny random REALM saved
 as a pre-training model directory: its numbers against numpy, the binary's output and its bad
-input. That probing follows an edited fact is checked on the knowledge-world seeds'
-pre-trained REALM (`ablation_seeds.SeedChecks.test_probe_follows_an_edited_fact`)."""
+input. That probing follows an edited fact is checked on a trained REALM in
+`probe_edit_test.py`."""
 import dataclasses
 import json
 import os
