@@ -49,9 +49,9 @@ flags.DEFINE_integer("num_candidates", 8, "K, null document included.", lower_bo
 flags.DEFINE_bool("null_document", True, "Put the null document among the candidates.")
 flags.DEFINE_bool("exclude_source", True, "Drop the query's own block (trivial retrieval).")
 flags.DEFINE_enum("masking", "salient_span", cli.MASKINGS, "Masking strategy.")
-flags.DEFINE_enum("mlm_loss", "token", ["token", "sequence"],
-                  "Marginal likelihood per masked token (the released code) or per sequence "
-                  "(the paper: one document explains all the masks).")
+flags.DEFINE_enum("mlm_loss", "sequence", ["sequence", "token"],
+                  "Marginal likelihood per sequence (the paper: one document explains all the "
+                  "masks) or per masked token (the released code).")
 flags.DEFINE_integer("query_length", 96, "Query length.", lower_bound=3)
 flags.DEFINE_integer("block_length", 288, "Block length.", lower_bound=4)
 flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")

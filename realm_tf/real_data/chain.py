@@ -67,8 +67,9 @@ class ChainConfig:
     refresh_every: steps between index rebuilds with the current doc tower.
     compute_dtype: the training steps' and the index's matmuls ("auto": bfloat16 where the
       CPU has bfloat16 units, `models.precision`).
-    mlm_loss: REALM's MLM marginal, per masked token or per example (`MLM_LOSS_FORMS`). Not
-      in the digest: the REALM stage's directory names it, so both forms start from one ICT run.
+    mlm_loss: REALM's MLM marginal, per masked token (here the default: BENCHMARKS.md §7b's
+      rows were measured in it) or per example (`MLM_LOSS_FORMS`). Not in the digest: the
+      REALM stage's directory names it, so both forms start from one ICT run.
   """
   block_length: int = 128
   query_length: int = 64
