@@ -40,6 +40,7 @@ from pipelines import pretraining_examples_lib
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiments import registry
 from realm_tf.experiments.train_lib import run_experiment
+from realm_tf.losses.mlm_marginal_likelihood import MLM_LOSS_FORMS
 from realm_tf.models.saving import load_model
 from realm_tf.models import precision
 from realm_tf.presets import InitConfig
@@ -47,7 +48,6 @@ from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
 from realm_tf.presets import encoder_config
 from realm_tf.presets import load_reader_weights
-from realm_tf.losses.mlm_marginal_likelihood import MLM_LOSS_FORMS
 
 DONE = "done.json"
 MASKINGS = ("salient_span", "random_span")
