@@ -82,10 +82,11 @@ def test_probe_matches_numpy(model_dir):
   """Retrieval, p(z|x), p(y|z,x), the marginal in both forms, RU and the null-only p(y|x)
   against numpy over the towers' raw embeddings and MLM logits of inputs packed by hand; one
   batch holds texts with one and with two masks."""
-  prober = probe_lib.load_prober(model_dir, k=3)
-  retriever, reader, store = prober.retriever, prober.reader, prober.corpus
-  sequence = probe_lib.Prober(retriever, reader, prober.tokenizer, store, prober.index,
-                              QUERY_LENGTH, BLOCK_LENGTH, k=3, mlm_loss="sequence")
+  sequence = probe_lib.load_prober(model_dir, k=3)
+  assert sequence.mlm_loss == "sequence"  # the run's form: the default
+  retriever, reader, store = sequence.retriever, sequence.reader, sequence.corpus
+  prober = probe_lib.Prober(retriever, reader, sequence.tokenizer, store, sequence.index,
+                            QUERY_LENGTH, BLOCK_LENGTH, k=3, mlm_loss="token")
   blocks = [_pack(store.title_ids.row(r).tolist(), store.body_ids.row(r).tolist(), BLOCK_LENGTH)
             for r in range(len(store))] + [_pack([], [], BLOCK_LENGTH)]  # last: ∅
   documents = retriever.embed_documents(_features(blocks)).numpy().astype(np.float64)
