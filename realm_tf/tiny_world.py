@@ -173,8 +173,18 @@ def corpus_records(updated: bool = False) -> List[Dict]:
   """The blocks of `write_pipeline` (ids 1000, 1001, ...), or with `UPDATES` applied (ids
   2000, 2001, ...)."""
   people = [UPDATES.get(p.name, p) if updated else p for p in PEOPLE]
-  return [{"id": (2000 if updated else 1000) + i, "title": p.name, "text": block_text(p)}
+  return _records(people, 2000 if updated else 1000)
+
+
+def _records(people: Sequence[Person], first_id: int) -> List[Dict]:
+  return [{"id": first_id + i, "title": p.name, "text": block_text(p)}
           for i, p in enumerate(people)]
+
+
+def write_corpus(path: str, people: Sequence[Person], first_id: int = 5000) -> str:
+  """`people`'s blocks as a JSONL corpus (ids `first_id`, ...); returns `path`."""
+  _write_jsonl(path, _records(people, first_id))
+  return path
 
 
 def _write_jsonl(path: str, records: Sequence[Dict]) -> None:

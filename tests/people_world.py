@@ -17,7 +17,7 @@ import dataclasses
 import itertools
 import json
 import os
-from typing import List, Sequence
+from typing import List
 
 import numpy as np
 
@@ -69,15 +69,6 @@ def moved(world: PeopleWorld) -> List[Person]:
   """Every person moved to the next city of `world.cities`."""
   nxt = {city: world.cities[(i + 1) % len(world.cities)] for i, city in enumerate(world.cities)}
   return [dataclasses.replace(p, city=nxt[p.city]) for p in world.people]
-
-
-def write_corpus(path: str, people: Sequence[Person], first_id: int = 5000) -> str:
-  """`people`'s blocks as a JSONL corpus (ids `first_id`, ...); returns `path`."""
-  with open(path, "w", encoding="utf-8") as f:
-    for i, person in enumerate(people):
-      f.write(json.dumps({"id": first_id + i, "title": person.name,
-                          "text": tiny_world.block_text(person)}) + "\n")
-  return path
 
 
 def pretrain_realm(world: PeopleWorld, root: str, seed: int = 0) -> str:
@@ -143,7 +134,7 @@ def main(argv=None) -> None:
   args = parser.parse_args(argv)
   world = write_people_world(os.path.join(args.output_dir, "world"), seed=args.seed)
   model_dir = pretrain_realm(world, args.output_dir, seed=args.seed)
-  corpus = write_corpus(os.path.join(args.output_dir, "moved.jsonl"), moved(world))
+  corpus = tiny_world.write_corpus(os.path.join(args.output_dir, "moved.jsonl"), moved(world))
   print(json.dumps({"model_dir": model_dir, "moved_corpus": corpus,
                     "not_pretrained": [p.name for p in world.people[world.pretrained:]][:5]}))
 

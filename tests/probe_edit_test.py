@@ -16,6 +16,7 @@ import sys
 import pytest
 
 import people_world
+from realm_tf import tiny_world
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,7 +27,7 @@ def trained(tmp_path_factory):
   root = tmp_path_factory.mktemp("probe_edit")
   world = people_world.write_people_world(str(root / "world"), seed=0)
   model_dir = people_world.pretrain_realm(world, str(root), seed=0)
-  corpus = people_world.write_corpus(str(root / "moved.jsonl"), people_world.moved(world))
+  corpus = tiny_world.write_corpus(str(root / "moved.jsonl"), people_world.moved(world))
   return world, model_dir, corpus
 
 
@@ -58,7 +59,7 @@ def test_realm_probe_binary_reads_one_edited_block(trained, tmp_path):
   person = world.people[-1]
   city = next(c for c in world.cities if c != person.city)
   people = world.people[:-1] + [dataclasses.replace(person, city=city)]
-  corpus = people_world.write_corpus(str(tmp_path / "one_edit.jsonl"), people)
+  corpus = tiny_world.write_corpus(str(tmp_path / "one_edit.jsonl"), people)
   result = subprocess.run(
       [sys.executable, "-m", "realm_tf.probe", f"--model_dir={model_dir}", f"--corpus={corpus}",
        "--k=2", "--json", people_world.cloze(person)],
