@@ -31,6 +31,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
+	@$(PY) -c 'from realm_tf.models import precision; print(precision.machine_line())' 2>/dev/null
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile \
 		--no-loadscope-reorder
 

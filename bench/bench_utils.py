@@ -46,12 +46,7 @@ def matmul_peak_flops(shapes=PEAK_SHAPES, repeats: int = 5, dtype: str = "float3
 def cpu_kind() -> Dict[str, object]:
   """The CPU model and its bfloat16 matmul units (from /proc/cpuinfo where there is one):
   float results and speeds differ between CPU kinds, so every result names its kind."""
-  model = platform.processor() or platform.machine()
-  if os.path.exists("/proc/cpuinfo"):
-    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-      models = [line.partition(":")[2].strip() for line in f
-                if line.partition(":")[0].strip() == "model name"]
-    model = models[0] if models else model
+  model = precision.cpu_model()
   bf16 = [flag for flag in precision.CPU_BF16_FLAGS if flag in precision.cpu_flags()]
   return {"cpu_model": model, "bf16_units": bf16 or ["none"],
           "auto_compute_dtype": precision.best_compute_dtype()}

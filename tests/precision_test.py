@@ -83,7 +83,29 @@ def test_bfloat16_export_outputs_float32_close_to_float32(world, tmp_path):
     (set(), ["CPU", "GPU"], "bfloat16"),
     (set(), ["CPU", "TPU"], "bfloat16")])
 def test_auto_picks_bfloat16_where_matmuls_have_bfloat16_units(flags, devices, expected):
-  assert precision.best_compute_dtype(flags, devices) == expected
+  assert precision.best_compute_dtype(flags, devices, environ={}) == expected
+
+
+AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
+
+
+@pytest.mark.parametrize("environ,expected", [
+    ({}, "bfloat16"),
+    ({"ONEDNN_MAX_CPU_ISA": "ALL"}, "bfloat16"),
+    ({"ONEDNN_MAX_CPU_ISA": "avx512_core_amx"}, "bfloat16"),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, "bfloat16"),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, "float32"),  # Cascade Lake's kernels
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, "float32"),  # Zen 3's kernels
+    ({"DNNL_MAX_CPU_ISA": "AVX2"}, "float32"),
+    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "float32"),  # Eigen: no bfloat16 units
+    ({"TF_ENABLE_ONEDNN_OPTS": "false", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, "float32"),
+    ({"TF_ENABLE_ONEDNN_OPTS": "1", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, "bfloat16")])
+def test_auto_follows_onednns_isa_limit_and_switch(environ, expected):
+  """One machine stands in for the other CPU kinds: oneDNN limited below bfloat16 (or off)
+  computes as a machine without bfloat16 units does."""
+  assert precision.best_compute_dtype(AMX, ["CPU"], environ=environ) == expected
+  # No limit lends units to a CPU without them.
+  assert precision.best_compute_dtype({"avx2"}, ["CPU"], environ=environ) == "float32"
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):

@@ -6,7 +6,9 @@ a GPU or TPU, or a CPU flagging `amx_bf16` (Intel AMX) or `avx512_bf16` (AVX512-
 AMD Zen 4): AVX512-BF16 alone counts because on the Zen 4 machine of BENCHMARKS.md §1 TF's
 bfloat16 matmuls run at about twice the float32 peak and the doc tower embeds faster in
 bfloat16 (the figures are there). CPUs with neither flag (AVX2 only, e.g. Zen 3) emulate
-bfloat16 and are slower in it, so they stay float32.
+bfloat16 and are slower in it, so they stay float32. The units are reached through oneDNN only,
+so `auto` also follows oneDNN's switches: `ONEDNN_MAX_CPU_ISA` below AVX512_CORE_BF16 or
+`TF_ENABLE_ONEDNN_OPTS=0` give float32, which lets one machine stand in for the other kinds.
 
 Embedding the corpus is inference only: `with_compute_dtype` gives the doc tower a copy with
 float32 weights that computes under Keras's `mixed_bfloat16` policy; callers cast its
@@ -16,7 +18,8 @@ scores and losses stay float32). bench/embedding_bench.py measures the speed;
 """
 import contextlib
 import os
-from typing import Iterable, Iterator, Optional
+import platform
+from typing import Iterable, Iterator, Mapping, Optional
 
 import tensorflow as tf
 
@@ -27,6 +30,10 @@ from realm_tf.models.retriever import Retriever
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 # /proc/cpuinfo flags of CPU bfloat16 matmul units.
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# `ONEDNN_MAX_CPU_ISA` values that still allow oneDNN's bfloat16 matmul kernels (the others,
+# SSE41 to AVX512_CORE_VNNI, cap it below them; ALL and DEFAULT cap nothing).
+BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX",
+             "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "ALL", "DEFAULT")
 
 
 def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> frozenset:
@@ -41,21 +48,59 @@ def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> frozenset:
   return frozenset()
 
 
+def onednn_allows_bf16(environ: Optional[Mapping[str, str]] = None) -> bool:
+  """Whether oneDNN, as `environ` (default `os.environ`) configures it, may run bfloat16
+  matmul kernels: it is on (`TF_ENABLE_ONEDNN_OPTS` not 0/false) and `ONEDNN_MAX_CPU_ISA`
+  (also read as `DNNL_MAX_CPU_ISA`) is unset or one of `BF16_ISAS`."""
+  environ = os.environ if environ is None else environ
+  if environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() in ("0", "false"):
+    return False
+  isa = environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+  return isa.strip().upper() in BF16_ISAS
+
+
+def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+  """The CPU's model name from /proc/cpuinfo (the platform's machine name where there is none)."""
+  if os.path.exists(cpuinfo_path):
+    with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+          return value.strip()
+  return platform.processor() or platform.machine()
+
+
+def machine_line() -> str:
+  """One line naming the CPU kind, its bfloat16 units, oneDNN's settings and what `auto`
+  resolves to here: tiny models follow other trajectories on other kinds, so a test run or a
+  figure names the one it ran on."""
+  units = [flag for flag in CPU_BF16_FLAGS if flag in cpu_flags()] or ["none"]
+  onednn = ("off" if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
+            in ("0", "false") else "on")
+  isa = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+  return (f"CPU: {cpu_model()}, {os.cpu_count()} cores; bfloat16 units: {'/'.join(units)}; "
+          f"oneDNN {onednn}, ISA limit {isa}; auto precision: {best_compute_dtype()}")
+
+
 def best_compute_dtype(flags: Optional[Iterable[str]] = None,
-                       device_types: Optional[Iterable[str]] = None) -> str:
+                       device_types: Optional[Iterable[str]] = None,
+                       environ: Optional[Mapping[str, str]] = None) -> str:
   """"bfloat16" where matmuls have bfloat16 units (a GPU or TPU among `device_types`, or a CPU
-  with one of `CPU_BF16_FLAGS` in `flags`), else "float32".
+  with one of `CPU_BF16_FLAGS` in `flags` that oneDNN may use, `onednn_allows_bf16`), else
+  "float32".
 
   Args:
     flags: CPU feature flags (default: this machine's, `cpu_flags()`).
     device_types: TF physical device types (default: this machine's, e.g. ["CPU", "GPU"]).
+    environ: the environment oneDNN reads (default `os.environ`).
   """
   if device_types is None:
     device_types = [d.device_type for d in tf.config.list_physical_devices()]
   if {"GPU", "TPU"} & set(device_types):
     return "bfloat16"
   flags = cpu_flags() if flags is None else set(flags)
-  return "bfloat16" if set(CPU_BF16_FLAGS) & set(flags) else "float32"
+  units = bool(set(CPU_BF16_FLAGS) & set(flags))
+  return "bfloat16" if units and onednn_allows_bf16(environ) else "float32"
 
 
 def resolve(compute_dtype: str) -> str:
