@@ -107,12 +107,63 @@ def write_moved_towns(corpus, towns: List[str], path: str) -> Dict[str, str]:
   return moves
 
 
+PROBE_FIGURES = "probe_figures.json"
+
+
+def probe_figures(result: AblationResult) -> Dict[str, float]:
+  """Knowledge probing (`realm-probe`'s library) of a seed's REALM pre-training run, figures
+  cached in the seed's directory (a re-run seed replaces the directory, and the cache with it):
+
+    accuracy, logged: masked wordpieces the probe fills right over every pre-training example;
+      the run's own `mlm_accuracy` over its last tenth of steps (16 examples a step).
+    places: pre-training sentences of a place (GPE) whose fact block the probe retrieves.
+    retrieved: of those, the share whose edited block (every town of the corpus moved to the
+      next one, REALM Appendix C's corpus swap) is retrieved in its place; new_town_shown: 1.0
+      when every such edited block holds the moved town.
+    changed, followed: the share whose filled town changes with the edited corpus; that is the
+      new town.
+  """
+  model_dir = os.path.dirname(result.metrics_files["realm"])
+  path = os.path.join(os.path.dirname(result.world.directory), PROBE_FIGURES)
+  with session_shared.locked(path + ".lock"):
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        return json.load(f)
+    prober = probe_lib.load_prober(model_dir, k=7)  # pre-training's 8 candidates
+    examples = probe_pretraining_examples(prober, result.world.directory)
+    filled = sum(np.sum(np.array(e.probe.tokens) == np.array(e.span)) for e in examples)
+    history = read_step_records(os.path.join(model_dir, "metrics.jsonl"))
+    logged = np.mean([h["mlm_accuracy"] for h in history[-max(1, len(history) // 10):]])
+    places = [e for e in examples if e.label == "GPE"
+              and e.block_id in [z.block_id for z in e.probe.evidence]]
+    moved_path = path + ".moved.jsonl"
+    moves = write_moved_towns(result.world.store(),
+                              sorted({e.span_text for e in examples if e.label == "GPE"}),
+                              moved_path)
+    edited = probe_lib.load_prober(model_dir, corpus=moved_path, k=7)
+    probes = edited.probe_many([e.text for e in places], batch_size=64)
+    retrieved = [[z for z in p.evidence if z.block_id == e.block_id]
+                 for e, p in zip(places, probes)]
+    figures = {
+        "accuracy": float(filled / sum(len(e.span) for e in examples)),
+        "logged": float(logged), "places": len(places),
+        "retrieved": float(np.mean([bool(z) for z in retrieved])),
+        "new_town_shown": float(all(moves[e.span_text] in z[0].text
+                                    for e, z in zip(places, retrieved) if z)),
+        "changed": float(np.mean([e.probe.tokens != p.tokens for e, p in zip(places, probes)])),
+        "followed": float(np.mean([" ".join(p.tokens) == moves[e.span_text].lower()
+                                   for e, p in zip(places, probes)]))}
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(figures, f)
+    return figures
+
+
 @pytest.mark.slow
 class SeedChecks:
   """What one seed's file asserts: every variant ran, and a reader reading only the null
   document answers no test question (the world's facts cannot be guessed), which held on every
   seed of the study (docs/ablations.md); and knowledge probing (`realm-probe`'s library) of the
-  seed's REALM pre-training run. A seed file subclasses it with its `SEED`."""
+  seed's REALM pre-training run (`probe_figures`). A seed file subclasses it with its `SEED`."""
   SEED = 0
 
   @pytest.fixture(scope="class")
@@ -132,47 +183,24 @@ class SeedChecks:
 
   @pytest.fixture(scope="class")
   def probed(self, result):
-    """The seed's REALM pre-training run, loaded by `realm-probe`'s library, and every one of
-    its pre-training examples probed."""
-    model_dir = os.path.dirname(result.metrics_files["realm"])
-    prober = probe_lib.load_prober(model_dir, k=7)  # pre-training's 8 candidates
-    return model_dir, probe_pretraining_examples(prober, result.world.directory)
+    return probe_figures(result)
 
   def test_probe_fills_the_pretraining_spans_as_pretraining_did(self, probed):
     """Probing the run's own pre-training examples gets as many masked wordpieces right as
-    pre-training's marginal prediction did over its last tenth of steps (`mlm_accuracy`, 16
-    examples a step): the probe reads the saved towers and index as the run did (seeds 0-2:
-    0.308, 0.229, 0.254 against 0.289, 0.211, 0.221 logged; a step's sd is 0.07)."""
-    model_dir, examples = probed
-    tokens = [(e.probe.tokens, e.span) for e in examples]
-    accuracy = sum(np.sum(np.array(p) == np.array(s)) for p, s in tokens) / sum(
-        len(s) for _, s in tokens)
-    history = read_step_records(os.path.join(model_dir, "metrics.jsonl"))
-    logged = np.mean([h["mlm_accuracy"] for h in history[-max(1, len(history) // 10):]])
-    assert abs(accuracy - logged) < 0.08, (accuracy, logged)
+    pre-training's marginal prediction did over its last tenth of steps: the probe reads the
+    saved towers and index as the run did (a step's sd is 0.07; the margin held on every
+    emulated CPU kind, `tools/cpu_kinds.py`)."""
+    assert abs(probed["accuracy"] - probed["logged"]) < 0.08, probed
 
-  def test_probe_reads_an_edited_corpus(self, probed, result, tmp_path):
-    """REALM Appendix C's corpus swap: every town of the corpus moved to the next one
-    (`--corpus` = the edited copy), the run's place sentences (birthplace, residence) whose
-    block was among the top 7 probed again. What held on seeds 0-2 is asserted: the edited
-    block, with the new town, is retrieved in the original's place (>= 80%; measured 93-98% of
-    67-122 sentences), and the filled town changes for some sentences (>= 5%; measured
-    13-22%). That the fill follows the edit does not hold for this world's reader, so it is not
-    asserted here: it remembers the places of its pre-training sentences (Appendix C's caveat)
-    and fills in the new town at chance level (0-2 sentences a seed). A reader that copies,
-    and follows edits, is tested in `probe_edit_test.py`."""
-    model_dir, examples = probed
-    places = [e for e in examples if e.label == "GPE"
-              and e.block_id in [z.block_id for z in e.probe.evidence]]
-    moves = write_moved_towns(result.world.store(),
-                              sorted({e.span_text for e in examples if e.label == "GPE"}),
-                              str(tmp_path / "moved.jsonl"))
-    edited = probe_lib.load_prober(model_dir, corpus=str(tmp_path / "moved.jsonl"), k=7)
-    probes = edited.probe_many([e.text for e in places], batch_size=64)
-    retrieved = [[z for z in p.evidence if z.block_id == e.block_id]
-                 for e, p in zip(places, probes)]
-    assert len(places) >= 30
-    assert all(moves[e.span_text] in z[0].text
-               for e, z in zip(places, retrieved) if z)
-    assert np.mean([bool(z) for z in retrieved]) >= 0.8
-    assert np.mean([e.probe.tokens != p.tokens for e, p in zip(places, probes)]) >= 0.05
+  def test_probe_reads_an_edited_corpus(self, probed, record_property):
+    """REALM Appendix C's corpus swap, per seed: the edited block, with the new town, is
+    retrieved in the original's place (>= 80%; 93-98% of 67-122 sentences on seeds 0-2). That
+    the fill changes is a statistic over seeds (`ablations_small_test.py`): on one seed it
+    depends on the CPU kind. That it follows the edit does not hold for this world's reader: it
+    remembers the places of its pre-training sentences (Appendix C's caveat); a reader that
+    copies, and follows edits, is tested in `probe_edit_test.py`."""
+    for name, value in probed.items():
+      record_property(name, f"{value:.3f}")
+    assert probed["places"] >= 30, probed
+    assert probed["new_town_shown"] == 1.0, probed
+    assert probed["retrieved"] >= 0.8, probed
