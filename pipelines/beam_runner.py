@@ -70,6 +70,7 @@ def pipeline_options(passthrough: Optional[str] = None,
       raise errors.InputError(errors.describe(
           "--runner=DaskRunner", f"needs dask and distributed ({errors.one_line(e)})",
           "pip install -e '.[dask]'")) from e
+  _check_runner(standard.runner)
   unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) -
                    set(options.get_all_options()))
   if unknown:  # Beam would only log "Discarding unparseable args" and go on
@@ -79,6 +80,19 @@ def pipeline_options(passthrough: Optional[str] = None,
         "Check the spelling (--helpfull lists the pipeline's flags; Beam's options are in "
         "apache_beam.options.pipeline_options)"))
   return options
+
+
+def _check_runner(name: str) -> None:
+  """Raises InputError naming `--runner` if Beam cannot create the runner `name`."""
+  try:
+    beam_runner_base.create_runner(name)
+  except (ValueError, ImportError, AttributeError) as e:
+    problem = ("unknown Beam runner" if isinstance(e, ValueError) else
+               f"the runner cannot be loaded ({type(e).__name__}: {errors.one_line(e)})")
+    raise errors.InputError(errors.describe(
+        f"--runner={name}", problem,
+        "Pass DirectRunner (the default), DaskRunner, DataflowRunner, FlinkRunner, SparkRunner, "
+        "PortableRunner or the module.Class of a PipelineRunner subclass")) from e
 
 
 def run(pipeline: beam.Pipeline) -> Dict[str, int]:

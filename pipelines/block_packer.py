@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines import sentence_splitter
+from realm_tf import errors
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 BLOCK_LENGTH = 288
@@ -57,6 +58,17 @@ class Block:
   end: int
 
 
+def check_lengths(block_length: int, max_title_wordpieces: int) -> None:
+  """Raises InputError naming the flags if a title of `max_title_wordpieces` and the three
+  specials leave no wordpiece of a `block_length` block for the body."""
+  if max_title_wordpieces + _NUM_SPECIALS >= block_length:
+    raise errors.InputError(errors.describe(
+        f"--block_length={block_length}", f"leaves no room for a body after a title of up to "
+        f"--max_title_wordpieces={max_title_wordpieces} wordpieces and [CLS], [SEP], [SEP]",
+        f"Pass --block_length above {max_title_wordpieces + _NUM_SPECIALS} (REALM: "
+        f"{BLOCK_LENGTH}), or a --max_title_wordpieces below {block_length - _NUM_SPECIALS}"))
+
+
 class BlockPackingError(ValueError):
   """An article that cannot be packed (its title alone leaves no room for a body)."""
 
@@ -77,9 +89,7 @@ class BlockPacker:
 
   def __init__(self, tokenizer: WordpieceTokenizer, block_length: int = BLOCK_LENGTH,
                max_title_wordpieces: int = 64):
-    if max_title_wordpieces + _NUM_SPECIALS >= block_length:
-      raise ValueError(f"max_title_wordpieces={max_title_wordpieces} leaves no body room in "
-                       f"block_length={block_length}")
+    check_lengths(block_length, max_title_wordpieces)
     self.tokenizer = tokenizer
     self.block_length = int(block_length)
     self.max_title_wordpieces = int(max_title_wordpieces)

@@ -331,6 +331,9 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
     FileExistsError: the version is published already.
   """
   index_builder.check_kind(kind)
+  pipeline_io.check_output_dir(index_root, "--index_root")
+  if version:
+    index_publisher.check_version(version, "--version")
   shards.check_directory(embedder_dir, "a doc-embedder export (--embedder_dir)",
                          "Pass a directory written by `export_doc_embedder`")
   corpus_ids, fingerprint = block_records.corpus_ids_and_fingerprint(corpus_dir)  # verified

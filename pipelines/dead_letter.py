@@ -26,10 +26,17 @@ _MAX_TITLE_CHARS = 512
 _MAX_REASON_CHARS = 2000
 
 
+def _utf8(text: Any) -> str:
+  """`text` as UTF-8-encodable text: a lone surrogate (a JSONL record's `"\\ud800"`) becomes
+  its escape, which Beam's coders and the dead-letter file can carry."""
+  return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def dead_letter(source: str, offset: int, title: str, stage: str, reason: str) -> Dict[str, Any]:
-  """A dead-letter record (a JSON-serialisable dict)."""
-  return {"source": str(source), "offset": int(offset), "title": str(title)[:_MAX_TITLE_CHARS],
-          "stage": str(stage), "reason": str(reason)[:_MAX_REASON_CHARS]}
+  """A dead-letter record (a JSON-serialisable dict of UTF-8-encodable strings)."""
+  return {"source": _utf8(source), "offset": int(offset),
+          "title": _utf8(title)[:_MAX_TITLE_CHARS], "stage": str(stage),
+          "reason": _utf8(reason)[:_MAX_REASON_CHARS]}
 
 
 def tagged(source: str, offset: int, title: str, stage: str,

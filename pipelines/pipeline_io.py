@@ -17,6 +17,7 @@ from pipelines import beam_runner
 from pipelines import dead_letter
 from realm_tf import errors
 from realm_tf.data import shards
+from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _WHILE_RUNNING = re.compile(r" \[while running '[^']*'\]")
 _WRAPPED = re.compile(r"(?:InputError|ShardError|IndexBuildError|DataLossError)[^:\n]*: ([^\n]+)")
@@ -51,14 +52,19 @@ def check_input_files(patterns: List[str], what: str = "--input") -> List[str]:
   return paths
 
 
-def check_output_dir(output_dir: str) -> None:
-  """Raises InputError if `output_dir` is an existing file."""
+def check_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
+  """Raises InputError if `output_dir` (`flag`) is empty or an existing file."""
   if not output_dir:
-    raise errors.InputError(errors.describe("''", "no --output_dir given",
+    raise errors.InputError(errors.describe("''", f"no {flag} given",
                                             "Pass the directory to write"))
-  if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
-    raise errors.InputError(errors.describe(output_dir, "is a file, not a directory "
-                                            "(--output_dir)", "Pass a directory"))
+  shards.check_output_directory(output_dir, flag)
+
+
+def check_vocab_file(vocab_file: str) -> None:
+  """Loads `vocab_file` ("" = MiniLM's, not checked) as the workers will: raises
+  FileNotFoundError / InputError naming it if it is missing or not a BERT vocabulary."""
+  if vocab_file:
+    WordpieceTokenizer.from_vocab_file(vocab_file)
 
 
 def output_counts(output_dir: str, prefix: str, count_name: str) -> Dict[str, int]:
@@ -92,9 +98,14 @@ def finish_output(output_dir: str, prefix: str, count_name: str, counters: Dict[
     for path in tf.io.gfile.glob(written):
       if not tf.io.gfile.stat(path).length:
         tf.io.gfile.remove(path)
-    raise errors.InputError(errors.describe(
-        inputs, f"no {prefix} came out ({dead} dead letters)",
-        f"See why in {letters}" if dead else "Check the input's format"))
+    dropped = ", ".join(f"{value} {name.split('_dropped_')[1]}"
+                        for name, value in sorted(counters.items())
+                        if "_dropped_" in name and value)  # e.g. pages_dropped_redirect
+    counts = f"{dead} dead letters" + (f"; dropped: {dropped}" if dropped else "")
+    fix = (f"See why in {letters}" if dead else "Pass a dump with article pages (redirects, "
+           "other namespaces and disambiguation pages are dropped)" if dropped else
+           "Check the input's format")
+    raise errors.InputError(errors.describe(inputs, f"no {prefix} came out ({counts})", fix))
   shards.write_manifest(output_dir, prefix, config)
 
 

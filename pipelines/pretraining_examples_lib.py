@@ -370,6 +370,7 @@ def run_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
   """
   read_dir, num_records = block_records.readable_corpus(config.corpus_dir)
   pipeline_io.check_output_dir(config.output_dir)
+  pipeline_io.check_vocab_file(config.vocab_file)
   shards.remove_manifest(config.output_dir, EXAMPLES_PREFIX)
   build_pipeline(pipeline, config, tagger, verify=False, read_dir=read_dir)
   counters = pipeline_io.run(pipeline)

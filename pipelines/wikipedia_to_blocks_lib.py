@@ -249,11 +249,14 @@ def run_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> Dict[str, int
   returns its counters.
 
   Raises:
-    FileNotFoundError, InputError: an input pattern matches nothing, or a directory, empty or
-      unreadable file; the output directory is a file; no block came out.
+    FileNotFoundError, InputError: a block length without room for a body; an input pattern
+      matches nothing, or a directory, empty or unreadable file; the output directory is a
+      file; no block came out.
   """
+  block_packer.check_lengths(config.block_length, config.max_title_wordpieces)
   pipeline_io.check_input_files(config.input_patterns)
   pipeline_io.check_output_dir(config.output_dir)
+  pipeline_io.check_vocab_file(config.vocab_file)
   shards.remove_manifest(config.output_dir, BLOCKS_PREFIX)
   build_pipeline(pipeline, config)
   counters = pipeline_io.run(pipeline)

@@ -33,6 +33,8 @@ _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to writ
 _METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
 _K = flags.DEFINE_integer("k", 5, "Blocks read per question.", lower_bound=1)
 _RECALL_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20", "100"], "recall@k cut-offs.")
+flags.register_validator("recall_ks", lambda ks: all(k.isdigit() and int(k) >= 1 for k in ks),
+                         "--recall_ks must be positive integers, e.g. 1,5,20,100")
 _MAX = flags.DEFINE_integer("max_examples", 0, "Questions evaluated (0: all).", lower_bound=0)
 _BATCH = flags.DEFINE_integer("batch_size", 16, "Questions per batch.", lower_bound=1)
 

@@ -26,9 +26,11 @@ _K = flags.DEFINE_integer("k", 5, "Evidence blocks per question in realm_qa.", l
 def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf.data import shards
   from realm_tf.export import export_hub_lib
   from realm_tf.qa.model import QAModel
   from realm_tf.qa.model import find_model_dir
+  shards.check_output_directory(_EXPORT_DIR.value, "--export_dir")
   model = QAModel.load(find_model_dir(_MODEL_DIR.value), corpus=_CORPUS.value,
                        embeddings_dir=_EMBEDDINGS.value, embedding_dtype=_EMBEDDING_DTYPE.value)
   paths = export_hub_lib.export_hub(model, _EXPORT_DIR.value, _K.value)

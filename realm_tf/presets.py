@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from realm_tf import checkpoints
 from realm_tf import configs
+from realm_tf import errors
 from realm_tf import pretrained
 from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.losses.open_qa_loss import SPAN_NORMALIZATIONS
@@ -206,6 +207,25 @@ class InitConfig:
   index: str = ""
 
 
+# InitConfig field -> its flag (`realm-finetune`).
+_INIT_FLAGS = {"checkpoint": "--init_checkpoint", "realm_embedder": "--init_realm_embedder",
+               "realm_encoder": "--init_realm_encoder", "orqa": "--init_orqa",
+               "bert_weights": "--init_weights"}
+
+
+def check_init_sources(init: InitConfig) -> None:
+  """Raises `errors.InputError` naming the flags if `init` gives a tower of an Open-QA model
+  two sources of its weights."""
+  for tower, fields in (("retriever", ("checkpoint", "realm_embedder", "orqa", "bert_weights")),
+                        ("reader", ("checkpoint", "realm_encoder", "orqa", "bert_weights"))):
+    given = [f"{_INIT_FLAGS[field]}={getattr(init, field)}" for field in fields
+             if getattr(init, field)]
+    if len(given) > 1:
+      raise errors.InputError(errors.describe(
+          ", ".join(given), f"{len(given)} sources of the {tower}'s initial weights",
+          "Pass one of them"))
+
+
 def _copy_towers(source: Retriever, target: Retriever) -> None:
   target.query_encoder.set_weights(source.query_encoder.get_weights())
   target.query_projection.set_weights(source.query_projection.get_weights())
@@ -218,15 +238,10 @@ def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
   """Loads the weights of `init` into a separate-tower retriever and a reader of `config`.
 
   Raises:
-    ValueError: conflicting sources.
-    CheckpointMismatchError / errors.InputError: a checkpoint that does not fit the model.
+    errors.InputError: conflicting sources (`check_init_sources`); a checkpoint that does not
+      fit the model (`CheckpointMismatchError`).
   """
-  retriever_sources = [s for s in (init.checkpoint, init.realm_embedder, init.orqa,
-                                   init.bert_weights) if s]
-  reader_sources = [s for s in (init.checkpoint, init.realm_encoder, init.orqa,
-                                init.bert_weights) if s]
-  if len(retriever_sources) > 1 or len(reader_sources) > 1:
-    raise ValueError(f"more than one initialisation source for a tower: {init}")
+  check_init_sources(init)
   if init.checkpoint:
     source, _ = build_models(config, share_towers=init.checkpoint_share_towers)
     path = (tf.train.latest_checkpoint(init.checkpoint)

@@ -2,6 +2,7 @@
 offset) and the fix, no misleading empty output, nothing valid lost. Damaged and missing
 shards are in `shard_manifest_test.py`."""
 import bz2
+import dataclasses
 import glob
 import json
 import os
@@ -40,35 +41,38 @@ def _blocks_config(tmp_path, inputs, input_format="wikipedia"):
                                               input_format=input_format, vocab_file=str(vocab))
 
 
-def _unreadable(tmp_path, monkeypatch):
+def _dump(tmp_path, *pages):
   path = tmp_path / "dump.xml"
-  path.write_bytes(dump_xml(page_xml("Paris", ARTICLE)))
+  path.write_bytes(dump_xml(*(pages or [page_xml("Paris", ARTICLE)])))
+  return str(path)
+
+
+def _unreadable(tmp_path, monkeypatch):
+  path = _dump(tmp_path)
 
   def refuse(*args, **kwargs):
-    raise PermissionError(13, "Permission denied", str(path))
+    raise PermissionError(13, "Permission denied", path)
 
   monkeypatch.setattr(filesystems.FileSystems, "open", refuse)  # root may read any file
-  return [str(path)], "out"
+  return [path], {}
 
 
 def _output_is_a_file(tmp_path, monkeypatch):
   del monkeypatch
-  path = tmp_path / "dump.xml"
-  path.write_bytes(dump_xml(page_xml("Paris", ARTICLE)))
   (tmp_path / "out").write_text("a file")
-  return [str(path)], "out"
+  return [_dump(tmp_path)], {}
 
 
 BLOCKS_INPUT_CASES = {
-    "nonexistent": (lambda t, m: (["/does/not/exist.xml.bz2"], "out"), FileNotFoundError,
+    "nonexistent": (lambda t, m: (["/does/not/exist.xml.bz2"], {}), FileNotFoundError,
                     r"^/does/not/exist\.xml\.bz2: no such file \(--input matches nothing\)\. "
                     r"Check the path or pattern\.$"),
-    "pattern_matches_nothing": (lambda t, m: ([str(t / "*.bz2")], "out"), FileNotFoundError,
+    "pattern_matches_nothing": (lambda t, m: ([str(t / "*.bz2")], {}), FileNotFoundError,
                                 r"/\*\.bz2: no such file \(--input matches nothing\)"),
-    "directory_as_input": (lambda t, m: ([str(t)], "out"), errors.InputError,
+    "directory_as_input": (lambda t, m: ([str(t)], {}), errors.InputError,
                            r": is a directory, not a file \(--input\)\. Pass the files inside "
                            r"it, e\.g\. .*/\*\.$"),
-    "empty_file": (lambda t, m: ([_empty(t)], "out"), errors.InputError,
+    "empty_file": (lambda t, m: ([_empty(t)], {}), errors.InputError,
                    r"/empty\.xml: is empty \(--input\)\. Pass a non-empty file\.$"),
     "unreadable_file": (_unreadable, errors.InputError,
                         r"/dump\.xml: cannot be read \(PermissionError: .*\)\. Check its "
@@ -76,6 +80,14 @@ BLOCKS_INPUT_CASES = {
     "output_dir_is_a_file": (_output_is_a_file, errors.InputError,
                              r"/out: is a file, not a directory \(--output_dir\)\. Pass a "
                              r"directory\.$"),
+    "block_length_without_body_room": (
+        lambda t, m: ([_dump(t)], {"block_length": 40}), errors.InputError,
+        r"^--block_length=40: leaves no room for a body after a title of up to "
+        r"--max_title_wordpieces=64 wordpieces and \[CLS\], \[SEP\], \[SEP\]\. Pass "
+        r"--block_length above 67 \(REALM: 288\), or a --max_title_wordpieces below 37\.$"),
+    "missing_vocab_file": (lambda t, m: ([_dump(t)], {"vocab_file": str(t / "nope.txt")}),
+                           FileNotFoundError, r"/nope\.txt: no such vocabulary file\. Pass the "
+                           r"path of a BERT vocab\.txt \(--vocab_file\)\.$"),
 }
 
 
@@ -88,8 +100,8 @@ def _empty(tmp_path):
 @pytest.mark.parametrize("case", sorted(BLOCKS_INPUT_CASES))
 def test_blocks_pipeline_rejects_bad_input_before_it_starts(tmp_path, monkeypatch, case):
   make, error_type, message = BLOCKS_INPUT_CASES[case]
-  inputs, _ = make(tmp_path, monkeypatch)
-  config = _blocks_config(tmp_path, inputs)
+  inputs, settings = make(tmp_path, monkeypatch)
+  config = dataclasses.replace(_blocks_config(tmp_path, inputs), **settings)
   with pytest.raises(error_type, match=message) as error:
     wikipedia_to_blocks_lib.run_pipeline(beam.Pipeline(), config)
   assert "\n" not in str(error.value)
@@ -104,6 +116,17 @@ def test_jsonl_without_one_valid_line_fails_and_writes_no_blocks(tmp_path):
                      r"letters\)\. See why in .*/out/dead_letter-\*\.jsonl\.$"):
     wikipedia_to_blocks_lib.run_pipeline(beam.Pipeline(), config)
   assert sorted(os.listdir(config.output_dir)) == ["dead_letter-00000-of-00001.jsonl"]
+
+
+def test_a_dump_of_redirects_only_is_refused_naming_the_dropped_pages(tmp_path):
+  path = _dump(tmp_path, page_xml("Lutetia", "#REDIRECT [[Paris]]", page_id=2, redirect="Paris"),
+               page_xml("Talk:Paris", "Chat.", ns=1, page_id=3))
+  with pytest.raises(errors.InputError, match=r"dump\.xml: no blocks came out \(0 dead letters; "
+                     r"dropped: 1 namespace, 1 redirect\)\. Pass a dump "
+                     r"with article pages \(redirects, other namespaces and disambiguation "
+                     r"pages are dropped\)\.$"):
+    wikipedia_to_blocks_lib.run_pipeline(beam.Pipeline(), _blocks_config(tmp_path, [path]))
+  assert not glob.glob(str(tmp_path / "out" / "blocks*"))
 
 
 def test_malformed_jsonl_lines_are_dead_letters_and_valid_lines_are_kept(tmp_path):

@@ -182,7 +182,8 @@ def test_read_jsonl_documents_and_dead_letters(tmp_path):
            "{not json",
            json.dumps({"title": "NoText"}),
            json.dumps({"title": "Blank", "text": " \n "}),
-           json.dumps({"title": "Huge", "text": "x" * 500})]
+           json.dumps({"title": "Huge", "text": "x" * 500}),
+           '{"title": "Lone\\ud800", "text": "a \\ud800 b"}']
   data = ("\n".join(lines) + "\n").encode() + b'{"title": "Bytes", "text": "a\xff"}\n'
   path = _write(tmp_path / "docs.jsonl", data)
   with test_pipeline.TestPipeline() as p:
@@ -193,7 +194,8 @@ def test_read_jsonl_documents_and_dead_letters(tmp_path):
         lambda r: (r["offset"], r["title"], r["reason"].split(":")[0])), equal_to([
             (2, "", "not JSON"), (3, "NoText", "no string field 'text'"),
             (4, "Blank", "empty document"), (5, "Huge", "over-long document"),
-            (6, "Bytes", "invalid UTF-8 at byte 29 of the line")]), label="dead")
+            (6, "Lone\\ud800", "invalid UTF-8"),
+            (7, "Bytes", "invalid UTF-8 at byte 29 of the line")]), label="dead")
 
 
 def test_documents_to_blocks_and_deduplicate(vocab_file):

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from realm_tf import errors
 from realm_tf.training import plots
 from realm_tf.training.train_loop import read_step_records
 
@@ -23,11 +24,14 @@ def test_plot_and_resume_deduplication(tmp_path):
 def test_bad_metrics_file_names_the_line(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text('{"step": 1, "loss": 1.0}\n{oops\n')
-  with pytest.raises(ValueError, match="metrics.jsonl:2"):
+  with pytest.raises(errors.MalformedRecordError, match="metrics.jsonl:2: not a JSON record "
+                     "with a step"):
     read_step_records(str(path))
   path.write_text('{"step": 1, "loss": 1.0}\n')
-  with pytest.raises(ValueError, match="no 'retrieval_utility' values"):
+  with pytest.raises(errors.InputError, match="metrics.jsonl: no 'retrieval_utility' records"):
     plots.plot_retrieval_utility({"x": str(path)}, str(tmp_path / "x.png"))
+  with pytest.raises(errors.InputError, match="is a directory, not a metrics.jsonl"):
+    read_step_records(str(tmp_path))
 
 
 def test_eval_curve_with_reference_lines(tmp_path, monkeypatch):

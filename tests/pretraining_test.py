@@ -92,8 +92,8 @@ def test_candidate_features_pack_null_document_and_reader_input(world):
 
 def test_corpus_smaller_than_k_is_an_error(world):
   _, store, tok = world
-  with pytest.raises(ValueError, match="17 blocks must be retrieved per query but the corpus "
-                                       "has only 16"):
+  with pytest.raises(errors.InputError, match="--num_candidates=17: needs 17 blocks retrieved "
+                     "per query, and the corpus .* has only 16. Pass --num_candidates=16 or less"):
     CandidateBuilder(store, Featurizer(tok), num_candidates=17)
 
 

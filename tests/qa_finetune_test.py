@@ -371,7 +371,7 @@ def test_config_errors(world, tmp_path):
   with pytest.raises(ValueError, match="wordpieces, the encoder 99"):
     FineTuner(tiny_config(world, str(tmp_path), model=dataclasses.replace(
         tiny_world.model_config(), encoder=configs.EncoderConfig.tiny(vocab_size=99))))
-  with pytest.raises(ValueError, match="more than one initialisation source"):
+  with pytest.raises(ValueError, match="--init_checkpoint=a, --init_orqa=b: 2 sources of the"):
     FineTuner(tiny_config(world, str(tmp_path / "x"),
                           init=InitConfig(checkpoint="a", orqa="b")))
 

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.checkpoints import tf2_checkpoint
 
 VARIABLE = "block_emb"
 
@@ -82,7 +83,7 @@ def open_released_embeddings(path: str) -> Tuple[np.ndarray, str]:
     else:
       logging.warning("%s holds more than %s: reading it whole (%.1f GB)", prefix, VARIABLE,
                       nbytes / 1e9)
-      embeddings, source = reader.get_tensor(VARIABLE), prefix
+      embeddings, source = tf2_checkpoint.tensor_getter(reader, prefix)(VARIABLE), prefix
   if embeddings.ndim != 2 or embeddings.dtype != np.float32:
     raise errors.InputError(errors.describe(
         path, f"embeddings are {embeddings.dtype} {list(embeddings.shape)}, not a float32 "

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.checkpoints.variable_maps import VariableMap
 
 # Optimizer state in the released checkpoints: never model weights.
@@ -110,8 +111,9 @@ def load_tf1_checkpoint(path: str, variable_map: VariableMap, ignore: Iterable[s
     reader = tf.train.load_checkpoint(resolved or path)
   except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
     raise FileNotFoundError(f"No readable TF checkpoint at {path}: {e}") from e
-  return _check_and_assign(path, reader.get_variable_to_shape_map(), reader.get_tensor,
-                           variable_map, ignore, if_present)
+  return _check_and_assign(path, reader.get_variable_to_shape_map(),
+                           tf2_checkpoint.tensor_getter(reader, resolved or path), variable_map,
+                           ignore, if_present)
 
 
 def load_arrays(source: str, arrays: Mapping[str, np.ndarray], variable_map: VariableMap,

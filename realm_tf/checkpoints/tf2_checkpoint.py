@@ -3,9 +3,36 @@ model variable took a value (a tower the checkpoint never held would stay at its
 initialisation): every trainer's resume (`realm_tf.training.train_loop`), a pre-training
 checkpoint as Open-QA's initialisation (`realm_tf.presets.initialize`) and QA model
 directories (`realm_tf.qa.model`)."""
+from typing import Callable
+
+import numpy as np
 import tensorflow as tf
 
 from realm_tf import errors
+
+# What reading a truncated or damaged checkpoint raises (a cut .data-* file: IndexError).
+_DAMAGE = (IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError)
+
+
+def damaged(path: str, error: BaseException) -> errors.InputError:
+  """The error of checkpoint `path`, whose files are truncated or damaged."""
+  return errors.InputError(errors.describe(
+      path, f"truncated or damaged checkpoint ({errors.one_line(error)[:200]})",
+      "Restore its files (.index, .data-*) from a good copy, or resume from an earlier "
+      "checkpoint"))
+
+
+def tensor_getter(reader, path: str) -> Callable[[str], np.ndarray]:
+  """`reader.get_tensor` of `tf.train.load_checkpoint(path)`, raising `damaged(path)` where
+  the checkpoint's data is truncated or damaged (any checkpoint, TF1 ones included)."""
+
+  def get(name: str) -> np.ndarray:
+    try:
+      return reader.get_tensor(name)
+    except _DAMAGE as e:
+      raise damaged(path, e) from e
+
+  return get
 
 
 def restore_checked(checkpoint: tf.train.Checkpoint, path: str, read: bool = False):
@@ -18,11 +45,8 @@ def restore_checked(checkpoint: tf.train.Checkpoint, path: str, read: bool = Fal
   """
   try:
     status = (checkpoint.read(path) if read else checkpoint.restore(path)).expect_partial()
-  except (IndexError, tf.errors.DataLossError, tf.errors.OutOfRangeError) as e:
-    raise errors.InputError(errors.describe(
-        path, f"truncated or damaged checkpoint ({errors.one_line(e)[:200]})",
-        "Restore its files (.index, .data-*) from a good copy, or resume from an earlier "
-        "checkpoint")) from e
+  except _DAMAGE as e:
+    raise damaged(path, e) from e
   except ValueError as e:  # a variable of another shape: another vocabulary or encoder size
     raise errors.InputError(errors.describe(
         path, f"the checkpoint does not fit the model ({errors.one_line(e)[:300]})",

@@ -176,6 +176,13 @@ def check_directory(directory: str, what: str, fix: str) -> None:
                                           fix))
 
 
+def check_output_directory(directory: str, flag: str, fix: str = "Pass a directory") -> None:
+  """Raises InputError if `directory`, which `flag` names as a directory to write, is a file."""
+  if tf.io.gfile.exists(directory) and not tf.io.gfile.isdir(directory):
+    raise errors.InputError(errors.describe(directory, f"is a file, not a directory ({flag})",
+                                            fix))
+
+
 def _shard_files(directory: str, prefix: str) -> List[str]:
   check_directory(directory, f"a directory of {prefix}-*{TFRECORD_SUFFIX} shards",
                   f"Pass the directory that python -m {PRODUCERS.get(prefix, '...')} wrote")

@@ -104,8 +104,10 @@ def config_from_flags() -> DemoConfig:
 def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf.data import shards
   from realm_tf.demo import report
   from realm_tf.demo import stages
+  shards.check_output_directory(_OUTPUT_DIR.value, "--output_dir")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.ERROR)
   result = stages.run_demo(config_from_flags(), overwrite=_OVERWRITE.value)

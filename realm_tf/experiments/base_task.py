@@ -28,6 +28,7 @@ from realm_tf import distribute
 from realm_tf import errors
 from realm_tf import pretrained
 from realm_tf import presets
+from realm_tf.data import shards
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
 from realm_tf.experiment_config import ExperimentConfig
@@ -116,29 +117,39 @@ class Task(abc.ABC):
       validates on `task.dev_data`.
   """
 
+  min_steps = 1  # trainer.num_steps; Open-QA: 0 writes the initialisation as a QA model
+
   def __init__(self, config: ExperimentConfig, strategy: tf.distribute.Strategy,
                verbose: bool = True, monitor: Optional[RecallMonitor] = None):
     if not config.trainer.model_dir:
       raise errors.InputError(errors.describe(
           "trainer.model_dir", "not set", "Set it (--params_override=trainer.model_dir=...)"))
     output = distribute.output_dir(strategy, config.trainer.model_dir)
-    if tf.io.gfile.exists(config.trainer.model_dir) and not tf.io.gfile.isdir(
-        config.trainer.model_dir):
-      raise errors.InputError(errors.describe(
-          config.trainer.model_dir, "is a file, not a directory (--model_dir)",
-          "Pass a directory: new, or the one a run to resume wrote"))
-    tf.io.gfile.makedirs(output)
-    overrides.write_file(config, os.path.join(output, EXPERIMENT_FILE),
-                         experiment=registry.name_of(config))
+    shards.check_output_directory(config.trainer.model_dir, "--model_dir",
+                                  "Pass a directory: new, or the one a run to resume wrote")
     self.verbose, self.monitor = verbose, monitor
     self.config = config
     self.task = config.task
     self.strategy = strategy
+    self.previous = previous_run(config.task.init.checkpoint) if (
+        config.task.init.checkpoint) else None
+    self.check_settings()
+    tf.io.gfile.makedirs(output)
+    overrides.write_file(config, os.path.join(output, EXPERIMENT_FILE),
+                         experiment=registry.name_of(config))
     self.vocab_file = config.task.vocab_file or os.path.join(pretrained.minilm_dir(),
                                                              "vocab.txt")
     self.tokenizer = WordpieceTokenizer.from_vocab_file(self.vocab_file)
-    self.previous = previous_run(config.task.init.checkpoint) if (
-        config.task.init.checkpoint) else None
+
+  def check_settings(self) -> None:
+    """Settings that cannot go together, checked before anything is read or written:
+    raises `errors.InputError` naming the flag (subclasses add their own)."""
+    steps = self.config.trainer.num_steps
+    if steps < self.min_steps:
+      raise errors.InputError(errors.describe(
+          f"--num_steps={steps}", f"the {registry.name_of(self.config)} experiment needs at "
+          f"least {self.min_steps} training step (trainer.num_steps)",
+          f"Pass --num_steps={self.min_steps} or more"))
 
   def scope(self):
     """The strategy's scope in the runtime's precision: where models are built."""

@@ -7,7 +7,7 @@ from realm_tf.experiments.base_task import Task
 from realm_tf.keras import keras
 from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.corpus import Corpus
-from realm_tf.training.ict_lib import train_ict
+from realm_tf.training import ict_lib
 
 
 class IctTask(Task):
@@ -21,11 +21,14 @@ class IctTask(Task):
                                      projection_size=model.projection_size,
                                      head=model.retriever_head)
 
-  def initialize(self, model: Retriever) -> Retriever:
+  def check_settings(self) -> None:
+    super().check_settings()
     if self.task.init.checkpoint:
       raise errors.InputError(errors.describe(
           "task.init.checkpoint", "ICT starts from BERT weights, not a checkpoint",
           "Set task.init.bert_weights instead"))
+
+  def initialize(self, model: Retriever) -> Retriever:
     with self.scope():
       for tower in {id(e): e for e in (model.query_encoder, model.doc_encoder)}.values():
         presets.load_bert_weights(tower, self.task.init.bert_weights)
@@ -37,7 +40,8 @@ class IctTask(Task):
 
   def run(self) -> Dict[str, float]:
     store = self.build_inputs()
+    ict_lib.check_corpus(store, self.tokenizer, self.config.trainer.batch_size)
     retriever = self.initialize(self.build_model())
-    metrics, _ = train_ict(self.config, retriever, store, self.tokenizer, self.strategy,
+    metrics, _ = ict_lib.train_ict(self.config, retriever, store, self.tokenizer, self.strategy,
                            verbose=self.verbose, monitor=self.recall_monitor(store))
     return metrics

@@ -17,6 +17,12 @@ Towers = Tuple[Retriever, Reader]
 class OpenQATask(Task):
   """Open-QA fine-tuning; writes a QA model directory (`qa.model`) into `model_dir`."""
 
+  min_steps = 0
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    presets.check_init_sources(self.task.init)
+
   def init_config(self) -> presets.InitConfig:
     """`task.init` with a previous run's model directory resolved to its checkpoints."""
     init = self.task.init

@@ -24,6 +24,7 @@ from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 from realm_tf.retrieval import initial_index
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.index_refresh import SynchronousRefresher
+from realm_tf.training import candidates
 from realm_tf.training.mlm_warmup import MlmWarmup
 from realm_tf.training.pretraining_lib import RealmPretrainer
 
@@ -48,17 +49,29 @@ class PretrainTask(Task):
           "Point task.init.checkpoint at one, or set task.retriever_dir / task.reader_dir"))
     return self.previous.saved(tower)
 
+  def check_settings(self) -> None:
+    """Also: one start per tower, a saved tower or a released one."""
+    super().check_settings()
+    init = self.task.init
+    for source, tower in ((init.realm_embedder, "retriever"), (init.realm_encoder, "reader")):
+      if source and self.saved(tower):
+        raise errors.InputError(errors.describe(
+            source, f"a second {tower} to start from besides {self.saved(tower)}",
+            f"Pass one of --init_realm_{'embedder' if tower == 'retriever' else 'encoder'} "
+            f"and --{tower}_dir"))
+
   def build_model(self) -> Tuple[Retriever, Reader]:
     """The previous stage's saved towers, loaded whole, and new ones for the others (a new
     reader with `task.model`'s span head, initialised from `task.reader_seed` when set)."""
     model = self.model_config()
     keras.utils.set_random_seed(self.config.runtime.seed)
     with self.scope():
-      retriever = (load_model(self.saved("retriever")) if self.saved("retriever") else
+      vocab = dict(vocab_size=self.tokenizer.vocab_size, vocab_file=self.vocab_file)
+      retriever = (load_model(self.saved("retriever"), **vocab) if self.saved("retriever") else
                    presets.build_retriever(model.encoder, self.task.share_towers,
                                            projection_size=model.projection_size,
                                            head=model.retriever_head))
-      reader = (load_model(self.saved("reader")) if self.saved("reader") else
+      reader = (load_model(self.saved("reader"), **vocab) if self.saved("reader") else
                 self._new_reader(model))
     return retriever, reader
 
@@ -75,12 +88,6 @@ class PretrainTask(Task):
     `mlm_head_loaded`: whether a new reader's weights brought an MLM head."""
     retriever, reader = model
     init = self.task.init
-    for source, tower in ((init.realm_embedder, "retriever"), (init.realm_encoder, "reader")):
-      if source and self.saved(tower):
-        raise errors.InputError(errors.describe(
-            source, f"a second {tower} to start from besides {self.saved(tower)}",
-            f"Pass one of --init_realm_{'embedder' if tower == 'retriever' else 'encoder'} "
-            f"and --{tower}_dir"))
     with self.scope():
       if init.realm_embedder:
         checkpoints.load_realm_embedder(retriever, init.realm_embedder)
@@ -166,6 +173,9 @@ class PretrainTask(Task):
 
   def run(self) -> Dict[str, float]:
     store = self.build_inputs()
+    task = self.task
+    candidates.check_num_candidates(store, task.num_candidates, task.null_document,
+                                    task.exclude_source)
     retriever, reader = self.initialize(self.build_model())
     self.warm_up_reader(reader, store)
     self.publish_initial_index(retriever, store)

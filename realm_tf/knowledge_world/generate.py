@@ -37,8 +37,10 @@ flags.register_multi_flags_validator(
 def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+  from realm_tf.data import shards
   from realm_tf.knowledge_world.world import WorldConfig
   from realm_tf.knowledge_world.writer import write_world
+  shards.check_output_directory(_OUTPUT_DIR.value, "--output_dir")
   files = write_world(_OUTPUT_DIR.value, WorldConfig(
       num_entities=_NUM_ENTITIES.value, docs_per_entity=_DOCS.value,
       num_places=_PLACES.value, x_sentences_per_fact=_X.value, dev_fraction=_DEV.value,

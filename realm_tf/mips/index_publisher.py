@@ -75,10 +75,14 @@ def _is_version(name: str) -> bool:
   return bool(_VERSION.match(name)) and _TMP_MARKER not in name and name != LATEST
 
 
-def _check_version(version: str) -> None:
+def check_version(version: str, flag: str = "") -> None:
+  """Raises InputError (a ValueError, naming `flag`) unless `version` names a directory."""
   if not _is_version(version):
-    raise ValueError(f"invalid index version {version!r}: use letters, digits, '_', '.', '-' "
-                     f"(e.g. {version_for_step(1200)!r}), without {_TMP_MARKER!r}")
+    raise errors.InputError(errors.describe(
+        f"{flag}={version!r}" if flag else repr(version),
+        "invalid index version: not the name of one directory in the index root",
+        f"Use letters, digits, '_', '.', '-' (e.g. {version_for_step(1200)!r}), without "
+        f"{_TMP_MARKER!r}"))
 
 
 def _sanity_check(index: mips_index.MipsIndex, directory: str) -> None:
@@ -103,8 +107,7 @@ def _write_metadata(directory: str, metadata: Mapping[str, Any]) -> None:
   clash = sorted(set(metadata) & (set(manifest.builder) | {METADATA_KEYS}))
   if clash:
     raise ValueError(f"metadata keys {clash} clash with the index's build parameters")
-  builder = dict(manifest.builder)
-  builder.update(metadata)
+  builder = {**manifest.builder, **metadata}
   builder[METADATA_KEYS] = sorted(metadata)
   dataclasses.replace(manifest, builder=builder).write(directory)
 
@@ -194,7 +197,7 @@ def publish(index: Union[mips_index.MipsIndex, Callable[[str], None]], index_roo
     FileExistsError: the version directory exists already.
     PublishError: the written index did not verify (the temporary directory is removed).
   """
-  _check_version(version)
+  check_version(version)
   final = os.path.join(index_root, version)
   if tf.io.gfile.exists(final):
     raise FileExistsError(f"index version directory {final} exists already")
@@ -305,13 +308,13 @@ def load_version(index_root: str, version: str,
                  verify_checksums: bool = True) -> mips_index.MipsIndex:
   """Loads version `version` of `index_root`, published or not; `verify_checksums`: see
   `mips_index.load_index` (`publish` verified every published version once already)."""
-  _check_version(version)
+  check_version(version)
   return read_index(os.path.join(index_root, version), verify_checksums)[0]
 
 
 def read_metadata(index_root: str, version: str) -> Dict[str, Any]:
   """The metadata `publish` stored with version `version`."""
-  _check_version(version)
+  check_version(version)
   return metadata_of(read_manifest(os.path.join(index_root, version)))
 
 
@@ -320,11 +323,8 @@ def list_versions(index_root: str) -> List[str]:
   if not tf.io.gfile.isdir(index_root):
     return []
   versions = []
-  for name in tf.io.gfile.listdir(index_root):
-    name = name.rstrip("/")
-    if not _is_version(name):
-      continue
-    if tf.io.gfile.exists(os.path.join(index_root, name, manifest_lib.MANIFEST_NAME)):
+  for name in (name.rstrip("/") for name in tf.io.gfile.listdir(index_root)):
+    if _is_version(name) and is_index(os.path.join(index_root, name)):
       versions.append(name)
   return sorted(versions)
 

@@ -213,6 +213,11 @@ class IndexManifest:
       raise IndexCorruptedError(directory, name, f"dtype {array.dtype}, expected {dtype}")
     if shape is not None and (len(array.shape) != len(shape) or any(
         want is not None and got != want for got, want in zip(array.shape, shape))):
+      if tuple(shape) == (self.num_docs, self.dim) and array.ndim == 2:  # a field was edited
+        field, value, got = next(f for f in zip(("num_docs", "dim"), shape, array.shape)
+                                 if f[1] != f[2])
+        raise IndexCorruptedError(directory, MANIFEST_NAME, f"{field} is {value}, but {name} "
+                                  f"holds {got} {'rows' if field == 'num_docs' else 'columns'}")
       raise IndexCorruptedError(
           directory, name, f"shape {array.shape} disagrees with {MANIFEST_NAME} "
           f"(num_docs={self.num_docs}, dim={self.dim}): expected {tuple(shape)}")
@@ -220,7 +225,8 @@ class IndexManifest:
 
   def _check_listed(self, directory: str, name: str) -> None:
     if name not in self.files:
-      raise IndexCorruptedError(directory, name, f"needed but not listed in {MANIFEST_NAME}")
+      raise IndexCorruptedError(directory, name, f"a {self.kind!r} index (the kind in "
+                                f"{MANIFEST_NAME}) needs it, but {MANIFEST_NAME} does not list it")
 
 
 def save_array(directory: str, name: str, array: np.ndarray) -> None:

@@ -29,7 +29,7 @@ import json
 import os
 import unicodedata
 import zipfile
-from typing import Iterable, Iterator, List, Optional, Sequence
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -196,6 +196,15 @@ def pyserini_jar() -> str:
   return jar
 
 
+def _pyserini_topics(name: str) -> Tuple[str, str]:
+  """(jar member, dataset) of pyserini question set `name`; InputError if there is none."""
+  if name not in PYSERINI_TOPICS:
+    raise errors.InputError(errors.describe(
+        f"{PYSERINI_PREFIX}{name}", "unknown pyserini question set",
+        f"Pass one of {', '.join(PYSERINI_PREFIX + n for n in sorted(PYSERINI_TOPICS))}"))
+  return PYSERINI_TOPICS[name]
+
+
 def load_pyserini_topics(name: str) -> List[QAExample]:
   """Loads a DPR question set from the Anserini jar in pyserini (no Java needed).
 
@@ -203,11 +212,7 @@ def load_pyserini_topics(name: str) -> List[QAExample]:
     name: one of `PYSERINI_TOPICS`: "nq-dev" (8,757), "nq-test" (3,610), "trivia-dev"
       (8,837), "squad-dev" (10,570), "wq-test" (2,032), "curated-test" (694, regex answers).
   """
-  if name not in PYSERINI_TOPICS:
-    raise errors.InputError(errors.describe(
-        f"{PYSERINI_PREFIX}{name}", "unknown pyserini question set",
-        f"Pass one of {', '.join(PYSERINI_PREFIX + n for n in sorted(PYSERINI_TOPICS))}"))
-  member, dataset = PYSERINI_TOPICS[name]
+  member, dataset = _pyserini_topics(name)
   jar = pyserini_jar()
   with zipfile.ZipFile(jar) as archive:
     text = archive.read(member).decode("utf-8")
@@ -253,10 +258,7 @@ def load_examples(path: str, dataset: str = "nq", file_format: str = "auto") -> 
 def dataset_of(path: str, dataset: str) -> str:
   """The dataset a path holds: a pyserini set's own, else `dataset`."""
   if path.startswith(PYSERINI_PREFIX):
-    name = path[len(PYSERINI_PREFIX):]
-    if name not in PYSERINI_TOPICS:
-      raise ValueError(f"unknown pyserini question set {name!r}")
-    return PYSERINI_TOPICS[name][1]
+    return _pyserini_topics(path[len(PYSERINI_PREFIX):])[1]
   dataset_spec(dataset)
   return dataset
 

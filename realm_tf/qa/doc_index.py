@@ -290,16 +290,17 @@ class DocIndex:
       EmbeddingMismatchError: it indexes another corpus.
     """
     info = cls.read_info(directory)
+    index = index_publisher.read_index(directory)  # its files agree with its manifest
+    embeddings = embedding_file.open_in(directory, info, info["num_blocks"], info["dim"])
     if corpus is not None and (info.get("corpus_fingerprint") != corpus.fingerprint or
                                info["num_blocks"] != len(corpus)):
       raise EmbeddingMismatchError(errors.describe(
           directory, f"document index built for another corpus than {corpus.source!r} "
-          f"({info['num_blocks']} blocks, corpus fingerprint "
+          f"(its manifest.json: {info['num_blocks']} blocks, corpus_fingerprint "
           f"{str(info.get('corpus_fingerprint'))[:12]}; this corpus: {len(corpus)} blocks, "
           f"{corpus.fingerprint[:12]})", "Pass the corpus it was built for, or a precomputed "
           "index of this corpus"))
-    embeddings = embedding_file.open_in(directory, info, info["num_blocks"], info["dim"])
-    return cls.from_index(*index_publisher.read_index(directory), embeddings)
+    return cls.from_index(*index, embeddings)
 
 
 def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str = "",

@@ -118,6 +118,16 @@ def metadata(path: str, storage_dtype: str) -> Dict[str, Any]:
   return {STORAGE_KEY: check_storage_dtype(storage_dtype), SHA256_KEY: manifest_lib.sha256_file(path)}
 
 
+def _edited_field(path: str, storage_dtype: str, num_blocks: int, dim: int) -> str:
+  """Which manifest field disagrees with the (intact) embeddings file at `path`."""
+  shape, dtype = _header(path)[:2]
+  if _FILE_DTYPES.get(storage_dtype) != dtype:
+    return f"{STORAGE_KEY} is {storage_dtype!r}, but {EMBEDDING_FILE} holds {dtype} values"
+  if shape[0] != num_blocks:
+    return f"num_docs is {num_blocks}, but {EMBEDDING_FILE} holds {shape[0]} rows"
+  return f"dim is {dim}, but {EMBEDDING_FILE} holds dimension {shape[1]}"
+
+
 def open_in(directory: str, index_metadata: Mapping[str, Any], num_blocks: int, dim: int,
             verify_checksum: bool = True) -> Optional[np.memmap]:
   """The embeddings file of the index version in `directory`, memory-mapped (`open_embeddings`),
@@ -126,12 +136,21 @@ def open_in(directory: str, index_metadata: Mapping[str, Any], num_blocks: int, 
   path = os.path.join(directory, EMBEDDING_FILE)
   if not os.path.exists(path):
     return None
-  embeddings = open_embeddings(path, str(index_metadata.get(STORAGE_KEY, "float32")),
-                               num_blocks, dim)
+  storage = str(index_metadata.get(STORAGE_KEY, "float32"))
   expected = index_metadata.get(SHA256_KEY)
+  try:
+    embeddings = open_embeddings(path, storage, num_blocks, dim)
+  except ValueError as e:
+    intact = expected and manifest_lib.sha256_file(path) == expected
+    if storage in STORAGE_DTYPES and not intact:
+      raise  # the file is damaged
+    raise manifest_lib.IndexCorruptedError(  # the file as written: an edited manifest field
+        directory, manifest_lib.MANIFEST_NAME, _edited_field(path, storage, num_blocks, dim)
+    ) from e
   if verify_checksum and expected and manifest_lib.sha256_file(path) != expected:
     raise errors.InputError(errors.describe(
-        path, "block embeddings do not match the sha256 in the index manifest: damaged",
+        path, f"block embeddings do not match their sha256 ({SHA256_KEY}) in the index manifest: "
+        "the file is damaged, or the manifest was edited",
         "Rebuild the index (it was damaged or replaced after it was written)"))
   return embeddings
 

@@ -31,12 +31,13 @@ batches blocks of one length bucket and pads partial batches to full size).
 import dataclasses
 import os
 import tempfile
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from realm_tf import graph_functions
+from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.retriever import tower_embedding
@@ -191,11 +192,18 @@ class ExportAttributes:
   pad_id: int
 
 
+def _export_values(path: str) -> Callable[[str], np.ndarray]:
+  """name -> the export's variable `name`, read from its checkpoint without loading the model
+  (one line naming the checkpoint if it is truncated or damaged)."""
+  variables = os.path.join(path, "variables", "variables")
+  get = tf2_checkpoint.tensor_getter(tf.train.load_checkpoint(variables), variables)
+  return lambda name: get(f"{name}/.ATTRIBUTES/VARIABLE_VALUE")
+
+
 def export_attributes(path: str) -> ExportAttributes:
   """Reads the export's scalar attributes from its variables alone, without loading the model
   (cheap: for the index builder's launching process, which never embeds)."""
-  reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
-  value = lambda name: reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE")
+  value = _export_values(path)
   return ExportAttributes(
       embedding_dim=int(value("embedding_dim")), block_length=int(value("block_length")),
       snapshot_step=int(value("snapshot_step")), length_multiple=int(value("length_multiple")),
@@ -209,8 +217,7 @@ def export_tokenizer(path: str) -> Optional[WordpieceTokenizer]:
   vocab = os.path.join(path, "assets", "vocab.txt")
   if not tf.io.gfile.exists(vocab):
     return None
-  reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
-  lower_case = bool(reader.get_tensor("do_lower_case/.ATTRIBUTES/VARIABLE_VALUE"))
+  lower_case = bool(_export_values(path)("do_lower_case"))
   return WordpieceTokenizer.from_vocab_file(vocab, lower_case=lower_case)
 
 

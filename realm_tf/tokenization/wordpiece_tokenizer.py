@@ -62,6 +62,11 @@ class WordpieceTokenizer(keras.layers.Layer):
   @classmethod
   def from_vocab_file(cls, path: str, lower_case: bool = True, **kwargs) -> "WordpieceTokenizer":
     """Builds the tokenizer from a BERT `vocab.txt` (one token a line, id = line number)."""
+    fix = "Pass the path of a BERT vocab.txt (--vocab_file)"
+    if not tf.io.gfile.exists(path):
+      raise FileNotFoundError(errors.describe(path, "no such vocabulary file", fix))
+    if tf.io.gfile.isdir(path):
+      raise errors.InputError(errors.describe(path, "is a directory, not a vocabulary file", fix))
     with tf.io.gfile.GFile(path, "r") as f:
       vocabulary = [line.rstrip("\r\n") for line in f]
     while vocabulary and not vocabulary[-1]:

@@ -13,9 +13,25 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import errors
 from realm_tf import graph_functions
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
+
+
+def check_num_candidates(store: Corpus, num_candidates: int, null_document: bool,
+                         exclude_source: bool) -> int:
+  """R, the blocks retrieved per query for K candidates; raises InputError naming
+  `--num_candidates` if the corpus has fewer than R blocks."""
+  retrieve = num_candidates - int(null_document) + int(exclude_source)
+  if retrieve > len(store):
+    most = len(store) + int(null_document) - int(exclude_source)
+    raise errors.InputError(errors.describe(
+        f"--num_candidates={num_candidates}", f"needs {retrieve} blocks retrieved per query, "
+        f"and the corpus {store.source} has only {len(store)}",
+        f"Pass --num_candidates={most} or less, or a larger corpus" if most >= 1 else
+        "Pass a larger corpus"))
+  return retrieve
 
 
 @dataclasses.dataclass
@@ -38,16 +54,14 @@ class CandidateBuilder:
 
   def __init__(self, store: Corpus, featurizer: Featurizer, num_candidates: int = 8,
                null_document: bool = True, exclude_source: bool = True):
+    self.num_to_retrieve = check_num_candidates(store, num_candidates, null_document,
+                                                exclude_source)
     self.num_candidates = num_candidates
     self.null_document = null_document
     self.exclude_source = exclude_source
     self.null_row = len(store)  # reads as an empty row of the wordpiece columns
     self._titles, self._bodies = store.wordpieces(featurizer.tokenizer)
     self.featurizer = featurizer
-    self.num_to_retrieve = num_candidates - int(null_document) + int(exclude_source)
-    if self.num_to_retrieve > len(store):
-      raise ValueError(f"{self.num_to_retrieve} blocks must be retrieved per query but the "
-                       f"corpus has only {len(store)}")
 
   def select(self, retrieved: np.ndarray, source_rows: np.ndarray) -> Selection:
     """retrieved int64 [B, R] rows (-1: none), source_rows int64 [B] (-1: not in corpus)."""

@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf import distribute
+from realm_tf import errors
 from realm_tf import graph_functions
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.models.retriever import Retriever
@@ -56,6 +57,20 @@ def ict_step(retriever: Retriever, optimizer, global_batch_size: int):
   return step
 
 
+def check_corpus(store: Corpus, tokenizer: WordpieceTokenizer, batch_size: int) -> IctCorpus:
+  """`store`'s ICT examples; raises InputError naming `--batch_size` if fewer than a batch of
+  its blocks have the two sentences an example needs (pseudo-query and context)."""
+  corpus = IctCorpus(store, tokenizer)
+  if not corpus.has_at_least(batch_size):
+    found = len(corpus)
+    raise errors.InputError(errors.describe(
+        store.source or "corpus", f"ICT needs a batch of --batch_size={batch_size} blocks of "
+        f"two or more sentences, and the corpus has {found}",
+        f"Pass --batch_size={found} or less, or a larger corpus" if found else
+        "Pass a corpus of blocks with two or more sentences"))
+  return corpus
+
+
 def train_ict(experiment: ExperimentConfig, retriever: Retriever, store: Corpus,
               tokenizer: WordpieceTokenizer, strategy=None, verbose: bool = True,
               monitor: Optional[RecallMonitor] = None):
@@ -78,10 +93,7 @@ def train_ict(experiment: ExperimentConfig, retriever: Retriever, store: Corpus,
   """
   trainer, task = experiment.trainer, experiment.task
   strategy = strategy or tf.distribute.get_strategy()
-  corpus = IctCorpus(store, tokenizer)
-  if not corpus.has_at_least(trainer.batch_size):
-    raise ValueError(f"ICT needs at least batch_size={trainer.batch_size} multi-sentence "
-                     f"blocks, the corpus has {len(corpus)}")
+  corpus = check_corpus(store, tokenizer, trainer.batch_size)
   with strategy.scope():
     optimizer = create_optimizer(OptimizerConfig(learning_rate=trainer.learning_rate,
                                                 num_train_steps=trainer.num_steps,

@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from realm_tf import errors  # pylint: disable=wrong-import-position
 from realm_tf.training.train_loop import read_step_records  # pylint: disable=wrong-import-position
 
 
@@ -28,7 +29,9 @@ def plot_retrieval_utility(runs: Dict[str, str], output_png: str, smoothing: int
   for label, path in runs.items():
     records = [r for r in read_step_records(path) if metric in r]
     if not records:
-      raise ValueError(f"{path} has no {metric!r} values")
+      raise errors.InputError(errors.describe(
+          path, f"no {metric!r} records", "Pass the metrics.jsonl of a run that logs it "
+          "(retrieval_utility: a realm-pretrain run's)"))
     steps = np.array([r["step"] for r in records])
     values = _smooth(np.array([r[metric] for r in records]), smoothing)
     group = groups.get(label, label)

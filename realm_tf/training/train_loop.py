@@ -38,6 +38,7 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf import distribute
+from realm_tf import errors
 from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.keras import keras
 from realm_tf.training import run_config as run_configs
@@ -55,8 +56,15 @@ def read_step_records(path: str) -> List[Dict[str, float]]:
   step logged again after a resumption keeps its last record).
 
   Raises:
-    ValueError: a line is not JSON (the message names the file and line).
+    FileNotFoundError / InputError: `path` is missing or a directory; MalformedRecordError: a
+      line is not a JSON record with a step (the message names the file and line).
   """
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(errors.describe(path, "no such file",
+                                            "Pass the metrics.jsonl or eval.jsonl a run wrote"))
+  if tf.io.gfile.isdir(path):
+    raise errors.InputError(errors.describe(path, "is a directory, not a metrics.jsonl",
+                                            f"Pass {os.path.join(path, 'metrics.jsonl')}"))
   by_step = {}
   with tf.io.gfile.GFile(path, "r") as f:
     for line_number, line in enumerate(f, 1):
@@ -64,9 +72,10 @@ def read_step_records(path: str) -> List[Dict[str, float]]:
         continue
       try:
         record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{line_number}: not JSON ({e})") from e
-      by_step[int(record["step"])] = record
+        by_step[int(record["step"])] = record
+      except (ValueError, TypeError, KeyError) as e:
+        raise errors.MalformedRecordError(path, line_number, f"not a JSON record with a step "
+                                          f"({type(e).__name__}: {errors.one_line(e)})") from e
   return [by_step[step] for step in sorted(by_step)]
 
 
