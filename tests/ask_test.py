@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import emulation
 import released_bundle
 from realm_tf import errors
 from realm_tf.data import formats
@@ -88,6 +89,7 @@ def test_corpus_swap_without_retraining(world, model_dir, asker):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+@emulation.bf16_compute
 def test_corpus_swap_embedded_in_bfloat16(world, model_dir, asker, tmp_path):
   """embedding_dtype="bfloat16": a bfloat16 copy of the doc embedder embeds the new corpus;
   its saved index records bfloat16 and passes the float32 embedder's check."""

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import emulation
 from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.keras import keras
@@ -34,6 +35,7 @@ def _cosines(a, b):
   return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
+@emulation.bf16_compute
 def test_bfloat16_copy_shares_weights_and_leaves_the_original(world):
   _, _, retriever = world
   copy = with_compute_dtype(retriever, "bfloat16")
@@ -47,6 +49,7 @@ def test_bfloat16_copy_shares_weights_and_leaves_the_original(world):
     with_compute_dtype(retriever, "float16")
 
 
+@emulation.bf16_compute
 def test_bfloat16_store_embedding_is_close_to_float32(world):
   store, tok, retriever = world
   special = (tok.cls_id, tok.sep_id, tok.pad_id)
@@ -64,6 +67,7 @@ def test_bfloat16_store_embedding_is_close_to_float32(world):
   assert (error <= 2 ** -5 * scale).all()
 
 
+@emulation.bf16_compute
 def test_bfloat16_export_outputs_float32_close_to_float32(world, tmp_path):
   store, tok, retriever = world
   special = (tok.cls_id, tok.sep_id, tok.pad_id)
@@ -116,6 +120,27 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
   assert precision.cpu_flags(str(tmp_path / "missing")) == set()
 
 
+@pytest.mark.parametrize("flags,environ,crash", [
+    (AMX, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, True),  # the AVX2 stand-in on an AVX-512 CPU
+    (AMX, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, False),  # oneDNN emulates bfloat16
+    (AMX, {}, False),
+    (AMX, {"ONEDNN_MAX_CPU_ISA": "AVX2", "TF_ENABLE_ONEDNN_OPTS": "0"}, False),  # Eigen's
+    ({"avx2", "fma"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, False)])  # a real AVX2 CPU: Eigen's
+def test_bfloat16_matmuls_crash_only_where_onednn_is_capped_below_avx512(flags, environ, crash):
+  assert precision.bf16_matmuls_crash(flags, environ) == crash
+
+
+def test_explicit_bfloat16_is_refused_where_it_would_crash(monkeypatch):
+  """A one-line error naming the remedy instead of a segmentation fault."""
+  monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(AMX))
+  monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+  monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+  with pytest.raises(ValueError, match="ONEDNN_MAX_CPU_ISA=AVX2 on a CPU with AVX-512 leaves "
+                     "oneDNN without bfloat16 kernels.*unset ONEDNN_MAX_CPU_ISA"):
+    precision.resolve("bfloat16")
+  assert precision.resolve("auto") == "float32"
+
+
 def test_auto_resolves_to_this_machines_choice():
   assert precision.resolve("auto") == precision.best_compute_dtype()
   assert precision.resolve("float32") == "float32"
@@ -123,6 +148,7 @@ def test_auto_resolves_to_this_machines_choice():
     precision.resolve("float16")
 
 
+@emulation.bf16_compute
 def test_policy_scope_builds_mixed_bfloat16_towers_and_restores_the_policy():
   with precision.policy_scope("bfloat16") as dtype:
     retriever = configs.build_retriever(configs.RetrieverConfig(

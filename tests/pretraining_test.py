@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import emulation
 from realm_tf import configs
 from realm_tf import errors
 from realm_tf import tiny_world
@@ -302,6 +303,7 @@ def test_ict_learns_with_in_batch_negatives(world, tmp_path):
   assert os.path.exists(tmp_path / "doc_embedder" / "saved_model.pb")
 
 
+@emulation.bf16_compute
 def test_bfloat16_steps_track_float32_losses(world, tmp_path):
   directory, store, tok = world
 

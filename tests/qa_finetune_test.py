@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import emulation
 from realm_tf import configs
 from realm_tf.evaluation import has_answer
 from realm_tf.evaluation.qa_example import QAExample
@@ -376,6 +377,7 @@ def test_config_errors(world, tmp_path):
                           init=InitConfig(checkpoint="a", orqa="b")))
 
 
+@emulation.bf16_compute
 def test_bfloat16_step_losses_track_float32(world, tmp_path):
   """compute_dtype="bfloat16": mixed_bfloat16 towers and reader with the same float32 weights,
   float32 losses close to float32's; embedding_dtype="bfloat16": a bfloat16 doc index that

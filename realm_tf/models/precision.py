@@ -48,15 +48,36 @@ def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> frozenset:
   return frozenset()
 
 
+# `ONEDNN_MAX_CPU_ISA` values below AVX-512: oneDNN has no bfloat16 kernel at all there.
+BELOW_AVX512_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
+
+
+def _onednn_on(environ: Mapping[str, str]) -> bool:
+  return environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+
+
+def _isa_limit(environ: Mapping[str, str]) -> str:
+  return (environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA") or
+          "ALL").strip().upper()
+
+
+def bf16_matmuls_crash(flags: Optional[Iterable[str]] = None,
+                       environ: Optional[Mapping[str, str]] = None) -> bool:
+  """Whether a bfloat16 matmul would crash this process: TensorFlow sends bfloat16 matmuls to
+  oneDNN where the CPU flags AVX-512, and oneDNN capped below AVX-512 (`ONEDNN_MAX_CPU_ISA=AVX2`
+  on such a CPU, the stand-in for an AVX2 one) has no kernel for them: a segmentation fault. A
+  real AVX2 CPU computes them through Eigen."""
+  environ = os.environ if environ is None else environ
+  flags = cpu_flags() if flags is None else set(flags)
+  return _onednn_on(environ) and "avx512f" in flags and _isa_limit(environ) in BELOW_AVX512_ISAS
+
+
 def onednn_allows_bf16(environ: Optional[Mapping[str, str]] = None) -> bool:
   """Whether oneDNN, as `environ` (default `os.environ`) configures it, may run bfloat16
   matmul kernels: it is on (`TF_ENABLE_ONEDNN_OPTS` not 0/false) and `ONEDNN_MAX_CPU_ISA`
   (also read as `DNNL_MAX_CPU_ISA`) is unset or one of `BF16_ISAS`."""
   environ = os.environ if environ is None else environ
-  if environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() in ("0", "false"):
-    return False
-  isa = environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA") or "ALL"
-  return isa.strip().upper() in BF16_ISAS
+  return _onednn_on(environ) and _isa_limit(environ) in BF16_ISAS
 
 
 def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
@@ -75,11 +96,10 @@ def machine_line() -> str:
   resolves to here: tiny models follow other trajectories on other kinds, so a test run or a
   figure names the one it ran on."""
   units = [flag for flag in CPU_BF16_FLAGS if flag in cpu_flags()] or ["none"]
-  onednn = ("off" if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower()
-            in ("0", "false") else "on")
-  isa = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+  onednn = "on" if _onednn_on(os.environ) else "off"
   return (f"CPU: {cpu_model()}, {os.cpu_count()} cores; bfloat16 units: {'/'.join(units)}; "
-          f"oneDNN {onednn}, ISA limit {isa}; auto precision: {best_compute_dtype()}")
+          f"oneDNN {onednn}, ISA limit {_isa_limit(os.environ)}; "
+          f"auto precision: {best_compute_dtype()}")
 
 
 def best_compute_dtype(flags: Optional[Iterable[str]] = None,
@@ -107,6 +127,11 @@ def resolve(compute_dtype: str) -> str:
   """`compute_dtype` ("auto", "float32" or "bfloat16") as "float32" or "bfloat16"."""
   if compute_dtype not in COMPUTE_DTYPES:
     raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}")
+  if compute_dtype == "bfloat16" and bf16_matmuls_crash():
+    raise ValueError(
+        f"compute_dtype=bfloat16: ONEDNN_MAX_CPU_ISA={_isa_limit(os.environ)} on a CPU with "
+        "AVX-512 leaves oneDNN without bfloat16 kernels, and TensorFlow would crash in them. "
+        "Pass float32 or auto, or unset ONEDNN_MAX_CPU_ISA")
   return best_compute_dtype() if compute_dtype == "auto" else compute_dtype
 
 
