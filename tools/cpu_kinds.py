@@ -68,7 +68,7 @@ def run_kind(kind: str, files: List[str], workers: int, directory: str
   if not os.path.exists(junit):
     return {"(pytest did not run)": "error"}, {}, seconds
   for case in ElementTree.parse(junit).getroot().iter("testcase"):
-    name = f"{case.get('file') or case.get('classname')}::{case.get('name')}"
+    name = f"{case.get('classname')}::{case.get('name')}"  # a class per seed file
     tags = {child.tag for child in case}
     outcomes[name] = ("failed" if tags & {"failure", "error"} else
                       "skipped" if "skipped" in tags else "passed")
