@@ -85,7 +85,7 @@ def table(kinds: List[str], results: Dict[str, tuple]) -> str:
                  + " |")
   totals = collections.Counter()
   for kind in kinds:
-    totals.update({(kind, outcome): 1 for outcome in results[kind][0].values()})
+    totals.update((kind, outcome) for outcome in results[kind][0].values())
   lines.append("| **passed / failed** | " + " | ".join(
       f"{totals[(kind, 'passed')]} / {totals[(kind, 'failed')]}" for kind in kinds) + " |")
   lines.append("| minutes | " + " | ".join(f"{results[kind][2] / 60:.1f}" for kind in kinds)
@@ -95,7 +95,7 @@ def table(kinds: List[str], results: Dict[str, tuple]) -> str:
   if figures:
     lines += ["", "| figure | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
     for test, name in figures:
-      lines.append(f"| {test.rsplit('::', 1)[-1]}: {name} | " + " | ".join(
+      lines.append(f"| {test.split('.')[-1]}: {name} | " + " | ".join(
           results[kind][1].get(test, {}).get(name, "-") for kind in kinds) + " |")
   lines += ["", "Kinds: " + "; ".join(f"{kind} = {KINDS[kind][0]}" for kind in kinds) + "."]
   return "\n".join(lines) + "\n"
