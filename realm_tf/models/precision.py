@@ -36,16 +36,21 @@ BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE
              "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "ALL", "DEFAULT")
 
 
-def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> frozenset:
-  """The CPU feature flags of /proc/cpuinfo (empty where there is no such file)."""
+def _cpuinfo_value(key: str, cpuinfo_path: str) -> Optional[str]:
+  """The first value of `key` in /proc/cpuinfo (None where there is no file or no such key)."""
   if not os.path.exists(cpuinfo_path):
-    return frozenset()
+    return None
   with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
     for line in f:
-      key, _, value = line.partition(":")
-      if key.strip() == "flags":
-        return frozenset(value.split())
-  return frozenset()
+      name, _, value = line.partition(":")
+      if name.strip() == key:
+        return value.strip()
+  return None
+
+
+def cpu_flags(cpuinfo_path: str = "/proc/cpuinfo") -> frozenset:
+  """The CPU feature flags of /proc/cpuinfo (empty where there is no such file)."""
+  return frozenset((_cpuinfo_value("flags", cpuinfo_path) or "").split())
 
 
 # `ONEDNN_MAX_CPU_ISA` values below AVX-512: oneDNN has no bfloat16 kernel at all there.
@@ -82,13 +87,8 @@ def onednn_allows_bf16(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
   """The CPU's model name from /proc/cpuinfo (the platform's machine name where there is none)."""
-  if os.path.exists(cpuinfo_path):
-    with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
-      for line in f:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-          return value.strip()
-  return platform.processor() or platform.machine()
+  return (_cpuinfo_value("model name", cpuinfo_path) or platform.processor() or
+          platform.machine())
 
 
 def machine_line() -> str:
