@@ -17,12 +17,13 @@ end to end, so the same code runs eagerly, inside `tf.function`, in fine-tuning 
 the same reader inputs) and inside the exported `realm_qa` SavedModel; pre-training's
 candidates are packed by the same `Featurizer`.
 
-Answer text: the predicted span is cut from the block's raw text with the wordpiece byte
-offsets (so "O'Connor" stays "O'Connor", not "o ' connor") and widened to whole words (a
-span ending inside "cartilage" reads "cartilage", as ORQA maps wordpieces to words); the
-reader's body wordpieces are a prefix of the tokenized text, which `span_text` checks, falling
-back to detokenized wordpieces where they differ. Questions longer than the query length are truncated (the query
-tower and the reader see the same wordpieces); empty questions are an error.
+Answer text: ORQA's string for the predicted span (`tokenization.answer_text`): its
+wordpieces aligned back into the block's original tokens by BERT's `get_final_text`, in the
+original case ("cart" of "Cartilage" reads "Cart"; a span holding a "##" piece reads the whole
+words; tokens are joined by spaces, so "O'Connor" reads "O ' Connor"); the reader's body
+wordpieces are a prefix of the tokenized text, which `span_text` checks, falling back to
+detokenized wordpieces where they differ. Questions longer than the query length are truncated
+(the query tower and the reader see the same wordpieces); empty questions are an error.
 """
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple

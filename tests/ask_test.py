@@ -21,6 +21,7 @@ from realm_tf.qa.doc_index import index_corpus
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_doc_embedder
+from realm_tf.tokenization import answer_text
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 QUESTION = tiny_world.QUESTIONS[0][0]  # "ada lives in the city of"
@@ -46,7 +47,8 @@ def test_ask_returns_answer_probability_and_evidence(asker, model_dir, monkeypat
   answer = ask_lib.ask(QUESTION, model_dir=model_dir)
   assert answer.question == QUESTION and 0 < answer.probability <= 1
   assert len(answer.evidence) == 5 and 0 <= answer.block < 5
-  assert answer.answer in answer.evidence[answer.block].text
+  assert answer.answer in answer_text.original_text(  # as ORQA: tokens joined by spaces
+      [answer.evidence[answer.block].text]).numpy()[0].decode()
   assert sum(e.probability for e in answer.evidence) == pytest.approx(1, abs=1e-5)
   corpus = asker.model.corpus
   for evidence in answer.evidence:

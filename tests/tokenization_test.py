@@ -249,21 +249,23 @@ class TestFeaturizers:
     titles, bodies = tf.constant(["Paris"]), tf.constant(["The cat sat."])
     assert _np(_roundtrip(layers[0])((titles, bodies))) == _np(layers[0]((titles, bodies)))
 
-  def test_span_text_gives_whole_words(self, tokenizer):
+  def test_span_text_reads_orqas_answer_string(self, tokenizer):
     featurizer = Featurizer(tokenizer, query_length=4, block_length=12, reader_length=12)
     _, query_ids = featurizer.questions(tf.constant(["the"]))
     text = "Parisian cats sat."  # paris ##ian cat ##s sat .
     inputs = featurizer.reader_inputs(query_ids, tf.constant([["x"]]), tf.constant([[text]]))
     assert inputs["input_word_ids"].numpy()[0, :9].tolist() == [
         CLS, THE, SEP, PARIS, IAN, CAT, S, SAT, DOT]
-    spans = [(3, 3), (4, 4), (5, 5), (6, 6), (4, 5), (7, 7), (8, 8), (3, 8)]
+    spans = [(3, 3), (4, 4), (5, 5), (6, 6), (4, 5), (7, 7), (8, 8), (7, 8), (3, 8)]
     cut = featurizer.span_text(
         tf.constant([text] * len(spans)), tf.repeat(inputs["input_word_ids"], len(spans), 0),
         tf.repeat(inputs["block_mask"], len(spans), 0), [s for s, _ in spans],
         [e for _, e in spans])
-    # A span starting or ending inside a word reads the whole word; punctuation is a word.
+    # As ORQA: a word's first wordpieces read that prefix, a span holding a "##" piece reads
+    # the whole original tokens, and original tokens (punctuation is one) are joined by spaces.
     assert [t.decode() for t in cut.numpy()] == [
-        "Parisian", "Parisian", "cats", "cats", "Parisian cats", "sat", ".", text]
+        "Paris", "Parisian", "cat", "cats", "Parisian cats", "sat", ".", "sat .",
+        "Parisian cats sat ."]
 
 
 class TestMasking:

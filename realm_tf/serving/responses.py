@@ -6,20 +6,25 @@
                    "answer_start", "answer_end": the answer's character offsets in "text"
                    (null outside the answer block)}], best retrieval score first}
 """
+import re
 from typing import Any, Dict, Optional, Tuple
 
 
 def answer_span(answer: str, text: str) -> Optional[Tuple[int, int]]:
   """Character offsets [start, end) of `answer` in its block's `text`: its first occurrence,
-  else its first case-insensitive one (a span detokenized from wordpieces); None when the
-  text does not hold it."""
+  else its first case-insensitive one (a span detokenized from wordpieces), else the first
+  where each space of the answer stands for any whitespace or none (ORQA's answers join the
+  text's tokens by spaces: "O ' Connor" is "O'Connor" in the text); None when the text does
+  not hold it."""
   if not answer:
     return None
   start = text.find(answer)
   if start < 0:
     start = text.lower().find(answer.lower())
     if start < 0 or len(text.lower()) != len(text):
-      return None
+      parts = [re.escape(part) for part in answer.split(" ") if part]
+      match = re.search(r"\s*".join(parts), text, re.IGNORECASE) if parts else None
+      return match.span() if match else None
   return start, start + len(answer)
 
 

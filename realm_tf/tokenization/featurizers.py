@@ -21,6 +21,7 @@ from typing import Dict, Optional
 import tensorflow as tf
 
 from realm_tf.keras import keras
+from realm_tf.tokenization import answer_text
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -214,6 +215,7 @@ class Featurizer(tf.Module):
     self.query_featurizer = QueryFeaturizer(tokenizer, seq_length=query_length)
     self.block_featurizer = BlockFeaturizer(tokenizer, seq_length=block_length)
     self.reader_featurizer = ReaderFeaturizer.from_tokenizer(tokenizer, seq_length=reader_length)
+    self._wordpieces = answer_text.wordpiece_strings(tokenizer.vocabulary)  # object [V]
 
   # Queries -----------------------------------------------------------------------------------
 
@@ -279,7 +281,7 @@ class Featurizer(tf.Module):
 
   def span_text(self, texts: tf.Tensor, input_word_ids: tf.Tensor, block_mask: tf.Tensor,
                 starts: tf.Tensor, ends: tf.Tensor) -> tf.Tensor:
-    """The text of one span per reader input.
+    """The answer string of one span per reader input, as ORQA computes it.
 
     Args:
       texts: string [B] block texts.
@@ -287,47 +289,38 @@ class Featurizer(tf.Module):
       starts, ends: int [B] span positions in the reader inputs (inclusive ends).
 
     Returns:
-      string [B]: the span cut from the raw text by wordpiece byte offsets where the reader's
-      body wordpieces agree with the text's tokenization, widened to whole words (a span that
-      starts or ends inside a word gives the whole word, as ORQA maps wordpieces to the words
-      holding them: "cart" of "cartilage" reads "cartilage"), else the detokenized wordpieces.
+      string [B]: `answer_text.span_answer_text` (ORQA's `get_final_text` of the span's
+      wordpieces and the original tokens of the text holding them: "cart" of "cartilage"
+      reads "cart", "tor ##quin" of "Torquinton" reads "Torquinton") where the reader's body
+      wordpieces are the text's tokenization; else the detokenized wordpieces.
     """
     starts = tf.cast(starts, tf.int32)
     ends = tf.cast(ends, tf.int32)
     input_word_ids = tf.cast(input_word_ids, tf.int32)
+    texts = answer_text.valid_utf8(texts)
     body_start = tf.cast(tf.argmax(tf.cast(block_mask, tf.int32), axis=1), tf.int32)  # [B]
-    span_ids = tf.gather(input_word_ids, tf.ragged.range(starts, ends + 1), batch_dims=1)
+    # Dense [B, W] spans (W the widest): ragged gathers trace into thousands of graph ops.
+    lengths = tf.maximum(ends - starts + 1, 0)  # [B]
+    offsets = tf.range(tf.reduce_max(tf.concat([lengths, [0]], 0)))[None]  # [1, W]
+    in_span = offsets < lengths[:, None]  # [B, W]
+    span_ids = tf.gather(input_word_ids, tf.clip_by_value(
+        starts[:, None] + offsets, 0, tf.shape(input_word_ids)[1] - 1), batch_dims=1)
     ids, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(texts)  # [B, (T)]
     first, last = starts - body_start, ends - body_start
     num_tokens = tf.cast(ids.row_lengths(), tf.int32)
     in_range = (first >= 0) & (first <= last) & (last < num_tokens)
-    safe_first = tf.clip_by_value(first, 0, tf.maximum(num_tokens - 1, 0))
-    safe_last = tf.clip_by_value(last, 0, tf.maximum(num_tokens - 1, 0))
-    text_ids = tf.gather(ids, tf.ragged.range(safe_first, safe_last + 1), batch_dims=1)
-    text_dense = tf.cast(text_ids, tf.int32).to_tensor(-1)
-    span_dense = span_ids.to_tensor(-1)
-    width = tf.maximum(tf.shape(text_dense)[1], tf.shape(span_dense)[1])
-    widen = lambda t: tf.pad(t, [[0, 0], [0, width - tf.shape(t)[1]]], constant_values=-1)
-    same_ids = tf.reduce_all(tf.equal(widen(text_dense), widen(span_dense)), axis=1)
-    agree = in_range & same_ids & tf.equal(text_ids.row_lengths(), span_ids.row_lengths())
 
-    def pad(offsets):  # at least one column, so empty texts can be indexed.
-      dense = tf.cast(offsets.to_tensor(0), tf.int32)
-      return tf.concat([dense, tf.zeros_like(dense[:, :1])], axis=1)
+    def at(values, i):  # values[b, i[b]] of a ragged [B, (T)], i clipped into [0, T].
+      dense = tf.pad(tf.cast(values.to_tensor(0), tf.int32), [[0, 0], [0, 1]])
+      return tf.gather(dense, tf.clip_by_value(i, 0, tf.shape(dense)[1] - 1), batch_dims=1)
 
-    # A word starts at every wordpiece but the "##" ones, and past the text (padding and one
-    # more column), so a span's last word ends before the next start.
-    continuation = tf.gather(tf.constant(self.tokenizer.continuation), ids)  # [B, (T)]
-    word_start = tf.pad(tf.logical_not(continuation.to_tensor(False)), [[0, 0], [0, 1]],
-                        constant_values=True)  # [B, T + 1]
-    positions = tf.range(tf.shape(word_start)[1])[None]  # [1, T + 1]
-    word_first = tf.reduce_max(
-        tf.where(word_start & (positions <= safe_first[:, None]), positions, 0), axis=1)
-    word_last = tf.reduce_min(
-        tf.where(word_start & (positions > safe_last[:, None]), positions,
-                 tf.shape(word_start)[1]), axis=1) - 1
-    begin = tf.gather(pad(byte_starts), word_first, batch_dims=1)
-    end = tf.gather(pad(byte_ends), word_last, batch_dims=1)
-    cut = tf.strings.substr(texts, begin, tf.maximum(end - begin, 0), unit="BYTE")
-    detokenized = self.tokenizer.detokenize(span_ids)
-    return tf.where(agree, cut, detokenized)
+    text_ids = at(ids, first[:, None] + offsets)  # [B, W]
+    agree = in_range & tf.reduce_all(tf.equal(text_ids, span_ids) | ~in_span, axis=1)
+    pred_text = answer_text.join(tf.gather(tf.constant(self._wordpieces), span_ids), in_span)
+    # A wordpiece of a decomposed character ("ᄒ" of "한") may cover no byte: it lies in the
+    # original token holding its start.
+    last_end = tf.maximum(at(byte_ends, last), at(byte_starts, last) + 1)
+    answer, found = answer_text.span_answer_text(texts, pred_text, at(byte_starts, first),
+                                                 last_end)
+    detokenized = self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(span_ids, lengths))
+    return tf.where(agree & found, answer, detokenized)
