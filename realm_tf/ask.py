@@ -1,8 +1,13 @@
 """`realm-ask`: ask a fine-tuned REALM questions; answers come with their evidence blocks.
 
     python -m realm_tf.ask --model_dir=/tmp/qa/model "who wrote hamlet?"
+    python -m realm_tf.ask --model_dir=/tmp/qa/model "who wrote hamlet?" "where is elsinore?"
     python -m realm_tf.ask --model_dir=/tmp/qa/model --corpus=new_corpus.jsonl "..."
     python -m realm_tf.ask --model_dir=/tmp/qa/model          # interactive
+
+Each positional argument is one question, so quote a question of several words (unquoted,
+`who wrote hamlet` is three questions). `--question` adds questions, asked first; with no
+question at all, questions are read from stdin, one a line, until EOF or "quit".
 
 --model_dir defaults to $REALM_TF_QA_MODEL. --corpus swaps in another knowledge corpus,
 embedded with the model's doc embedder, without retraining. See `qa/ask_lib.py`.
@@ -16,19 +21,22 @@ from realm_tf import cli
 _MODEL = cli.define_model_flags()
 flags.adopt_module_key_flags(cli)
 _K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question.", lower_bound=1)
-_QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable); positional "
-                                      "arguments are questions too.")
+_QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable), asked before "
+                                      "the positional arguments, each of which is one "
+                                      "question too.")
 
 
 def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   from realm_tf.mips.index_builder import ScannSettings
   from realm_tf.qa import ask_lib
-  questions = list(_QUESTION.value) + ([" ".join(argv[1:])] if len(argv) > 1 else [])
+  from realm_tf.qa.released_imports import ReleasedSettings
+  questions = ask_lib.command_line_questions(_QUESTION.value, argv[1:])
   asker = ask_lib.get_asker(_MODEL.model_dir.value, _MODEL.corpus.value,
                             _MODEL.embeddings_dir.value, _K.value, _MODEL.index_kind.value,
                             ScannSettings(**_MODEL.scann.values()),
-                            _MODEL.embedding_dtype.value)
+                            _MODEL.embedding_dtype.value,
+                            ReleasedSettings(**_MODEL.released.values()))
   ask_lib.answer_or_interact(asker, questions, sys.stdin,
                              lambda text: print(text, end="", flush=True))
 

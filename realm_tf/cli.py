@@ -68,6 +68,33 @@ def define_scann_flags() -> ScannFlags:
                            lower_bound=0))
 
 
+class ReleasedFlags(NamedTuple):
+  """How a released ORQA model directory is imported (`define_released_flags`)."""
+  verify_blocks: flags.FlagHolder
+  num_attention_heads: flags.FlagHolder
+
+  def values(self) -> Dict[str, object]:
+    """{setting: value}, keyword arguments of `realm_tf.qa.released_imports.ReleasedSettings`."""
+    return {name: holder.value for name, holder in self._asdict().items()}
+
+
+def define_released_flags() -> ReleasedFlags:
+  """Defines `--verify_blocks` and `--released_num_attention_heads`
+  (`realm_tf.qa.released_imports`)."""
+  holders = ReleasedFlags(
+      flags.DEFINE_string("verify_blocks", "8", "Blocks re-embedded to check that a released "
+                          "model's block_emb rows pair with its blocks: a number, or all (as "
+                          "long as embedding the corpus). More than its import was checked on "
+                          "are checked again."),
+      flags.DEFINE_integer("released_num_attention_heads", 0, "Attention heads of a released "
+                           "model's towers; 0: its bert_config.json, else hidden size / 64.",
+                           lower_bound=0))
+  flags.register_validator(
+      "verify_blocks", lambda v: v == "all" or (v.isdigit() and int(v) >= 1),
+      "--verify_blocks must be a positive number of blocks or all")
+  return holders
+
+
 def define_dev_recall_flags(eval_every: int) -> None:
   """Defines `--dev_data`, `--eval_every` and `--eval_max_examples`: ICT's and pre-training's
   held-out recall (`task.dev_data` of their experiments)."""
@@ -88,12 +115,14 @@ class ModelFlags(NamedTuple):
   index_kind: flags.FlagHolder
   scann: ScannFlags
   embedding_dtype: flags.FlagHolder
+  released: ReleasedFlags
 
 
 def define_model_flags() -> ModelFlags:
   """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind`, the ScaNN
-  settings of the index built for `--corpus` and `--embedding_dtype`; the calling binary lists
-  them in its `--help` with `flags.adopt_module_key_flags(cli)`."""
+  settings of the index built for `--corpus` (or a released model's import),
+  `--embedding_dtype` and the released-import flags; the calling binary lists them in its
+  `--help` with `flags.adopt_module_key_flags(cli)`."""
   holders = ModelFlags(
       flags.DEFINE_string("model_dir", "", "Fine-tuned model directory, or a released ORQA "
                           "model directory (default $REALM_TF_QA_MODEL)."),
@@ -106,7 +135,8 @@ def define_model_flags() -> ModelFlags:
                         "MIPS index for --corpus, or of a released model's import (default: "
                         "the model's; ScaNN for a released model)."),
       define_scann_flags(),
-      define_embedding_dtype_flag())
+      define_embedding_dtype_flag(),
+      define_released_flags())
   flags.register_multi_flags_validator(
       ["embeddings_dir", "corpus"], lambda f: not f["embeddings_dir"] or f["corpus"],
       "--embeddings_dir needs the --corpus it embeds (the model's own corpus has its index)")

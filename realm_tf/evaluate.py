@@ -28,6 +28,7 @@ _INDEX_KIND = flags.DEFINE_enum("index_kind", "", ("",) + cli.INDEX_KINDS,
                                 "MIPS index for --corpus, or of a released model's import "
                                 "(default: the model's; ScaNN for a released model).")
 _SCANN = cli.define_scann_flags()
+_RELEASED = cli.define_released_flags()
 flags.adopt_module_key_flags(cli)
 _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")
 _METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
@@ -47,11 +48,13 @@ def main(argv):
   from realm_tf.qa import datasets
   from realm_tf.qa import evaluate_lib
   from realm_tf.qa.ask_lib import Asker
+  from realm_tf.qa.released_imports import ReleasedSettings
   dataset = datasets.dataset_of(_DATA.value, _DATASET.value)
   examples = datasets.load_examples(_DATA.value, dataset)
   asker = Asker(_MODEL_DIR.value, corpus=_CORPUS.value, embeddings_dir=_EMBEDDINGS.value,
                 k=_K.value, index_kind=_INDEX_KIND.value,
-                scann=ScannSettings(**_SCANN.values()), embedding_dtype=_EMBEDDING_DTYPE.value)
+                scann=ScannSettings(**_SCANN.values()), embedding_dtype=_EMBEDDING_DTYPE.value,
+                released=ReleasedSettings(**_RELEASED.values()))
   result = evaluate_lib.evaluate(
       asker.system, examples,
       evaluate_lib.EvalConfig(recall_ks=[int(k) for k in _RECALL_KS.value],

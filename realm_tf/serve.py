@@ -44,6 +44,7 @@ def main(argv):
   # Imported here so that `--help` does not import TensorFlow.
   from realm_tf.mips.index_builder import ScannSettings  # pylint: disable=g-import-not-at-top
   from realm_tf.qa import ask_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf.qa.released_imports import ReleasedSettings  # pylint: disable=g-import-not-at-top
   from realm_tf.serving import server  # pylint: disable=g-import-not-at-top
   from realm_tf.serving import app as app_lib  # pylint: disable=g-import-not-at-top
   from realm_tf.serving.batcher import Batcher  # pylint: disable=g-import-not-at-top
@@ -57,7 +58,8 @@ def main(argv):
   service = AskService.load(model_dir, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
                             _MODEL.index_kind.value, batch_size=_MAX_BATCH.value,
                             scann=ScannSettings(**_MODEL.scann.values()),
-                            embedding_dtype=_MODEL.embedding_dtype.value)
+                            embedding_dtype=_MODEL.embedding_dtype.value,
+                            released=ReleasedSettings(**_MODEL.released.values()))
   service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions
   limits = Limits(max_body_bytes=_MAX_BODY.value, max_question_chars=_MAX_CHARS.value,
                   num_blocks=service.num_blocks, max_top_k=_MAX_TOP_K.value,

@@ -1,6 +1,8 @@
 """The `ask` front door: Python API, corpus swap, embedding checks, bad questions, CLI."""
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ from realm_tf.tokenization import answer_text
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 QUESTION = tiny_world.QUESTIONS[0][0]  # "ada lives in the city of"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +254,25 @@ def test_cli_behaviour_question_or_interactive(asker):
   assert direct.startswith(f"Q: {QUESTION}\nA: ") and direct.split("\n")[1] in interactive
   with pytest.raises(ValueError, match="question 1: empty question"):
     ask_lib.answer_or_interact(asker, [" "], [], output.append)
+
+
+def test_each_positional_argument_is_one_question():
+  assert ask_lib.command_line_questions([], ["who wrote hamlet?", "where is elsinore?"]) == [
+      "who wrote hamlet?", "where is elsinore?"]
+  assert ask_lib.command_line_questions(["first?"], ["who", "wrote"]) == [
+      "first?", "who", "wrote"]  # unquoted words are questions of their own
+  assert ask_lib.command_line_questions([], []) == []  # interactive
+
+
+def test_realm_ask_help_and_behaviour_agree_on_positional_arguments(model_dir):
+  """`--help` says each positional argument is one question, asked after `--question`; a run
+  answers exactly those questions, in that order."""
+  run = lambda *args: subprocess.run([sys.executable, "-m", "realm_tf.ask", *args],
+                                     capture_output=True, text=True, cwd=ROOT, timeout=600)
+  helped = run("--help").stdout
+  assert "Each positional argument is one question" in " ".join(helped.split())
+  questions = [q for q, _ in tiny_world.QUESTIONS[:3]]
+  asked = run(f"--model_dir={model_dir}", "--k=2", f"--question={questions[0]}", *questions[1:])
+  assert asked.returncode == 0, asked.stderr[-2000:]
+  assert [line[3:] for line in asked.stdout.splitlines() if line.startswith("Q: ")] == questions
+  assert asked.stdout.count("\nA: ") == 3

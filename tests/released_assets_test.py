@@ -38,6 +38,7 @@ from realm_tf.presets import InitConfig
 from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
 from realm_tf.qa.doc_index import EmbeddingMismatchError
+from realm_tf.qa import released_imports
 from realm_tf.qa import released_model
 from realm_tf.qa.ask_lib import Asker
 
@@ -270,10 +271,191 @@ def test_released_files_that_do_not_fit_are_refused_naming_them(bundle, tmp_path
   released_bundle.copy_tree(os.path.join(embedder, "encoded"),
                             os.path.dirname(paths["encoded"]))
   with pytest.raises(Exception, match=r"encoded.ckpt.data-00000-of-00001 were not made by the "
-                                      r"doc embedder .*the embedder .*another/cc_news_pretrained"):
+                                      r"doc tower of the embedder .*another/cc_news_pretrained"):
     released_model.import_released(checkpoint, os.path.dirname(os.path.dirname(
         paths["variables"])), blocks, str(tmp_path / "c"), index_kind="brute_force")
   moved = tmp_path / "alone" / "orqa_nq_model_from_realm"
   released_bundle.copy_tree(os.path.join(root, "orqa_nq_model_from_realm"), str(moved))
   with pytest.raises(FileNotFoundError, match=r"cc_news_pretrained/embedder: not found"):
-    released_model.model_directory(str(moved))
+    released_imports.model_directory(str(moved))
+
+
+# Answer strings of spans inside words -------------------------------------------------------
+# The bundle's released towers read another vocabulary of the same size (an id keeps its
+# weights; the strings are wordpieces of longer words) over other blocks, so answers can start
+# or end inside a word. The answer string is ORQA's; the blocks, scores, spans and wordpiece
+# ids are those of the reference `RealmForOpenQA`, whose own string (the decoded wordpieces)
+# differs (docs/reproduce.md, "Answer strings and the HF port").
+
+BasicTokenizer = pytest.importorskip(
+    "transformers.models.deprecated.realm.tokenization_realm").BasicTokenizer
+SUBWORD_VOCAB = VOCAB[:7] + [
+    "tor", "##quin", "##ton", "cart", "##ila", "##ge", "1", "53", "##6", "cafe", "zur", "##ich",
+    "we", "##x", "##dun", "who", "wrote", "where", "is", "the", "in", "of", "what", "lives",
+    "has", "pages", "##s"]
+SUBWORD_TITLES = ["Torquinton", "Wexdun", "Café", "Cartilage", "Wexdun (work)", "Zürich"]
+SUBWORD_TEXTS = ["Torquinton wrote Cartilage, 1,536 pages.", "Wexdun lives in Zürich.",
+                 "Café Torquinton is in Zürich.", "Cartilage has 1,536 pages.",
+                 "Wexdun wrote 🙂 in the Café.", "The cartilage of Wexdun."]
+SUBWORD_QUESTIONS = ["who wrote cartilage", "where is the cafe", "what has 1,536 pages",
+                     "who lives in zurich", "what is torquinton", "who wrote the pages"]
+# (block text, first and last body wordpiece, ORQA's string, HF's decoded wordpieces).
+# tor ##quin ##ton wrote cart ##ila ##ge , 1 , 53 ##6 pages .
+# we ##x ##dun lives in zur ##ich .        we ##x ##dun wrote [UNK] in the cafe .
+SUBWORD_SPANS = [
+    (0, 0, 0, "Tor", "tor"),  # a word's first piece: that prefix, in the original case
+    (0, 0, 1, "Torquinton", "torquin"),  # holds a ## piece: ORQA reads the whole word
+    (0, 1, 2, "Torquinton", "##quinton"),  # starts inside the word
+    (0, 0, 2, "Torquinton", "torquinton"),
+    (0, 4, 5, "Cartilage", "cartila"),
+    (0, 5, 7, "Cartilage ,", "##ilage ,"),
+    (0, 8, 10, "1 , 53", "1 , 53"),  # punctuation: tokens joined by spaces in both
+    (0, 10, 11, "536", "536"),
+    (0, 11, 12, "536 pages", "##6 pages"),
+    (1, 5, 5, "Zür", "zur"),  # accents: ORQA keeps them, HF's wordpieces lost them
+    (1, 5, 6, "Zürich", "zurich"),
+    (4, 4, 4, "🙂", "[UNK]"),
+    (4, 7, 7, "Café", "cafe"),
+    (4, 1, 3, "Wexdun wrote", "##xdun wrote"),
+]
+_READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def _subword_bundle(root, directory):
+  """The bundle's released model and embedder with `SUBWORD_VOCAB` over `SUBWORD_TEXTS`, in
+  the released layout under `directory`: (the model directory, the reference RealmForOpenQA,
+  its tokenizer)."""
+  for name in ("orqa_nq_model_from_realm", "cc_news_pretrained/embedder/variables"):
+    released_bundle.copy_tree(os.path.join(root, name), os.path.join(directory, name))
+  embedder = os.path.join(directory, "cc_news_pretrained", "embedder")
+  vocab = os.path.join(embedder, "assets", "vocab.txt")
+  os.makedirs(os.path.dirname(vocab))
+  with open(vocab, "w", encoding="utf-8") as f:
+    f.write("\n".join(SUBWORD_VOCAB) + "\n")
+  tokenizer = RealmTokenizer(vocab)
+  config = _hf_config()
+  config.num_block_records = len(SUBWORD_TEXTS)
+  doc_tower = modeling.RealmEmbedder(config)
+  modeling.load_tf_weights_in_realm(doc_tower, config,
+                                    os.path.join(embedder, "variables", "variables"))
+  blocks = tokenizer(SUBWORD_TITLES, SUBWORD_TEXTS, padding=True, return_tensors="pt")
+  with torch.no_grad():
+    block_emb = doc_tower.eval()(**blocks).projected_score.numpy()
+  encoded = released_bundle.write_block_emb(os.path.join(embedder, "encoded", "encoded.ckpt"),
+                                            block_emb)
+  released_bundle.write_block_records(os.path.join(directory, "enwiki-20181220"),
+                                      SUBWORD_TITLES, SUBWORD_TEXTS)
+  model_dir = os.path.join(directory, "orqa_nq_model_from_realm")
+  hf = modeling.RealmForOpenQA(config, retriever=RealmRetriever(
+      np.array([t.encode() for t in SUBWORD_TEXTS], dtype=object), tokenizer))
+  modeling.load_tf_weights_in_realm(hf, config, os.path.join(
+      model_dir, "export", "best_default", "checkpoint", "model.ckpt-300"))
+  modeling.load_tf_weights_in_realm(hf, config, encoded)
+  return model_dir, hf.eval(), tokenizer
+
+
+def _hf_read(hf, tokenizer, question):
+  """The reference on one question, through its own modules: {"rows", "scores" [K];
+  "input_ids", "block_mask" [K, L] of its reader; "span_logits" {(block, start, end): span
+  logit without the retrieval score}; "answer" (block, start, end); "answer_ids"}."""
+  ids = tokenizer([question], return_tensors="pt")
+  with torch.no_grad():
+    result = hf(**ids, return_dict=True).reader_output, hf(**ids).predicted_answer_ids
+    scores, rows = torch.topk(torch.einsum("BD,QD->QB", hf.block_emb, hf.embedder(**ids)[0])[0],
+                              K)
+    inputs = hf.retriever(rows, ids.input_ids, None, max_length=hf.config.reader_seq_len)[3]
+    block_mask = (inputs.special_tokens_mask.bool().logical_not() &
+                  inputs.token_type_ids.bool())
+    sequence = hf.reader.realm(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+                               token_type_ids=inputs.token_type_ids)[0]
+    logits, starts, ends = hf.reader.qa_outputs(sequence, block_mask)
+  valid = block_mask[:, starts] & block_mask[:, ends]  # [K, S]
+  output, answer_ids = result
+  return {"rows": rows.numpy(), "scores": scores.numpy(), "input_ids": inputs.input_ids.numpy(),
+          "block_mask": block_mask.numpy(),
+          "span_logits": {(b, int(starts[s]), int(ends[s])): float(logits[b, s])
+                          for b, s in zip(*np.nonzero(valid.numpy()))},
+          "answer": (int(output.block_idx), int(output.start_pos), int(output.end_pos)),
+          "answer_ids": answer_ids.numpy()}
+
+
+def _orqa_answer(squad_lib, tokenizer, text, first, last):
+  """ORQA's answer string (`get_predictions`) for body wordpieces first..last of `text`:
+  BERT's `get_final_text` of the pieces joined by spaces in the original tokens holding them
+  (BERT's basic split, original case) joined by spaces."""
+  words = BasicTokenizer(do_lower_case=False).tokenize(text)
+  pieces = [tokenizer.tokenize(word) for word in words]
+  token_of = [n for n, word_pieces in enumerate(pieces) for _ in word_pieces]
+  pred_text = " ".join([p for word_pieces in pieces for p in word_pieces][first:last + 1])
+  orig_text = " ".join(words[token_of[first]:token_of[last] + 1])
+  return squad_lib.get_final_text(pred_text, orig_text, do_lower_case=True)
+
+
+@pytest.mark.slow
+def test_answers_inside_words_are_orqas_strings_of_the_references_spans(bundle, tmp_path):
+  """On the released layout with wordpieces of longer words: every retrieved block, retrieval
+  score, span logit (1e-4), reader input and answer span (block, positions, wordpiece ids,
+  probability) is the reference's; the answer string is ORQA's for that span, checked by a
+  small ORQA rule (Model Garden's `get_final_text`) and by literal strings of spans that start
+  or end inside a word, where HF's decoded wordpieces differ."""
+  squad_lib = pytest.importorskip("official.nlp.data.squad_lib")
+  model_dir, hf, tokenizer = _subword_bundle(bundle[0], str(tmp_path))
+  system = Asker(model_dir, k=K, index_kind="brute_force").system
+  questions = SUBWORD_QUESTIONS
+  scores, rows = system.retrieve(questions, K)
+  titles, texts = system.gather_blocks(rows)
+  titles, texts = tf.constant(titles.astype(str)), tf.constant(texts.astype(str))
+  _, query_ids = system.featurizer.questions(tf.constant(questions))
+  inputs = {n: v.numpy() for n, v in system.featurizer.reader_inputs(query_ids, titles,
+                                                                      texts).items()}
+  logits, starts, ends = (t.numpy() for t in system.reader.span_logits(
+      {n: inputs[n] for n in _READER_FEATURES}, inputs["block_mask"]))
+  read = {n: v.numpy() for n, v in system.read(query_ids, titles, texts, scores,
+                                                rows >= 0).items()}
+  answers = system.answer(questions)
+  inside_words = 0
+  for q, question in enumerate(questions):
+    ref = _hf_read(hf, tokenizer, question)
+    np.testing.assert_array_equal(rows[q], ref["rows"])
+    np.testing.assert_allclose(scores[q], ref["scores"], atol=TOL, rtol=TOL)
+    length = ref["input_ids"].shape[1]
+    ours = slice(q * K, (q + 1) * K)
+    np.testing.assert_array_equal(inputs["input_word_ids"][ours, :length], ref["input_ids"])
+    np.testing.assert_array_equal(inputs["block_mask"][ours, :length], ref["block_mask"])
+    assert not inputs["input_mask"][ours, length:].any()
+    span_logits = {(b, int(starts[s]), int(ends[s])): float(logits[q * K + b, s])
+                   for b in range(K) for s in range(len(starts))
+                   if inputs["block_mask"][q * K + b, starts[s]] and
+                   inputs["block_mask"][q * K + b, ends[s]]}
+    assert span_logits.keys() == ref["span_logits"].keys()
+    np.testing.assert_allclose([span_logits[s] for s in ref["span_logits"]],
+                               list(ref["span_logits"].values()), atol=TOL, rtol=TOL)
+    block, start, end = (int(read[n][q]) for n in ("block", "span_start", "span_end"))
+    assert (block, start, end) == ref["answer"], question
+    np.testing.assert_array_equal(inputs["input_word_ids"][q * K + block, start:end + 1],
+                                  ref["answer_ids"])
+    joint = np.array([l + ref["scores"][b] for (b, _, _), l in ref["span_logits"].items()])
+    np.testing.assert_allclose(read["probability"][q], np.exp(joint.max() - np.logaddexp.reduce(
+        joint)), atol=TOL, rtol=TOL)
+    body = int(np.argmax(ref["block_mask"][block]))
+    text = SUBWORD_TEXTS[ref["rows"][block]]
+    expected = _orqa_answer(squad_lib, tokenizer, text, start - body, end - body)
+    assert answers[q].answer == read["answer"][q].decode() == expected, question
+    pieces = tokenizer.convert_ids_to_tokens(ref["answer_ids"])
+    after = tokenizer.convert_ids_to_tokens(ref["input_ids"][block, end + 1:end + 2])
+    inside_words += pieces[0].startswith("##") or after[0].startswith("##")
+  # Chosen spans, as strings: realm_tf's span text over the reference's reader inputs.
+  spans = SUBWORD_SPANS
+  chosen = tf.constant([[SUBWORD_TEXTS[t]] for t, _, _, _, _ in spans])
+  _, query_ids = system.featurizer.questions(tf.constant(["who"] * len(spans)))
+  inputs = system.featurizer.reader_inputs(query_ids, tf.fill(tf.shape(chosen), ""), chosen)
+  got = system.featurizer.span_text(chosen[:, 0], inputs["input_word_ids"], inputs["block_mask"],
+                                    [3 + first for _, first, _, _, _ in spans],
+                                    [3 + last for _, _, last, _, _ in spans]).numpy()
+  for i, (t, first, last, orqa, decoded) in enumerate(spans):
+    ids = tokenizer("who", SUBWORD_TEXTS[t]).input_ids
+    np.testing.assert_array_equal(inputs["input_word_ids"][i, :len(ids)], ids)
+    assert got[i].decode() == orqa == _orqa_answer(squad_lib, tokenizer, SUBWORD_TEXTS[t],
+                                                  first, last)
+    assert tokenizer.decode(ids[3 + first:4 + last]) == decoded
+  assert inside_words > 0  # the model's own answers too (4 of the 6 questions here)

@@ -24,6 +24,8 @@ from realm_tf import errors
 from realm_tf.checkpoints import tf2_checkpoint
 
 VARIABLE = "block_emb"
+_FIX = ("Pass the released index checkpoint (cc_news_pretrained/embedder/encoded/encoded.ckpt) "
+        "or a .npy file of float32 [N, D] block embeddings")
 
 
 def checkpoint_prefix(path: str) -> str:
@@ -74,7 +76,8 @@ def open_released_embeddings(path: str) -> Tuple[np.ndarray, str]:
     shape, dtype = tuple(shapes[VARIABLE]), dtypes[VARIABLE]
     if dtype != tf.float32 or len(shape) != 2:
       raise errors.InputError(errors.describe(
-          prefix, f"`{VARIABLE}` is {dtype.name} {list(shape)}, not a float32 [N, D] matrix"))
+          prefix, f"`{VARIABLE}` is {dtype.name} {list(shape)}, not a float32 [N, D] matrix",
+          _FIX))
     source = f"{prefix}.data-00000-of-00001"
     nbytes = shape[0] * shape[1] * 4
     if (len(shapes) == 1 and tf.io.gfile.exists(source)
@@ -87,5 +90,5 @@ def open_released_embeddings(path: str) -> Tuple[np.ndarray, str]:
   if embeddings.ndim != 2 or embeddings.dtype != np.float32:
     raise errors.InputError(errors.describe(
         path, f"embeddings are {embeddings.dtype} {list(embeddings.shape)}, not a float32 "
-        "[N, D] matrix"))
+        "[N, D] matrix", _FIX))
   return embeddings, source

@@ -110,7 +110,10 @@ def load_tf1_checkpoint(path: str, variable_map: VariableMap, ignore: Iterable[s
   try:
     reader = tf.train.load_checkpoint(resolved or path)
   except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
-    raise FileNotFoundError(f"No readable TF checkpoint at {path}: {e}") from e
+    raise FileNotFoundError(
+        f"No readable TF checkpoint at {path} ({errors.one_line(e)}). Pass the prefix of a "
+        "complete checkpoint (e.g. .../model.ckpt-N); copy or download it again if it was cut "
+        "short.") from e
   return _check_and_assign(path, reader.get_variable_to_shape_map(),
                            tf2_checkpoint.tensor_getter(reader, resolved or path), variable_map,
                            ignore, if_present)

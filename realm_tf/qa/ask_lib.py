@@ -17,7 +17,8 @@ from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 from realm_tf import errors
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.qa import datasets
-from realm_tf.qa import released_model
+from realm_tf.qa import released_imports
+from realm_tf.qa.released_imports import ReleasedSettings
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 from realm_tf.retrieve_and_read import Answer
@@ -31,23 +32,28 @@ class Asker:
 
   Args:
     model_dir: a fine-tuned model directory (or its `best/`), or a released ORQA model
-      directory (`qa.released_model`, imported on first use).
+      directory (imported on first use, one index per setting: `qa.released_imports`).
     corpus: optional other knowledge corpus.
     embeddings_dir: optional precomputed embeddings of `corpus`.
     k: evidence blocks read per question.
-    index_kind: with `corpus`, "scann" or "brute_force" (default: the model's).
-    scann: with `corpus`, the ScaNN settings of a "scann" index.
+    index_kind: with `corpus`, "scann" or "brute_force" (default: the model's); the index of
+      a released model's import (default "scann").
+    scann: with `corpus` or a released model, the ScaNN settings of a "scann" index.
     embedding_dtype: with `corpus`, the precision it is embedded in ("float32", "bfloat16",
       "auto"; `QAModel.load`).
+    released: how a released model directory is imported (`ReleasedSettings`).
   """
 
   def __init__(self, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
                index_kind: str = "", scann: ScannSettings = ScannSettings(),
-               embedding_dtype: str = "float32"):
-    model_dir = released_model.model_directory(model_dir, index_kind, scann)
+               embedding_dtype: str = "float32",
+               released: ReleasedSettings = ReleasedSettings()):
+    model_dir, doc_index = released_imports.model_directory(model_dir, index_kind, scann,
+                                                            released)
     self.model = QAModel.load(find_model_dir(model_dir), corpus=corpus,
                               embeddings_dir=embeddings_dir, index_kind=index_kind,
-                              scann=scann, embedding_dtype=embedding_dtype)
+                              scann=scann, embedding_dtype=embedding_dtype,
+                              doc_index=doc_index)
     self.system = self.model.system(k=k)
 
   def ask(self, question: str) -> Answer:
@@ -77,10 +83,11 @@ def _model_dir(model_dir: str) -> str:
 
 def get_asker(model_dir: str = "", corpus: str = "", embeddings_dir: str = "", k: int = 5,
               index_kind: str = "", scann: ScannSettings = ScannSettings(),
-              embedding_dtype: str = "float32") -> Asker:
+              embedding_dtype: str = "float32",
+              released: ReleasedSettings = ReleasedSettings()) -> Asker:
   """The cached `Asker` of a configuration (loaded on first use)."""
   key = (os.path.abspath(_model_dir(model_dir)), corpus, embeddings_dir, k, index_kind, scann,
-         embedding_dtype)
+         embedding_dtype, released)
   if key not in _ASKERS:
     _ASKERS[key] = Asker(*key)
   return _ASKERS[key]
@@ -117,6 +124,14 @@ def format_answer(answer: Answer, text_chars: int = 160) -> str:
     lines.append(f" {marker}[{evidence.probability:.2f}] #{evidence.block_id} "
                  f"{evidence.title}: {text}")
   return "\n".join(lines)
+
+
+def command_line_questions(flag_questions: Sequence[str], arguments: Sequence[str]
+                           ) -> List[str]:
+  """`realm-ask`'s questions: each `--question`, then each positional argument, one question
+  apiece (`realm-ask "who wrote hamlet?" "where is elsinore?"` asks two; unquoted,
+  `realm-ask who wrote hamlet` asks three one-word questions)."""
+  return list(flag_questions) + list(arguments)
 
 
 def answer_or_interact(asker: Asker, questions: Sequence[str], lines: Iterable[str],

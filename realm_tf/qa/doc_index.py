@@ -20,17 +20,15 @@ here, over the corpus's wordpieces in the export's vocabulary (`Corpus.wordpiece
 retriever in memory (fine-tuning's `retrieval.index_refresh` refresher). Embeddings from
 elsewhere (another `DocIndex` directory, the embedding pipeline's `embeddings-*.tfrecord`
 shards, or the released `block_emb` checkpoint or a `.npy`, `checkpoints.released_embeddings`,
-copied a chunk of rows at a time) are checked against the embedder before use: the dimension must agree and a
-deterministic sample of blocks is re-embedded and compared, so a corpus embedded by another
-model is an `EmbeddingMismatchError`, never silently wrong retrieval. The comparison allows the
-rounding of the precision the embeddings were computed in ("embedding_dtype": float32, or
-bfloat16 from a bfloat16 doc tower, `models.precision`) and stored in:
-`retrieval.embedding.embedding_tolerance`.
+copied a chunk of rows at a time) are checked against the embedder before use
+(`qa.embedding_check`: the dimension must agree and a deterministic sample of blocks is
+re-embedded and compared), so a corpus embedded by another model is an
+`EmbeddingMismatchError`, never silently wrong retrieval.
 """
 import dataclasses
 import os
 import tempfile
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -44,51 +42,16 @@ from realm_tf.mips.index_builder import build_index
 from realm_tf.mips.index_builder import kind_of
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.mips_index import MipsIndex
+from realm_tf.qa.embedding_check import verify_embeddings
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval import embedding
 from realm_tf.retrieval import embedding_file
 from realm_tf.signatures.doc_embedder import DocEmbedder
 
-_VERIFY_SAMPLE = 8
 _PIPELINE_BATCH = 4096
 
 
 EmbeddingMismatchError = errors.EmbeddingMismatchError
-
-
-def verify_embeddings(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: np.ndarray,
-                      source: str = "embeddings",
-                      dtypes: Sequence[str] = ("float32",)) -> None:
-  """Checks that `embeddings` are the doc embedder's embeddings of `corpus`.
-
-  Args:
-    dtypes: the precisions of `embeddings` and of `doc_embedder` ("float32" / "bfloat16"), and
-      the dtype `embeddings` are stored in.
-
-  Raises:
-    EmbeddingMismatchError: a row count or dimension disagreement, or sampled blocks whose
-      re-embedding differs by more than `embedding_tolerance(dtypes, ...)`.
-  """
-  if embeddings.ndim != 2 or embeddings.shape[0] != len(corpus):
-    raise EmbeddingMismatchError(
-        f"{source}: {embeddings.shape[0] if embeddings.ndim else 0} embeddings for the "
-        f"{len(corpus)} blocks of corpus {corpus.source!r}")
-  if embeddings.shape[1] != doc_embedder.embedding_dim:
-    raise EmbeddingMismatchError(
-        f"{source}: embeddings of dimension {embeddings.shape[1]}, but the doc embedder "
-        f"{doc_embedder.path} makes dimension {doc_embedder.embedding_dim}; re-embed the "
-        "corpus with this model's doc embedder")
-  rows = corpus.sampled_rows(_VERIFY_SAMPLE)
-  fresh = embedding.embed_texts(embedding.ExportTower(doc_embedder), doc_embedder.tokenizer(),
-                                [corpus.titles[r] for r in rows], [corpus.texts[r] for r in rows])
-  difference = float(np.max(np.abs(fresh - embedding_file.gather(embeddings, rows))))
-  tolerance = embedding.embedding_tolerance(dtypes, float(np.max(np.abs(fresh), initial=0.0)))
-  if not np.isfinite(difference) or difference > tolerance:
-    raise EmbeddingMismatchError(
-        f"{source} were not made by the doc embedder {doc_embedder.path} for corpus "
-        f"{corpus.source!r}: re-embedding {len(rows)} sampled blocks differs by up to "
-        f"{difference:.3g} (tolerance {tolerance:.3g}); re-embed the corpus with this model's "
-        "doc embedder (e.g. `realm-ask --corpus=...` without a precomputed index)")
 
 
 def load_pipeline_embeddings(directory: str, corpus: Corpus, path: str,

@@ -250,7 +250,7 @@ class QAModel:
   @classmethod
   def load(cls, directory: str, corpus: str = "", embeddings_dir: str = "",
            index_kind: str = "", scann: ScannSettings = ScannSettings(),
-           embedding_dtype: str = "float32") -> "QAModel":
+           embedding_dtype: str = "float32", doc_index: str = "") -> "QAModel":
     """Loads a model directory (or its `best/`) and its latest checkpoint, checked (see the
     module docstring).
 
@@ -269,6 +269,8 @@ class QAModel:
         another, `doc_embedder` becomes a copy of the model's doc-embedder export computing in
         it (written from the checkpoint's doc tower
         into a temporary directory that lives as long as the model).
+      doc_index: a `DocIndex` directory to use instead of the one model.json names (an
+        imported released model's index of one setting, `qa.released_imports`).
 
     Raises:
       FileNotFoundError: not a model directory, or no checkpoint in it.
@@ -278,6 +280,7 @@ class QAModel:
     """
     info = ModelInfo.read(directory)
     paths = {key: resolve(directory, info, key) for key in _PATH_KEYS}
+    paths["doc_index"] = doc_index or paths["doc_index"]
     for key in _PATH_KEYS:
       if not tf.io.gfile.exists(paths[key]):
         raise errors.InputError(errors.describe(
