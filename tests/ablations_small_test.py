@@ -4,14 +4,16 @@ seeds, not what one seed happens to give.
 Tiny towers trained from scratch for a few hundred steps are chaotic: another CPU kind (other
 oneDNN kernels, other float rounding) or another thread count lands one seed elsewhere. So the
 run here is three seeds, each in a process of its own (`ablation_seeds`; each seed is also a
-test file, `ablations_seed<N>_test.py`, which asserts what held on every seed: no retrieval
-answers nothing), and each claim here is a statistic over them that held in every
+test file, `ablations_seed<N>_test.py`, which asserts what held on every seed of its probe),
+and each claim here is a statistic over them that held in every
 configuration of the study in docs/ablations.md ("What `make test` asserts": ten seeds with
 oneDNN on, six with oneDNN off, three with two intra-op threads):
 
   * REALM pre-training learns to use retrieval: its retrieval utility over the null document is
     positive with a margin of two standard errors over seeds;
-  * REALM beats no retrieval on exact match: a positive mean paired difference over seeds;
+  * REALM answers test questions: a positive mean exact match over seeds (a reader without
+    retrieval answers none: the world's facts are drawn at random, and its null document holds
+    no answer span, so that row is not run here; docs/decisions.md);
   * knowledge probing reads the corpus: with every town of the corpus moved, the filled town
     changes for a share of the place sentences, pooled over seeds (REALM Appendix C).
 """
@@ -44,12 +46,10 @@ def test_realm_pretraining_learns_to_use_retrieval(small_run):
 
 
 @pytest.mark.slow
-def test_realm_beats_no_retrieval_on_exact_match_over_seeds(small_run):
+def test_realm_answers_test_questions_over_seeds(small_run):
   _, results, _ = small_run
-  ordering = next(o for o in ablation_stats.orderings(results)
-                   if o.statement == "EM: REALM > no retrieval")
-  assert ordering.seeds == len(results)
-  assert ordering.margin > 0, ordering
+  exact_match = ablation_stats.seed_values(results, "realm", "exact_match")
+  assert exact_match.mean() > 0, exact_match
 
 
 @pytest.mark.slow
@@ -74,7 +74,7 @@ def test_report_has_mean_std_orderings_and_every_seed(small_run):
   with open(paths["markdown"], encoding="utf-8") as f:
     report = f.read()
   assert "| REALM (salient spans) | " in report and " ± " in report
-  for statement in ("EM: REALM > no retrieval", "zero-shot R@5: REALM > ICT warm-start"):
+  for statement in ("zero-shot R@5: REALM > ICT warm-start",):
     line = next(l for l in report.splitlines() if l.startswith(f"| {statement} |"))
     assert line.rstrip(" |").rsplit("| ", 1)[-1] in (
         "holds", "not significant", "no difference", "reversed"), line

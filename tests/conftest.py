@@ -4,6 +4,10 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# One intra-op thread per test process (subprocesses inherit it): the suite runs three test
+# processes on two cores, where a second thread per op only waits for a core; and a test's
+# numbers then do not depend on the machine's core count.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 # The longest test files, longest first. pytest-xdist's workers (Makefile `test`: --dist
 # loadfile --no-loadscope-reorder) take whole files in collection order, so the long ones start
