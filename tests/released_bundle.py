@@ -21,6 +21,19 @@ import tensorflow as tf
 
 from realm_tf import checkpoints
 from realm_tf.checkpoints import variable_maps
+from realm_tf.presets import ModelConfig
+from realm_tf.presets import build_models
+
+
+def random_models(config: ModelConfig, seed: int):
+  """A retriever and a reader of `config` with random weights (sd 0.2, layer-norm gammas near
+  1), so that towers of different seeds score differently."""
+  retriever, reader = build_models(config)
+  rng = np.random.default_rng(seed)
+  for v in retriever.weights + reader.weights:
+    v.assign(rng.normal(0.0, 0.2, v.shape).astype(np.float32) + (1.0 if "gamma" in v.name
+                                                                 else 0.0))
+  return retriever, reader
 
 
 def _int64_feature(values: Sequence[int]) -> tf.train.Feature:

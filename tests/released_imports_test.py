@@ -20,7 +20,6 @@ from realm_tf import errors
 from realm_tf.checkpoints import released_embeddings
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.presets import ModelConfig
-from realm_tf.presets import build_models
 from realm_tf.qa import released_imports
 from realm_tf.qa import released_model
 from realm_tf.qa.ask_lib import Asker
@@ -50,12 +49,7 @@ SWAPPED = (1, 2)  # rows the default sample of 8 (0, 5, 11, ..., 39) misses
 
 
 def _perturbed(seed):
-  retriever, reader = build_models(CONFIG)
-  rng = np.random.default_rng(seed)
-  for v in retriever.weights + reader.weights:
-    v.assign(rng.normal(0.0, 0.2, v.shape).astype(np.float32) + (1.0 if "gamma" in v.name
-                                                                 else 0.0))
-  return retriever, reader
+  return released_bundle.random_models(CONFIG, seed)
 
 
 @pytest.fixture(scope="module")
