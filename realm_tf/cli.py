@@ -23,7 +23,6 @@ from absl import flags
 from realm_tf import errors
 
 ENCODERS = ("tiny", "minilm_l6", "bert_base")
-DEFAULT_ENCODER = "minilm_l6"  # `presets.DEFAULT_ENCODER`, the demo's
 RETRIEVER_HEADS = ("auto", "realm", "sentence")
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 INDEX_KINDS = ("scann", "brute_force")
@@ -93,18 +92,6 @@ def define_released_flags() -> ReleasedFlags:
       "verify_blocks", lambda v: v == "all" or (v.isdigit() and int(v) >= 1),
       "--verify_blocks must be a positive number of blocks or all")
   return holders
-
-
-def define_dev_recall_flags(eval_every: int) -> None:
-  """Defines `--dev_data`, `--eval_every` and `--eval_max_examples`: ICT's and pre-training's
-  held-out recall (`task.dev_data` of their experiments)."""
-  flags.DEFINE_string("dev_data", "", "Held-out questions (JSONL, DPR TSV, pyserini:<name>; "
-                      "never a test set): recall@5/@20 over the corpus at the start and every "
-                      "--eval_every steps, the best checkpoint kept in best/.")
-  flags.DEFINE_integer("eval_every", eval_every, "Steps between --dev_data evaluations.",
-                       lower_bound=1)
-  flags.DEFINE_integer("eval_max_examples", 0, "--dev_data questions evaluated (0: all).",
-                       lower_bound=0)
 
 
 class ModelFlags(NamedTuple):

@@ -3,4 +3,9 @@
 for its `--help`.
 
     config_flags.py  ConfigFlags: flags onto a config's settings, no defaults of their own
+    runtime.py, trainer.py, model.py, lengths.py, init.py, data.py, index.py,
+    pretraining.py, open_qa.py
+                     the training binaries' groups, each onto its fragment of the experiment
+                     config (`define_*_flags(config)`), and the definers shared with others
+    paths.py         --model_dir, --output_dir, --corpus, --vocab_file, --embeddings_dir
 """
