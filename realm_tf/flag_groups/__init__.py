@@ -8,4 +8,5 @@ for its `--help`.
                      the training binaries' groups, each onto its fragment of the experiment
                      config (`define_*_flags(config)`), and the definers shared with others
     paths.py         --model_dir, --output_dir, --corpus, --vocab_file, --embeddings_dir
+    qa_model.py      the binaries that load a QA model; beam_pipelines.py: the pipelines'
 """
