@@ -24,9 +24,9 @@ import tensorflow as tf
 
 from pipelines import sentence_splitter
 from realm_tf import errors
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
-BLOCK_LENGTH = 288
 _NUM_SPECIALS = 3  # [CLS], [SEP], [SEP]
 _ID_MASK = (1 << 63) - 1
 

@@ -18,29 +18,27 @@ from absl import flags
 from absl import logging
 
 from realm_tf import cli
+from realm_tf.flag_groups import beam_pipelines
+from realm_tf.flag_groups import index
+from realm_tf.flag_groups import paths
 
-_CORPUS_DIR = flags.DEFINE_string("corpus", None, "Block shards of pipeline 1.",
-                                  required=True)
-flags.DEFINE_alias("corpus_dir", "corpus")
+_CORPUS_DIR = paths.corpus("Block shards of pipeline 1.", required=True, alias=True)
 _EMBEDDER_DIR = flags.DEFINE_string("embedder_dir", None, "Doc-embedder export (SavedModel).",
                                     required=True)
 _INDEX_ROOT = flags.DEFINE_string("index_root", None, "Versioned index directory.",
                                   required=True)
-_KIND = flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS,
-                          "ScaNN (approximate) or brute force (exact).")
-flags.DEFINE_alias("kind", "index_kind")
+_KIND = index.index_kind("ScaNN (approximate) or brute force (exact).", default="scann",
+                         alias=True)
 _SCANN = cli.define_scann_flags()
-flags.adopt_module_key_flags(cli)  # the --scann_* and --index_shard_size flags in --help
 _VERSION = flags.DEFINE_string("version", "",
                                "Version to publish; empty: step-<export's snapshot step>.")
-_EMBEDDINGS_DIR = flags.DEFINE_string("embeddings_dir", "",
-                                      "Keep the embedding shards here; empty: temporary.")
-_NUM_SHARDS = flags.DEFINE_integer("num_shards", 0,
-                                   "Embedding shards; 0: one per 100k blocks.", lower_bound=0)
+_EMBEDDINGS_DIR = paths.embeddings_dir("Keep the embedding shards here; empty: temporary.")
+_NUM_SHARDS = beam_pipelines.num_shards("Embedding shards; 0: one per 100k blocks.")
 _BLOCKS_PER_BATCH = flags.DEFINE_integer("blocks_per_batch", 128, "Blocks per embedder call.",
                                          lower_bound=1)
-_PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
-                                        "More Beam options (one shell-quoted string).")
+_PIPELINE_OPTIONS = beam_pipelines.pipeline_options(beam_pipelines.MORE_OPTIONS_HELP)
+for group in (beam_pipelines, cli, index, paths):
+  flags.adopt_module_key_flags(group)  # their flags in --help (the --scann_* flags: cli)
 
 
 def main(argv):

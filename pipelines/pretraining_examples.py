@@ -13,29 +13,28 @@ from absl import flags
 from absl import logging
 
 from realm_tf import cli
+from realm_tf.flag_groups import beam_pipelines
+from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import pretraining
 
-_CORPUS_DIR = flags.DEFINE_string("corpus", None, "Block shards of pipeline 1, a corpus "
-                                  "directory, JSONL, DPR TSV or a released blocks.tfr.",
-                                  required=True)
-flags.DEFINE_alias("corpus_dir", "corpus")
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the example shards go.",
-                                  required=True)
-_MASKING = flags.DEFINE_enum("masking", "salient_span", cli.MASKINGS,
-                             "Salient spans (REALM) or the random ablations.")
+_CORPUS_DIR = paths.corpus("Block shards of pipeline 1, a corpus directory, JSONL, DPR TSV or "
+                           "a released blocks.tfr.", required=True, alias=True)
+_OUTPUT_DIR = paths.output_dir("Where the example shards go.", required=True)
+_MASKING = pretraining.masking("salient_span")
 _TAGGER = flags.DEFINE_string("tagger", "spacy",
                               "'spacy', 'spacy:<model>', 'dates' or '<module>:<factory>'.")
-_VOCAB_FILE = flags.DEFINE_string("vocab_file", "",
-                                  "WordPiece vocab.txt of the corpus; empty: MiniLM's.")
+_VOCAB_FILE = paths.vocab_file("WordPiece vocab.txt of the corpus; empty: MiniLM's.",
+                                default="")
 _MAX_QUERY_WORDPIECES = flags.DEFINE_integer("max_query_wordpieces", 94,
                                              "query_ids kept per sentence.", lower_bound=1)
 _MIN_SENTENCE_WORDPIECES = flags.DEFINE_integer("min_sentence_wordpieces", 5,
                                                 "Shorter sentences make no example.", lower_bound=0)
 _MAX_SPAN_WORDPIECES = flags.DEFINE_integer("max_span_wordpieces", 10,
                                             "Longer spans are skipped.", lower_bound=1)
-_NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Example shards; 0: the runner decides.",
-                                   lower_bound=0)
-_PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
-                                        "More Beam options (one shell-quoted string).")
+_NUM_SHARDS = beam_pipelines.num_shards("Example shards; 0: the runner decides.")
+_PIPELINE_OPTIONS = beam_pipelines.pipeline_options(beam_pipelines.MORE_OPTIONS_HELP)
+for group in (beam_pipelines, paths, pretraining):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 
 
 def main(argv):

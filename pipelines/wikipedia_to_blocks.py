@@ -13,17 +13,19 @@ from absl import flags
 from absl import logging
 
 from realm_tf import cli
+from realm_tf.data.block_length import BLOCK_LENGTH
+from realm_tf.flag_groups import beam_pipelines
+from realm_tf.flag_groups import lengths
+from realm_tf.flag_groups import paths
 
 _INPUT = flags.DEFINE_list("input", None, "Input file patterns (comma-separated).",
                            required=True)
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Corpus directory to write.",
-                                  required=True)
+_OUTPUT_DIR = paths.output_dir("Corpus directory to write.", required=True)
 _INPUT_FORMAT = flags.DEFINE_enum("input_format", "wikipedia", ["wikipedia", "jsonl"],
                                   "MediaWiki XML dump (.xml/.bz2/.gz) or JSONL {title, text}.")
-_VOCAB_FILE = flags.DEFINE_string("vocab_file", "",
-                                  "WordPiece vocab.txt; empty: MiniLM's uncased BERT vocab.")
-_BLOCK_LENGTH = flags.DEFINE_integer("block_length", 288,
-                                     "Wordpieces of [CLS] title [SEP] body [SEP].", lower_bound=4)
+_VOCAB_FILE = paths.vocab_file("WordPiece vocab.txt; empty: MiniLM's uncased BERT vocab.",
+                                default="")
+_BLOCK_LENGTH = lengths.block_length(BLOCK_LENGTH)
 _MAX_TITLE_WORDPIECES = flags.DEFINE_integer("max_title_wordpieces", 64,
                                              "Longer titles go to the dead-letter output.",
                                              lower_bound=1)
@@ -33,10 +35,10 @@ _MAX_UNPARSED_FRACTION = flags.DEFINE_float(
     "max_unparsed_fraction", 0.25,
     "Pages with more unresolvable markup than this are malformed (dead letters).",
     lower_bound=0, upper_bound=1)
-_NUM_SHARDS = flags.DEFINE_integer("num_shards", 0, "Block shards; 0: the runner decides.",
-                                   lower_bound=0)
-_PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
-                                        "More Beam options (one shell-quoted string).")
+_NUM_SHARDS = beam_pipelines.num_shards("Block shards; 0: the runner decides.")
+_PIPELINE_OPTIONS = beam_pipelines.pipeline_options(beam_pipelines.MORE_OPTIONS_HELP)
+for group in (beam_pipelines, lengths, paths):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 
 
 def main(argv):

@@ -17,13 +17,16 @@ import sys
 from absl import flags
 
 from realm_tf import cli
+from realm_tf.flag_groups import index
+from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import qa_model
 
-_MODEL = cli.define_model_flags()
-flags.adopt_module_key_flags(cli)
-_K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question.", lower_bound=1)
-_QUESTION = flags.DEFINE_multi_string("question", [], "A question (repeatable), asked before "
-                                      "the positional arguments, each of which is one "
-                                      "question too.")
+_MODEL = qa_model.define_qa_model_flags()
+_K = qa_model.k("Evidence blocks read per question.")
+_QUESTION = qa_model.question("A question (repeatable), asked before the positional arguments, "
+                              "each of which is one question too.")
+for group in (cli, index, paths, qa_model):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 
 
 def main(argv):

@@ -23,7 +23,6 @@ from absl import flags
 from realm_tf import errors
 
 ENCODERS = ("tiny", "minilm_l6", "bert_base")
-DEFAULT_ENCODER = "minilm_l6"  # `presets.DEFAULT_ENCODER`, the demo's
 RETRIEVER_HEADS = ("auto", "realm", "sentence")
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 INDEX_KINDS = ("scann", "brute_force")
@@ -93,61 +92,6 @@ def define_released_flags() -> ReleasedFlags:
       "verify_blocks", lambda v: v == "all" or (v.isdigit() and int(v) >= 1),
       "--verify_blocks must be a positive number of blocks or all")
   return holders
-
-
-def define_dev_recall_flags(eval_every: int) -> None:
-  """Defines `--dev_data`, `--eval_every` and `--eval_max_examples`: ICT's and pre-training's
-  held-out recall (`task.dev_data` of their experiments)."""
-  flags.DEFINE_string("dev_data", "", "Held-out questions (JSONL, DPR TSV, pyserini:<name>; "
-                      "never a test set): recall@5/@20 over the corpus at the start and every "
-                      "--eval_every steps, the best checkpoint kept in best/.")
-  flags.DEFINE_integer("eval_every", eval_every, "Steps between --dev_data evaluations.",
-                       lower_bound=1)
-  flags.DEFINE_integer("eval_max_examples", 0, "--dev_data questions evaluated (0: all).",
-                       lower_bound=0)
-
-
-class ModelFlags(NamedTuple):
-  """The flags of the binaries that load a QA model directory (`ask`, `serve`)."""
-  model_dir: flags.FlagHolder
-  corpus: flags.FlagHolder
-  embeddings_dir: flags.FlagHolder
-  index_kind: flags.FlagHolder
-  scann: ScannFlags
-  embedding_dtype: flags.FlagHolder
-  released: ReleasedFlags
-
-
-def define_model_flags() -> ModelFlags:
-  """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind`, the ScaNN
-  settings of the index built for `--corpus` (or a released model's import),
-  `--embedding_dtype` and the released-import flags; the calling binary lists them in its
-  `--help` with `flags.adopt_module_key_flags(cli)`."""
-  holders = ModelFlags(
-      flags.DEFINE_string("model_dir", "", "Fine-tuned model directory, or a released ORQA "
-                          "model directory (default $REALM_TF_QA_MODEL)."),
-      flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
-                          "directory, JSONL, DPR TSV or a released blocks.tfr."),
-      flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus: an "
-                          "index directory, embedding shards, or the released block_emb "
-                          "checkpoint / a .npy (verified against the doc embedder)."),
-      flags.DEFINE_enum("index_kind", "", ("",) + INDEX_KINDS,
-                        "MIPS index for --corpus, or of a released model's import (default: "
-                        "the model's; ScaNN for a released model)."),
-      define_scann_flags(),
-      define_embedding_dtype_flag(),
-      define_released_flags())
-  flags.register_multi_flags_validator(
-      ["embeddings_dir", "corpus"], lambda f: not f["embeddings_dir"] or f["corpus"],
-      "--embeddings_dir needs the --corpus it embeds (the model's own corpus has its index)")
-  return holders
-
-
-def define_embedding_dtype_flag() -> flags.FlagHolder:
-  """Defines `--embedding_dtype`: the precision a swapped-in `--corpus` is embedded in."""
-  return flags.DEFINE_enum("embedding_dtype", "auto", COMPUTE_DTYPES,
-                           "Doc-tower precision when embedding --corpus (auto: bfloat16 on "
-                           "hardware with bfloat16 matmuls, else float32; BENCHMARKS.md §10).")
 
 
 def _verbose(argv: Sequence[str]) -> bool:

@@ -10,34 +10,34 @@ import json
 from absl import flags
 
 from realm_tf import cli
+from realm_tf.flag_groups import data
+from realm_tf.flag_groups import index
+from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import qa_model
+from realm_tf.flag_groups import trainer
 
-
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned model directory (its best/ "
-                                 "is used when present), or a released ORQA model directory.",
-                                 required=True)
+_MODEL_DIR = paths.model_dir("Fine-tuned model directory (its best/ is used when present), or "
+                             "a released ORQA model directory.", required=True)
 _DATA = flags.DEFINE_string("data", None, "Questions: ORQA JSONL, DPR TSV or pyserini:<name>.",
                             required=True)
-_DATASET = flags.DEFINE_enum("dataset", "nq", cli.DATASETS,
-                             "Decides string or regex (CuratedTrec) answers.")
-_CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus (default: the model's).")
-_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
-                                  "(as realm-ask's --embeddings_dir).")
-_EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
-flags.declare_key_flag("embedding_dtype")  # in --help
-_INDEX_KIND = flags.DEFINE_enum("index_kind", "", ("",) + cli.INDEX_KINDS,
-                                "MIPS index for --corpus, or of a released model's import "
-                                "(default: the model's; ScaNN for a released model).")
+_DATASET = data.dataset(default="nq")
+_CORPUS = paths.corpus(qa_model.CORPUS_HELP, default="")
+_EMBEDDINGS = paths.embeddings_dir(qa_model.EMBEDDINGS_HELP)
+_EMBEDDING_DTYPE = index.embedding_dtype(default="auto")
+_INDEX_KIND = index.index_kind(qa_model.INDEX_KIND_HELP, default="",
+                               choices=("",) + cli.INDEX_KINDS)
 _SCANN = cli.define_scann_flags()
 _RELEASED = cli.define_released_flags()
-flags.adopt_module_key_flags(cli)
 _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")
 _METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
-_K = flags.DEFINE_integer("k", 5, "Blocks read per question.", lower_bound=1)
+_K = qa_model.k("Blocks read per question.")
 _RECALL_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20", "100"], "recall@k cut-offs.")
 flags.register_validator("recall_ks", lambda ks: all(k.isdigit() and int(k) >= 1 for k in ks),
                          "--recall_ks must be positive integers, e.g. 1,5,20,100")
 _MAX = flags.DEFINE_integer("max_examples", 0, "Questions evaluated (0: all).", lower_bound=0)
-_BATCH = flags.DEFINE_integer("batch_size", 16, "Questions per batch.", lower_bound=1)
+_BATCH = trainer.batch_size("Questions per batch.", default=16)
+for group in (cli, data, index, paths, qa_model, trainer):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 
 
 def main(argv):

@@ -9,18 +9,20 @@ realm_qa, each fine-tunable with `hub.KerasLayer(path, trainable=True)`; see
 from absl import flags
 
 from realm_tf import cli
+from realm_tf.flag_groups import index
+from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import qa_model
 
-
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Fine-tuned model directory (its best/ "
-                                 "is used when present).", required=True)
+_MODEL_DIR = paths.model_dir("Fine-tuned model directory (its best/ is used when present).",
+                             required=True)
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "Output directory.", required=True)
-_CORPUS = flags.DEFINE_string("corpus", "", "Knowledge corpus to package into realm_qa "
-                              "(default: the model's).")
-_EMBEDDINGS = flags.DEFINE_string("embeddings_dir", "", "Precomputed embeddings of --corpus "
-                                  "(as realm-ask's --embeddings_dir).")
-_EMBEDDING_DTYPE = cli.define_embedding_dtype_flag()
-flags.declare_key_flag("embedding_dtype")  # in --help
-_K = flags.DEFINE_integer("k", 5, "Evidence blocks per question in realm_qa.", lower_bound=1)
+_CORPUS = paths.corpus("Knowledge corpus to package into realm_qa (default: the model's).",
+                       default="")
+_EMBEDDINGS = paths.embeddings_dir(qa_model.EMBEDDINGS_HELP)
+_EMBEDDING_DTYPE = index.embedding_dtype(default="auto")
+_K = qa_model.k("Evidence blocks per question in realm_qa.")
+for group in (index, paths, qa_model):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 
 
 def main(argv):

@@ -26,6 +26,7 @@ from realm_tf import configs
 from realm_tf import errors
 from realm_tf import pretrained
 from realm_tf.checkpoints import tf2_checkpoint
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.losses.open_qa_loss import SPAN_NORMALIZATIONS
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
@@ -145,7 +146,7 @@ class ModelConfig:
   span_hidden_size: int = 256
   max_span_width: int = 10
   query_length: int = 64
-  block_length: int = 288
+  block_length: int = BLOCK_LENGTH
   reader_length: int = 320
   span_normalization: str = "joint"
 

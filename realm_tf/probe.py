@@ -12,16 +12,19 @@ model's doc tower. See `probing/probe_lib.py`.
 from absl import flags
 
 from realm_tf import cli
+from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import qa_model
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "REALM pre-training model directory "
-                                 "(realm-pretrain's --model_dir).", required=True)
-_CORPUS = flags.DEFINE_string("corpus", "", "Another knowledge corpus: blocks-*.tfrecord "
-                              "directory, JSONL, DPR TSV or a released blocks.tfr (default: "
-                              "the run's, through its published index).")
-_VOCAB_FILE = flags.DEFINE_string("vocab_file", "", "WordPiece vocabulary (default: the run's).")
-_K = flags.DEFINE_integer("k", 5, "Blocks retrieved per text (the null document comes on top).",
-                          lower_bound=1)
+_MODEL_DIR = paths.model_dir("REALM pre-training model directory (realm-pretrain's "
+                             "--model_dir).", required=True)
+_CORPUS = paths.corpus("Another knowledge corpus: blocks-*.tfrecord directory, JSONL, DPR TSV "
+                       "or a released blocks.tfr (default: the run's, through its published "
+                       "index).", default="")
+_VOCAB_FILE = paths.vocab_file("WordPiece vocabulary (default: the run's).", default="")
+_K = qa_model.k("Blocks retrieved per text (the null document comes on top).")
 _JSON = flags.DEFINE_bool("json", False, "Print one JSON object per text instead of a table.")
+for group in (paths, qa_model):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 
 
 def main(argv):

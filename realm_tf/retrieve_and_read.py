@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import graph_functions
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.losses.open_qa_loss import per_document_log_probs
 from realm_tf.mips.mips_index import MipsIndex
@@ -90,7 +91,7 @@ class RetrieveAndRead:
 
   def __init__(self, retriever: Retriever, reader: Reader, tokenizer: WordpieceTokenizer,
                index: MipsIndex, titles: Sequence[str], bodies: Sequence[str], k: int = 5,
-               query_length: int = 96, block_length: int = 288, reader_length: int = 320,
+               query_length: int = 96, block_length: int = BLOCK_LENGTH, reader_length: int = 320,
                block_ids: Optional[Sequence[int]] = None, batch_size: int = 16,
                span_normalization: str = "joint"):
     if index.num_docs != len(titles) or len(titles) != len(bodies):

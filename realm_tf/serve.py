@@ -15,11 +15,14 @@ from absl import flags
 
 from realm_tf import cli
 from realm_tf import errors
+from realm_tf.flag_groups import index
+from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import qa_model
 
-_MODEL = cli.define_model_flags()
-flags.adopt_module_key_flags(cli)
-_K = flags.DEFINE_integer("k", 5, "Evidence blocks read per question when a request has no "
-                          "top_k.", lower_bound=1)
+_MODEL = qa_model.define_qa_model_flags()
+_K = qa_model.k("Evidence blocks read per question when a request has no top_k.")
+for group in (cli, index, paths, qa_model):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 _MAX_TOP_K = flags.DEFINE_integer("max_top_k", 50, "Largest top_k a request may ask for "
                                   "(the reader reads every block retrieved).", lower_bound=1)
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind; the default serves this "

@@ -13,10 +13,10 @@ import json
 from absl import flags
 
 from realm_tf import cli
+from realm_tf.experiments import registered_defaults
 
-_EXPERIMENTS = ("ict", "pretrain", "open_qa")  # `experiments.registry.NAMES`
-_EXPERIMENT = flags.DEFINE_enum("experiment", None, _EXPERIMENTS, "The task to train.",
-                                required=True)
+_EXPERIMENT = flags.DEFINE_enum("experiment", None, tuple(registered_defaults.DEFAULTS),
+                                "The task to train.", required=True)
 _CONFIG_FILE = flags.DEFINE_string("config_file", "", "JSON settings over the defaults.")
 _PARAMS_OVERRIDE = flags.DEFINE_string(
     "params_override", "", "Settings over --config_file: "
@@ -25,13 +25,18 @@ _MODE = flags.DEFINE_enum("mode", "train", ("train", "print_config"),
                           "train; print_config: print the final config and exit.")
 
 
+def experiment_config():
+  """The `ExperimentConfig` the parsed flags ask for."""
+  from realm_tf.experiments import registry  # pylint: disable=g-import-not-at-top
+  return registry.build(_EXPERIMENT.value, _CONFIG_FILE.value, _PARAMS_OVERRIDE.value)
+
+
 def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   from realm_tf.experiments import overrides
-  from realm_tf.experiments import registry
   from realm_tf.experiments.train_lib import run_experiment
-  config = registry.build(_EXPERIMENT.value, _CONFIG_FILE.value, _PARAMS_OVERRIDE.value)
+  config = experiment_config()
   if _MODE.value == "print_config":
     print(json.dumps(dict(experiment=_EXPERIMENT.value, **overrides.to_dict(config)), indent=2))
     return

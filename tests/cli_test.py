@@ -53,7 +53,7 @@ def test_shared_choices_are_the_libraries_choices():
   from realm_tf import distribute  # pylint: disable=g-import-not-at-top
   from realm_tf.training import pretraining_data  # pylint: disable=g-import-not-at-top
   assert cli.ENCODERS == presets.ENCODERS
-  assert cli.DEFAULT_ENCODER == presets.DEFAULT_ENCODER == DemoConfig().encoder
+  assert presets.DEFAULT_ENCODER == DemoConfig().encoder
   assert set(cli.RETRIEVER_HEADS) == set(presets.HEAD_CHOICES)
   assert cli.STRATEGIES == distribute.STRATEGIES
   assert set(cli.INDEX_KINDS) == set(index_builder.KINDS)

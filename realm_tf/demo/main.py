@@ -14,18 +14,24 @@ from absl import logging
 
 from realm_tf import cli
 from realm_tf.demo.config import DemoConfig
+from realm_tf.flag_groups import beam_pipelines
+from realm_tf.flag_groups import index
+from realm_tf.flag_groups import lengths
+from realm_tf.flag_groups import model
+from realm_tf.flag_groups import open_qa
+from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import pretraining
+from realm_tf.flag_groups import qa_model
+from realm_tf.flag_groups import runtime
 
 _DEFAULTS = DemoConfig()
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", _DEFAULTS.output_dir, "Where everything goes.")
+_OUTPUT_DIR = paths.output_dir("Where everything goes.", default=_DEFAULTS.output_dir)
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Start over instead of resuming.")
 _NUM_DOCS = flags.DEFINE_integer("num_docs", _DEFAULTS.num_docs,
                                  "Wikipedia articles indexed (0: all 10,033).", lower_bound=0)
-_ENCODER = flags.DEFINE_enum("encoder", _DEFAULTS.encoder, ["minilm_l6", "tiny"],
-                             "all-MiniLM-L6-v2 towers, or tiny random ones (tests).")
-_BLOCK_LENGTH = flags.DEFINE_integer("block_length", _DEFAULTS.block_length,
-                                     "Wordpieces per block (REALM: 288).", lower_bound=4)
-_QUERY_LENGTH = flags.DEFINE_integer("query_length", _DEFAULTS.query_length,
-                                     "Wordpieces per query or question.", lower_bound=3)
+_ENCODER = model.encoder(_DEFAULTS.encoder, choices=["minilm_l6", "tiny"])
+_BLOCK_LENGTH = lengths.block_length(_DEFAULTS.block_length)
+_QUERY_LENGTH = lengths.query_length(_DEFAULTS.query_length)
 _DEV_PERCENT = flags.DEFINE_integer("dev_percent", _DEFAULTS.dev_percent,
                                     "Answerable questions held out for dev (by hash), %.",
                                     lower_bound=1, upper_bound=99)
@@ -36,21 +42,15 @@ _ICT_BATCH = flags.DEFINE_integer("ict_batch_size", _DEFAULTS.ict_batch_size,
                                   "ICT batch (in-batch negatives).", lower_bound=1)
 _ICT_LR = flags.DEFINE_float("ict_learning_rate", _DEFAULTS.ict_learning_rate,
                              "ICT peak learning rate.", lower_bound=0)
-_MLM_WARMUP_STEPS = flags.DEFINE_integer("mlm_warmup_steps", _DEFAULTS.mlm_warmup_steps,
-                                         "MLM-head warm-up steps of the reader before REALM "
-                                         "(0: none).", lower_bound=0)
+_MLM_WARMUP_STEPS = pretraining.mlm_warmup_steps(_DEFAULTS.mlm_warmup_steps)
 _PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", _DEFAULTS.pretrain_steps,
                                        "REALM pre-training steps.", lower_bound=1)
 _PRETRAIN_BATCH = flags.DEFINE_integer("pretrain_batch_size", _DEFAULTS.pretrain_batch_size,
                                        "REALM pre-training batch.", lower_bound=1)
 _PRETRAIN_LR = flags.DEFINE_float("pretrain_learning_rate", _DEFAULTS.pretrain_learning_rate,
                                   "REALM pre-training peak learning rate.", lower_bound=0)
-_NUM_CANDIDATES = flags.DEFINE_integer("num_candidates", _DEFAULTS.num_candidates,
-                                       "Pre-training candidates K, null document included.",
-                                       lower_bound=1)
-_REFRESH_EVERY = flags.DEFINE_integer("refresh_every", _DEFAULTS.refresh_every,
-                                      "Steps between doc-embedder snapshots for the index "
-                                      "builder.", lower_bound=1)
+_NUM_CANDIDATES = pretraining.num_candidates(_DEFAULTS.num_candidates)
+_REFRESH_EVERY = index.refresh_every(_DEFAULTS.refresh_every)
 _FINETUNE_STEPS = flags.DEFINE_integer("finetune_steps", _DEFAULTS.finetune_steps,
                                        "Open-QA fine-tuning steps.", lower_bound=1)
 _FINETUNE_BATCH = flags.DEFINE_integer("finetune_batch_size", _DEFAULTS.finetune_batch_size,
@@ -61,24 +61,21 @@ _FINETUNE_RETRIEVER_LR = flags.DEFINE_float(
     "finetune_retriever_learning_rate", _DEFAULTS.finetune_retriever_learning_rate,
     "Fine-tuning: the query tower's peak learning rate (default: --finetune_learning_rate).",
     lower_bound=0)
-_RETRIEVER_TOP_K = flags.DEFINE_integer("retriever_top_k", _DEFAULTS.retriever_top_k,
-                                        "Blocks in the fine-tuning retriever loss.", lower_bound=1)
+_RETRIEVER_TOP_K = open_qa.retriever_top_k(_DEFAULTS.retriever_top_k)
 _FINETUNE_READER_TOP_K = flags.DEFINE_integer(
     "finetune_reader_top_k", _DEFAULTS.finetune_reader_top_k, "Blocks the reader reads per "
     "training question (0: --k; evaluation and the export read --k).", lower_bound=0)
-_READ_ANSWER_BLOCK = flags.DEFINE_bool(
-    "read_answer_block", _DEFAULTS.read_answer_block, "Fine-tuning: when no top-k block "
-    "holds an answer, the reader reads the best answer-bearing one of the top "
-    "--retriever_top_k instead of the k-th.")
-_K = flags.DEFINE_integer("k", _DEFAULTS.k, "Blocks read per question.", lower_bound=1)
-_QUESTION = flags.DEFINE_multi_string("question", [], "A question to ask at the end "
-                                      "(repeatable; default: the first dev questions).")
+_READ_ANSWER_BLOCK = open_qa.read_answer_block(_DEFAULTS.read_answer_block)
+_K = qa_model.k("Blocks read per question.", default=_DEFAULTS.k)
+_QUESTION = qa_model.question("A question to ask at the end (repeatable; default: the first dev "
+                              "questions).")
 _NUM_ASKED = flags.DEFINE_integer("num_asked", _DEFAULTS.num_asked,
                                   "Dev questions asked when no --question is given.", lower_bound=0)
-_PIPELINE_OPTIONS = flags.DEFINE_string("pipeline_options", "",
-                                        "Beam options of the corpus pipelines.")
-_SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Initialisation and data order.",
-                             lower_bound=0)
+_PIPELINE_OPTIONS = beam_pipelines.pipeline_options("Beam options of the corpus pipelines.")
+_SEED = runtime.seed(_DEFAULTS.seed)
+for group in (beam_pipelines, index, lengths, model, open_qa, paths, pretraining, qa_model,
+              runtime):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 
 
 def config_from_flags() -> DemoConfig:

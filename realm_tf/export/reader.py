@@ -31,6 +31,7 @@ import tempfile
 import tensorflow as tf
 
 from realm_tf import graph_functions
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.models.reader import Reader
 from realm_tf.signatures.doc_embedder import Untracked
 from realm_tf.signatures.doc_embedder import vocab_asset
@@ -138,7 +139,7 @@ class _ReaderModule(ReusableModule):
 
 
 def export_reader(reader: Reader, tokenizer: WordpieceTokenizer, path: str,
-                  query_length: int = 64, block_length: int = 288,
+                  query_length: int = 64, block_length: int = BLOCK_LENGTH,
                   reader_length: int = 320) -> str:
   """Writes `reader` (MLM and span heads) as a SavedModel at `path`; returns `path`."""
   with tempfile.TemporaryDirectory() as staging_dir:

@@ -12,10 +12,10 @@ import json
 from absl import flags
 
 from realm_tf import cli
+from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import runtime
 
-
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the world is written.",
-                                  required=True)
+_OUTPUT_DIR = paths.output_dir("Where the world is written.", required=True)
 _NUM_ENTITIES = flags.DEFINE_integer("num_entities", 120, "People in the world.", lower_bound=4)
 _DOCS = flags.DEFINE_integer("docs_per_entity", 2, "Z documents per person (1..4).",
                              lower_bound=1, upper_bound=4)
@@ -26,7 +26,9 @@ _DEV = flags.DEFINE_float("dev_fraction", 0.1, "Fraction of the questions in dev
                           lower_bound=0, upper_bound=1)
 _TEST = flags.DEFINE_float("test_fraction", 0.2, "Fraction of the questions in test.",
                            lower_bound=0, upper_bound=1)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of everything.", lower_bound=0)
+_SEED = runtime.seed(0)
+for group in (paths, runtime):
+  flags.adopt_module_key_flags(group)  # their flags in --help
 
 flags.register_multi_flags_validator(
     ["dev_fraction", "test_fraction"],

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import graph_functions
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.evaluation.answer_matcher import AnswerMatcher
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.mips.index_builder import build_index
@@ -47,7 +48,7 @@ def retrieved_has_answer(retriever: Retriever, store: Corpus,
 
 def zero_shot_recall(retriever: Retriever, store: Corpus, tokenizer: WordpieceTokenizer,
                      examples: Sequence[QAExample], k: int = 5, query_length: int = 64,
-                     block_length: int = 288) -> float:
+                     block_length: int = BLOCK_LENGTH) -> float:
   """The fraction of `examples` with an answer-bearing block among their top `k`."""
   if not examples:
     raise ValueError("no questions")

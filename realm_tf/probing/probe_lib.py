@@ -32,6 +32,7 @@ import tensorflow as tf
 from realm_tf import errors
 from realm_tf import graph_functions
 from realm_tf import pretrained
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.experiments import registry
 from realm_tf.experiments.base_task import EXPERIMENT_FILE
 from realm_tf.losses.mlm_marginal_likelihood import MLM_LOSS_FORMS
@@ -115,7 +116,7 @@ class Prober:
 
   def __init__(self, retriever: Retriever, reader: Reader, tokenizer: WordpieceTokenizer,
                corpus: Corpus, index: Optional[MipsIndex] = None, query_length: int = 96,
-               block_length: int = 288, k: int = 5, mlm_loss: str = "token"):
+               block_length: int = BLOCK_LENGTH, k: int = 5, mlm_loss: str = "token"):
     self.retriever, self.reader, self.tokenizer, self.corpus = (retriever, reader, tokenizer,
                                                                 corpus)
     if mlm_loss not in MLM_LOSS_FORMS:

@@ -33,6 +33,7 @@ from typing import List, Optional, Sequence, Set
 
 from absl import logging
 
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.models.retriever import Retriever
@@ -59,7 +60,7 @@ class AsynchronousRefresher(IndexRefresher):
 
   def __init__(self, index_root: str, every_n_steps: int, store: Corpus,
                special_ids: Sequence[int], corpus_dir: str, snapshot_root: str,
-               kind: str = "scann", block_length: int = 288,
+               kind: str = "scann", block_length: int = BLOCK_LENGTH,
                builder_args: Sequence[str] = (), compute_dtype: str = "float32",
                jit_compile: bool = False, max_builder_failures: int = 2,
                keep_versions: int = 3,

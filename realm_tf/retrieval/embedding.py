@@ -33,6 +33,7 @@ import tensorflow as tf
 from absl import logging
 
 from realm_tf import graph_functions
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.columns import RaggedColumn
@@ -97,7 +98,7 @@ class DocTower:
   """
 
   def __init__(self, retriever: Retriever, cls_id: int, sep_id: int, pad_id: int,
-               block_length: int = 288, bucket: int = 32, compute_dtype: str = "float32",
+               block_length: int = BLOCK_LENGTH, bucket: int = 32, compute_dtype: str = "float32",
                jit_compile: bool = False):
     self.retriever = retriever
     self.packer = BertPacker(block_length, cls_id, sep_id, pad_id)

@@ -43,6 +43,7 @@ from absl import logging
 
 from realm_tf import distribute
 from realm_tf import errors
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.mips.mips_index import MipsIndex
@@ -93,7 +94,8 @@ class IndexRefresher(abc.ABC):
 
   def __init__(self, index_root: str, every_n_steps: int, store: Corpus,
                special_ids: Sequence[int],
-               kind: str = "scann", block_length: int = 288, compute_dtype: str = "float32",
+               kind: str = "scann", block_length: int = BLOCK_LENGTH,
+               compute_dtype: str = "float32",
                jit_compile: bool = False, keep_versions: int = 3,
                scann: index_builder.ScannSettings = index_builder.ScannSettings(),
                snapshot_root: str = "", tokenizer: Optional[WordpieceTokenizer] = None,

@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from realm_tf import graph_functions
 from realm_tf.checkpoints import tf2_checkpoint
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.retriever import tower_embedding
@@ -149,7 +150,7 @@ class _DocEmbedderModule(ReusableModule):
 
 
 def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: int, pad_id: int,
-                        block_length: int = 288, snapshot_step: int = -1,
+                        block_length: int = BLOCK_LENGTH, snapshot_step: int = -1,
                         tokenizer: Optional[WordpieceTokenizer] = None,
                         compute_dtype: str = "float32", length_multiple: int = 32,
                         jit_compile: bool = False) -> str:

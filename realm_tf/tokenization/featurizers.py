@@ -20,6 +20,7 @@ from typing import Dict, Optional
 
 import tensorflow as tf
 
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.keras import keras
 from realm_tf.tokenization import answer_text
 from realm_tf.tokenization.bert_packer import BertPacker
@@ -62,7 +63,7 @@ class BlockFeaturizer(_Featurizer):
     **kwargs: Keras layer arguments.
   """
 
-  def __init__(self, tokenizer: WordpieceTokenizer, seq_length: int = 288, **kwargs):
+  def __init__(self, tokenizer: WordpieceTokenizer, seq_length: int = BLOCK_LENGTH, **kwargs):
     super().__init__(tokenizer, seq_length, **kwargs)
 
   def call(self, inputs) -> Dict[str, tf.Tensor]:
@@ -202,7 +203,7 @@ class Featurizer(tf.Module):
   """
 
   def __init__(self, tokenizer: WordpieceTokenizer, query_length: int = 96,
-               block_length: int = 288, reader_length: Optional[int] = None,
+               block_length: int = BLOCK_LENGTH, reader_length: Optional[int] = None,
                name: str = "featurizer"):
     super().__init__(name=name)
     reader_length = query_length + block_length if reader_length is None else reader_length

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from pipelines import sentence_splitter
 from realm_tf import graph_functions
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -91,7 +92,7 @@ class IctCorpus:
         raise ValueError("no block has two sentences: ICT needs multi-sentence blocks")
 
   def dataset(self, batch_size: int, seed: int = 0, remove_prob: float = 0.9,
-              query_length: int = 64, block_length: int = 288) -> tf.data.Dataset:
+              query_length: int = 64, block_length: int = BLOCK_LENGTH) -> tf.data.Dataset:
     """An endless dataset of {"query": [B, Lq] features, "block": [B, Lb] features}; the
     i-th query's positive is the i-th block, every other block in the batch is a negative."""
     spec = tf.TensorSpec([None], tf.int32)

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import graph_functions
+from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.evaluation import retrieval_recall
 from realm_tf.evaluation.qa_example import QAExample
 from realm_tf.models.retriever import Retriever
@@ -58,7 +59,7 @@ class RecallMonitor:
 
   def __init__(self, store: Corpus, examples: Sequence[QAExample],
                tokenizer: WordpieceTokenizer, every_n_steps: int, ks: Sequence[int] = (5, 20),
-               metric: str = "", query_length: int = 64, block_length: int = 288,
+               metric: str = "", query_length: int = 64, block_length: int = BLOCK_LENGTH,
                batch_size: int = 64):
     if not examples:
       raise ValueError("RecallMonitor needs at least one dev question")
