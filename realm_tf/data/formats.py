@@ -89,10 +89,6 @@ def embedding_example(block_id: int, embedding) -> bytes:
   })).SerializeToString()
 
 
-def parse_block(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
-  return tf.io.parse_single_example(serialized, BLOCK_FEATURES)
-
-
 def parse_pretraining_example(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
   return tf.io.parse_single_example(serialized, EXAMPLE_FEATURES)
 

@@ -388,10 +388,3 @@ class FineTuner:
       self.loop.save()  # 0 steps: the pre-trained model as a QA model directory
     distribute.barrier(self.strategy)  # workers exit together (see RealmPretrainer.train)
     return FineTuneResult(step, self._losses_run, self._dev_metrics, self.best_exact_match)
-
-
-def run_finetuning(experiment: ExperimentConfig,
-                   strategy: Optional[tf.distribute.Strategy] = None,
-                   log: Callable[[str], None] = logging.info) -> FineTuneResult:
-  """Builds a `FineTuner` for `experiment` and runs it."""
-  return FineTuner(experiment, strategy, log).run()
