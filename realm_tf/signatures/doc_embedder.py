@@ -139,7 +139,7 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
   """Writes the doc tower of `retriever` as a SavedModel at `path`; returns `path`.
 
   With a `tokenizer` the export also takes strings: the "embed_texts" signature and the
-  `{"titles", "texts"}` form of `__call__` (see the module docstring). With
+  `{"titles", "texts"}` form of `__call__` (docs/exports.md). With
   `compute_dtype="bfloat16"` the export computes in bfloat16 (`models.precision`; weights and
   outputs stay float32). `embed_blocks` pads each batch to a multiple of `length_multiple`;
   `jit_compile=True` XLA-compiles the encoder forward (BENCHMARKS.md §1: 1.3-1.55× per batch
@@ -164,7 +164,7 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
 
 @dataclasses.dataclass(frozen=True)
 class ExportAttributes:
-  """The scalar attributes of a doc-embedder export (see the module docstring)."""
+  """The scalar attributes of a doc-embedder export (docs/exports.md)."""
   embedding_dim: int
   block_length: int
   snapshot_step: int
