@@ -7,9 +7,9 @@ B questions, L length (Lq: the query length), D embedding dim, H hidden size:
   `__call__`:        string [B] -> float32 [B, D]; the id dict -> TF Hub's BERT-encoder
                      outputs [B, H] / [B, L, H] plus "embeddings" [B, D]
 A Reusable SavedModel (`signatures.reusable`): `hub.KerasLayer(path, trainable=True)`
-fine-tunes the tower. The attribute `score_scale` is the factor queries are scaled by (1 for
-REALM's head): a user scoring with raw inner products needs it. docs/exports.md has the
-details.
+fine-tunes the tower. "embeddings" are already scaled by `score_scale` (1 for REALM's head),
+so that their inner products with the doc embedder's are the model's retrieval logits.
+docs/exports.md has the details.
 """
 import tempfile
 

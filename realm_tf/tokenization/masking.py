@@ -8,8 +8,8 @@ float32 [B, M] (1 on real predictions, 0 on padding). Positions whose id is in `
 (pass at least [PAD], [CLS], [SEP]) are never masked.
 
 A row whose span cannot be masked comes back unchanged with all-zero weights instead of failing
-the pipeline (count them with `reduce_max(masked_lm_weights, -1) == 0`). A salient span longer
-than M is rejected so, never truncated: masking part of an entity would leave the rest as a
+the pipeline (count them with `reduce_max(masked_lm_weights, -1) == 0`), and so does a salient
+span longer than M, never truncated: masking part of an entity would leave the rest as a
 clue. The random variants are stateless, deterministic in `seed` (int or int [2]); inside
 `tf.data`, derive a per-example seed, e.g. from `Dataset.enumerate()`.
 """
