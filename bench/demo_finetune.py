@@ -3,22 +3,15 @@
   python bench/demo_finetune.py --demo_dir=results/demo --seeds=0,1,2 \\
       --variant=top_k: --variant=answer_block:read_answer_block=true
 
-A `realm-demo` run that got past `pretrain` supplies everything but fine-tuning: its corpus,
-its train/dev questions and its REALM pre-training checkpoint (linked, not copied). Each
-`--variant` ("name:field=value,..." over `realm_tf.demo.config.DemoConfig`, e.g.
-`finetune_steps=200,read_answer_block=true`) runs the demo's `finetune` and `evaluate_after`
-stages once per `--seeds` (the seed of the span head and of the question order) in
-`<output_dir>/<variant>-seed<S>/`; a re-run reuses completed runs.
-
-A variant may warm the reader up first on cloze questions from the demo run's salient-span
-examples (`realm_tf.qa.cloze_questions`): `cloze_steps=N` (with `cloze_batch_size`,
-`cloze_learning_rate`) fine-tunes on them in `<run>/cloze/` (one block read per question,
-an answer-bearing one: `finetune_reader_top_k=1`, `read_answer_block`; the query tower's rate
-0), evaluates that reader on dev, and the variant's fine-tuning starts from its model
-directory. Dev exact match and
-recall@k are the demo's own figures (its first `eval_questions` dev questions; dev selects
-nothing: each model is its last step). Prints and writes `<output_dir>/<name>.{md,json}`:
-mean ± std over seeds per variant, and every run.
+A `realm-demo` run past `pretrain` supplies the corpus, the questions and the REALM checkpoint
+(linked, not copied). Each `--variant` ("name:field=value,..." over `demo.config.DemoConfig`)
+runs the demo's `finetune` and `evaluate_after` stages once per seed (the span head's and the
+question order's) in `<output_dir>/<variant>-seed<S>/`; a re-run reuses completed runs.
+`cloze_steps=N` (`cloze_batch_size`, `cloze_learning_rate`) first warms the reader up on cloze
+questions of the demo's examples (`qa.cloze_questions`, one answer-bearing block read, the
+query tower's rate 0) in `<run>/cloze/`, and fine-tuning starts from there. Figures are the
+demo's own (its first `eval_questions` dev questions; each model is its last step). Writes
+`<output_dir>/<name>.{md,json}`: mean ± std over seeds per variant, and every run.
 """
 import dataclasses
 import json

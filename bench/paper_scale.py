@@ -2,27 +2,16 @@
 
   python bench/paper_scale.py --num_blocks=1000000,3000000,13353718 --work_dir=/data/paper_scale
 
-For each N, every stage runs in a fresh process (so its resident memory is its own) over the
-synthetic corpus and clustered embeddings of `bench/paper_scale_data.py`, through the code
-users run: `corpus_files.CorpusWriter` (what `Corpus.load` converts with), `Corpus.load`, the
-candidate builder of pre-training, `index_builder.save_index` through `index_publisher.publish`
-(the path the Beam builder and the asynchronous refresh publish through; the embedding stage
-itself is not timed at this size on 2 cores), `index_publisher.load_latest` (the swap) and the
-index's `search`. Stages:
-
-  write      the corpus and the embeddings (.npy), seconds; bytes per block of each file
-  open       Corpus.load: seconds, resident memory growth (bytes per block), fingerprint
-  featurize  K = 8 candidates x B = 512 random blocks through `CandidateBuilder`: blocks/s
-  index      the sharded ScaNN index built and published: seconds, peak RSS, bytes per block
-  search     the swap (the refresher's load of a published version), p50/p99 of one query and of B = 512, recall@10 vs exact
-             on 1,000 queries
-  pretrain   `realm-pretrain` for 4 steps with that index: seconds, peak RSS
-  qa_index, finetune, serve   fine-tuning and `realm-serve` at N (`bench/paper_scale_qa.py`)
-  dpr        (--dpr_passages) a DPR-shaped psgs_w100.tsv through Corpus.load: seconds, RSS
-
-Results: bench/results/paper_scale.{json,md}. Peak RSS is `ru_maxrss` of the stage's process;
-"RSS growth" is VmRSS after minus before, which counts the pages of memory-mapped files the
-stage touched (they are the page cache's, given back under memory pressure).
+For each N every stage runs in a fresh process (its resident memory its own) over the synthetic
+corpus and embeddings of `bench/paper_scale_data.py`, through the code users run: write (the
+corpus with `CorpusWriter`, the embeddings `.npy`), open (`Corpus.load`), featurize (K = 8
+candidates x B = 512 blocks through `CandidateBuilder`), index (the sharded ScaNN index built
+and published), search (the refresher's swap, p50/p99 of 1 and of 512 queries, recall@10),
+pretrain (4 `realm-pretrain` steps), qa_index, finetune and serve (`bench/paper_scale_qa.py`),
+dpr (`--dpr_passages`: a DPR-shaped psgs_w100.tsv through `Corpus.load`). Embedding itself is
+not timed at this size on 2 cores. Peak RSS is the process's `ru_maxrss`; "RSS growth" (VmRSS
+after minus before) counts the pages of memory-mapped files touched, which are the page
+cache's. Writes bench/results/paper_scale.{json,md}.
 """
 import json
 import os

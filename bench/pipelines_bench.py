@@ -3,17 +3,13 @@ r"""Throughput of the corpus pipelines on the real dump, per worker and on Direc
     .venv/bin/python bench/pipelines_bench.py            # everything, ~8 min on 2 cores
     .venv/bin/python bench/pipelines_bench.py --stages=stages --embed_blocks=128
 
-Measures, on gensim 4.4.0's 107-article English Wikipedia dump:
-- per stage in one process (= one Beam worker thread): dump reading (pages/s, MB/s),
-  wikitext cleaning (pages/s; seconds for one page of 10k unclosed `<ref>`s),
-  sentence split + tokenize + pack (articles/s, blocks/s),
-  the spaCy tagger (tokens/s), doc embedding with all-MiniLM-L6-v2 towers (blocks/s);
-- each pipeline end to end with DirectRunner, 1 vs 2 worker processes (multi_processing);
-  the index builder runs a tiny doc embedder there (`--runner_embedder=minilm` for MiniLM),
-  so its row measures the pipeline, not the encoder;
-- an extrapolation to full English Wikipedia (REALM: 13,353,718 blocks) on N workers.
-Writes bench/results/pipelines.{md,json}. Not a test: numbers depend on the machine (and on
-whatever else runs on it); the README quotes a run.
+On gensim 4.4.0's 107-article English Wikipedia dump: each stage in one process (= one Beam
+worker thread: dump reading, wikitext cleaning, split + tokenize + pack, the spaCy tagger,
+MiniLM doc embedding), each pipeline end to end on DirectRunner with 1 and 2 worker processes
+(the index builder with a tiny doc embedder, `--runner_embedder=minilm` for MiniLM, so that
+its row measures the pipeline), and an extrapolation to REALM's 13,353,718 blocks on N
+workers. Writes bench/results/pipelines.{md,json}; the figures depend on the machine and its
+load.
 """
 import os
 import sys

@@ -3,17 +3,14 @@
   python bench/precision_losses.py --num_steps=100
 
 Each run builds its towers in one dtype (pre-training under `models.precision.policy_scope`,
-fine-tuning through `runtime.compute_dtype`, which the fine-tuner builds its towers under) with
-the same seed and data, once per dtype:
-  pre-training  REALM steps (tiny BERT towers, K = 4, B = 4, brute-force index refreshed every
-                10 steps in the same dtype) over a synthetic corpus with real-Wikipedia block
-                lengths (bench/training_step_bench.py's `synthetic_world`);
-  fine-tuning   Open-QA steps (`FineTuner`) on the tiny world's Open-QA files
-                (`realm_tf.tiny_world`, the README's tiny model), no dev evaluation.
-Reported per run: the largest and the mean absolute per-step loss difference, the largest
-difference of 10-step mean losses and that of the last 10 steps, all relative to the float32
-run's first loss.
-Writes bench/results/precision_losses.{md,json}.
+fine-tuning through `runtime.compute_dtype`) with the same seed and data, once per dtype:
+pre-training runs REALM steps (tiny BERT towers, K = 4, B = 4, a brute-force index refreshed
+every 10 steps in the same dtype) over `bench/training_step_bench.py`'s synthetic corpus of
+real-Wikipedia block lengths; fine-tuning runs `FineTuner` steps on `realm_tf.tiny_world`'s
+Open-QA files, without dev evaluation. Reported per run, relative to the float32 run's first
+loss: the largest and the mean absolute per-step loss difference, the largest difference of
+10-step mean losses and that of the last 10 steps. Writes
+bench/results/precision_losses.{md,json}.
 """
 import os
 import sys

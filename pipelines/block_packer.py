@@ -1,19 +1,14 @@
 """Packs an article's sentences greedily into REALM evidence blocks.
 
 A block is `[CLS] title [SEP] body [SEP]` with at most `block_length` (288) wordpieces: the
-title has priority, the body takes whole sentences in order while they fit, and a sentence
-that alone is longer than the body budget is cut at word starts into pieces that fit. Blocks
-never span articles.
+title first, then whole sentences in order while they fit; a sentence longer than the body
+budget alone is cut at word starts into pieces that fit. Blocks never span articles. S
+sentences of a batch of articles, T wordpieces.
 
-Invariants (tested): every block fits; a block's `text` is a slice of the cleaned article
-(from its first sentence's start to its last sentence's end) and its `body_ids` are exactly
-the wordpieces of that text; the blocks of an article cover every non-whitespace character
-of the article once, in order (concatenated, they reproduce the article up to whitespace).
-
-Block ids are content hashes (stable across runs and runners): the first 8 bytes of
-sha256(title + "\\n" + text), big-endian, masked to 63 bits.
-
-Dimension legend: S sentences of a batch of articles, T wordpieces.
+Invariants (tested): every block fits; a block's `text` is a slice of the cleaned article and
+its `body_ids` are exactly the wordpieces of that text; an article's blocks cover each of its
+non-whitespace characters once, in order. Block ids are content hashes, stable across runs and
+runners: the first 8 bytes of sha256(title + "\\n" + text), big-endian, masked to 63 bits.
 """
 import dataclasses
 import hashlib

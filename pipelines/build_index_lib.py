@@ -1,39 +1,17 @@
 """Pipeline 3, the index builder: blocks -> embeddings -> MIPS index, published atomically.
 
-    ReadBlocks -> EmbedBlocks (RunInference over the doc-embedder export, parallel batches
-                               of one length bucket)
-               -> WriteEmbeddingShards (range-sharded by block id, each shard sorted)
-    then, in the launching process: stream the shards in order (= canonical block order)
-    once to check them against the corpus (`embedding_rows.EmbeddingRows`), build the index
-    one index shard of at most `--index_shard_size` rows at a time (ScaNN or exact; on the
-    Beam workers when the runner is not the local one) and `index_publisher.publish`.
+    ReadBlocks -> EmbedBlocks (RunInference over the doc-embedder export, batches of one
+                  length bucket) -> WriteEmbeddingShards (range-sharded by block id, sorted)
+    then, in the launching process: check the shards against the corpus, build the index one
+    shard of <= `--index_shard_size` rows at a time, `index_publisher.publish`.
 
-This is the builder of REALM's asynchronous index refresh: the trainer exports a doc-embedder
-snapshot and runs `python -m pipelines.build_index ...` (or `build_index(...)`) on it; the
-new index appears as `<index_root>/<version>/` and `LATEST` only once complete and verified.
-
-Embedding shards `embeddings-SSSSS-of-NNNNN.tfrecord` (records as
-`realm_tf.data.formats.embedding_example`) hold the block ids of the range
-[s * 2^63 / N, (s + 1) * 2^63 / N) in ascending order (block ids are uniform hashes, so the
-shards are balanced), so reading the shards in name order yields the canonical order with no
-global sort. They are written to `embeddings_dir` (kept), or to a `<version>.tmp-<uuid>-
-embeddings` work directory under `index_root` that is removed after publication (and by
-`index_publisher.cleanup_partial` if the builder is killed).
-
-The launching process verifies the block shards (`realm_tf.data.shards`, against
-`blocks.manifest.json`) before the pipeline starts, and writes `embeddings.manifest.json`
-beside the embedding shards. Checks before publishing: every corpus block has exactly one
-embedding, the ids read back are the corpus's canonical ids
-(`block_records.corpus_ids_and_fingerprint`, whose fingerprint is
-`Corpus.load(corpus_dir).fingerprint`), all
-embeddings finite with the export's dimension. The launcher never holds all N embeddings:
-one batch while checking, one index shard while building (its peak memory:
-bench/index_builder_memory.py, BENCHMARKS.md §9).
-The manifest's builder parameters carry `corpus_fingerprint`, `snapshot_step` (from the
-export), `embedder_dir` and `num_blocks`.
-
-Counters: `blocks_embedded`, `embedding_batches`, `embedding_shards`.
-Legend: N blocks, D embedding dimension, S shards.
+The builder of REALM's asynchronous refresh (`python -m pipelines.build_index`, or
+`build_index(...)`). Embedding shard s of S holds the block ids of [s·2^63/S, (s+1)·2^63/S) in
+ascending order (ids are uniform hashes, so shards balance): read in name order they are the
+canonical order, with no global sort. Before publishing, every corpus block must have exactly
+one embedding, the ids must be the corpus's canonical ids and the N embeddings finite with the
+export's D; the launcher never holds all N x D (BENCHMARKS.md §9). Counters: `blocks_embedded`,
+`embedding_batches`, `embedding_shards`.
 """
 import dataclasses
 import functools

@@ -1,23 +1,17 @@
 """`--runner=DaskRunner`: Beam's DaskRunner with what the corpus pipelines need fixed.
 
-Beam 2.77's `apache_beam.runners.dask.DaskRunner` translates a pipeline into `dask.bag`
-operations on a `dask.distributed` cluster (`--dask_client_address=tcp://HOST:8786`, or a
-`LocalCluster` it starts). As released it runs none of the three pipelines correctly:
-- the outputs of a multi-output DoFn (every dead-letter stage) reach every consumer, untagged;
-- outputs a DoFn emits in `finish_bundle` (`BatchElements`, `RunInference`) are dropped;
-- only the last transform's bag is computed, so every other sink never runs;
-- side inputs (the file sinks' finalization) are computed again inside the tasks that read
-  them, re-running their producers;
-- a `Read` of a bounded source (`ReadFromTFRecord`) produces nothing.
-This runner keeps Beam's translation of Create, GroupByKey and Flatten, and replaces the rest:
-a ParDo's bag holds (tag, value) pairs and each consumer keeps its tag; finish-bundle outputs
-are kept; side inputs are dependencies of the consuming tasks; a bounded source is split into
-bundles read in parallel; every bag no transform consumes is computed, in one graph.
+Beam 2.77's `apache_beam.runners.dask.DaskRunner` (`dask.bag` on a `dask.distributed`
+cluster, `--dask_client_address=tcp://HOST:8786` or a `LocalCluster`) runs none of the three
+pipelines correctly: a multi-output DoFn's outputs reach every consumer untagged,
+`finish_bundle` outputs are dropped, only the last transform's bag is computed, side inputs
+re-run their producers inside their readers, and a bounded `Read` produces nothing. This runner
+keeps Beam's Create, GroupByKey and Flatten and replaces the rest: a ParDo's bag holds (tag,
+value) pairs, finish-bundle outputs are kept, side inputs are task dependencies, a bounded
+source is split into bundles read in parallel, and every unconsumed bag is computed, in one
+graph.
 
-Not supported (not used by the pipelines): windowing other than the global window (WindowInto
-is the identity), streaming, state and timers, splittable DoFns. Metrics are not collected
-(`beam_runner.run` returns {}; the pipelines derive their counts from their outputs).
-Reshuffle is the identity (Dask places the partitions).
+Not supported (the pipelines use none): windowing other than the global window, streaming,
+state and timers, splittable DoFns. Metrics are not collected; Reshuffle is the identity.
 """
 import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple

@@ -3,17 +3,13 @@
 Both produce `Document`s (title + clean prose, paragraphs separated by "\\n") and send what
 they cannot use to the `DEAD_LETTER` output with the source file, offset, title and reason.
 
-`ReadWikipediaDump`: file patterns -> matched files (one reader per file: use the split
-`pages-articlesN.xml-p...bz2` dump files to read in parallel) -> pages, streamed -> Reshuffle
-(spreads the pages over workers) -> main-namespace articles, without redirects and
-disambiguation pages -> wikitext cleaned by mwparserfromhell. Counters: `pages_read`,
-`pages_kept`, `pages_dropped_redirect`, `pages_dropped_namespace`,
-`pages_dropped_disambiguation`, `pages_dead_letter`, `dumps_truncated`.
-
-`ReadJsonlDocuments`: file patterns -> lines `{"title": ..., "text": ...}` whose text is
-already plain prose (paragraphs separated by newlines); a UTF-8 byte-order mark before the
-first line is skipped. Counters: `documents_read`,
-`documents_kept`, `documents_dead_letter`.
+`ReadWikipediaDump`: file patterns -> one reader per file (the split `pages-articlesN` dump
+files read in parallel) -> pages, streamed -> Reshuffle (spreads them over workers) ->
+main-namespace articles without redirects and disambiguation pages -> wikitext cleaned with
+mwparserfromhell. Counters: `pages_read`, `pages_kept`, `pages_dropped_{redirect,namespace,
+disambiguation}`, `pages_dead_letter`, `dumps_truncated`. `ReadJsonlDocuments`: lines
+`{"title": ..., "text": ...}` of plain prose (a leading UTF-8 BOM skipped); counters
+`documents_read`, `documents_kept`, `documents_dead_letter`.
 """
 import dataclasses
 import json

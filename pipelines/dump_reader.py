@@ -1,24 +1,16 @@
 """Streams the pages of a MediaWiki XML dump (`.xml`, `.xml.bz2`, `.xml.gz`), never whole.
 
-The dump is decompressed and parsed in `chunk_bytes` pieces with expat, so memory is one chunk
-plus the page being read, whatever the dump's size (full English Wikipedia: ~90 GB of XML).
-Multistream `.bz2` dumps (concatenated bz2 streams) are read as one stream.
+The dump is decompressed and parsed with expat in `chunk_bytes` pieces, so memory is one chunk
+plus the page being read whatever the dump's size (full English Wikipedia: ~90 GB of XML);
+multistream `.bz2` dumps are read as one stream. A `Page`'s offset is the byte offset of its
+`<page>` tag in the decompressed XML.
 
-Robustness, so that one bad byte never costs a dump:
-- invalid UTF-8 is decoded to U+FDD0 (a Unicode noncharacter, legal in XML) instead of
-  failing the XML parser; pages holding it report `invalid_utf8_bytes` > 0;
-- a character reference to a character XML forbids (`&#xD800;` a surrogate, `&#xFFFE;`,
-  `&#1;`), which stops expat for the rest of the file, is read as U+FDD1 instead; pages holding
-  it report `invalid_char_refs` > 0 (the pipeline dead-letters them) and later pages are read;
-- a page whose text exceeds `max_page_bytes` stops accumulating text (memory stays bounded)
-  and is reported with `over_long = True`;
-- a dump that ends early (truncated download, partial bz2 stream, cut XML) yields every page
-  that was complete before the break and then raises `DumpTruncatedError`, which tells where
-  it broke (decompressed byte offset, line, the last complete page).
-
-Offsets are byte offsets into the decompressed XML (where the page's `<page>` tag starts); an
-invalid UTF-8 byte or an invalid character reference shorter than 8 bytes (`&#1;`) shifts the
-offsets after it by a few bytes.
+One bad byte never costs a dump: invalid UTF-8 is decoded to U+FDD0, and a reference to a
+character XML forbids (`&#xD800;`, `&#1;`), which would stop expat for the rest of the file, is
+read as U+FDD1 (the page reports `invalid_utf8_bytes` / `invalid_char_refs` and is
+dead-lettered; a short one shifts later offsets by a few bytes); a page over `max_page_bytes`
+stops accumulating text (`over_long`); a dump that ends early yields every complete page, then
+raises `DumpTruncatedError` saying where it broke (byte offset, line, last complete page).
 """
 import bz2
 import codecs

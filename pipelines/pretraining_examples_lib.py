@@ -3,31 +3,15 @@
     ReadBlocks -> BlocksToSentences -> Reshuffle -> SentencesToExamples -> WriteExamples
                                                    \\-> dead letters -> WriteDeadLetters
 
-Each block's text is split into sentences (the splitter of pipeline 1, so a block re-splits
-into the sentences it was packed from); every sentence of `min_sentence_wordpieces` or more
-is a query candidate. Per `masking`:
-- "salient_span" (REALM): one example per (sentence, span) for each salient span the tagger
-  finds (named entities + dates, `salient_span_tagger`) that lies inside the sentence, covers
-  whole words of 1..`max_span_wordpieces` wordpieces and ends inside the query's first
-  `max_query_wordpieces` wordpieces;
-- "random_span" (ablation): one example per sentence with a span of whole words drawn
-  uniformly among those of 1..`max_span_wordpieces` wordpieces, seeded by (block id,
-  sentence index) so reruns give the same examples;
-- "random_token" (ablation): one example per sentence with an empty span
-  (span_end = span_start - 1, label "RANDOM_TOKEN"): the trainer masks random wordpieces with
-  `realm_tf.tokenization.random_token_mask`.
-
-Output in `output_dir`: `examples-SSSSS-of-NNNNN.tfrecord` exactly as
-`realm_tf.data.formats.pretraining_example` (query_ids = the sentence's wordpieces without
-specials, cut to `max_query_wordpieces`; span_start/span_end inclusive, 0-based in query_ids;
-the trainer adds the `[CLS]` offset and masks), `examples.manifest.json` (counts, sizes,
-checksums and this config, `realm_tf.data.shards`) and `dead_letter-*.jsonl`. The block
-shards are verified against their manifest before the pipeline starts.
-
-Counters: `blocks_read`, `sentences`, `sentences_too_short`, `sentences_truncated`,
-`tagger_tokens` (whitespace tokens tagged), `spans_found`, `spans_misaligned` (cutting a
-word), `spans_too_long`, `spans_outside_query`, `examples`, `examples_<LABEL>`, `dead_letters`.
-Legend: S sentences of a batch, T wordpieces.
+Blocks re-split into the sentences they were packed from (pipeline 1's splitter), so only the
+block records are needed; a sentence of >= `min_sentence_wordpieces` is a query, cut to
+`max_query_wordpieces`. `masking`: "salient_span" (REALM) gives one example per tagged span of
+1..`max_span_wordpieces` whole-word wordpieces inside the query; "random_span" one a sentence,
+a whole-word span seeded by (block id, sentence index) so that reruns agree; "random_token" one
+a sentence with an empty span (span_end = span_start - 1) that the trainer masks at random.
+Writes `examples-*.tfrecord` (`data.formats.EXAMPLE_FEATURES`), `examples.manifest.json` and
+`dead_letter-*.jsonl`. Counters: `sentences_{too_short,truncated}`, `spans_found`,
+`spans_{misaligned,too_long,outside_query}`, `examples_<LABEL>`, `dead_letters`, ...
 """
 import dataclasses
 import hashlib

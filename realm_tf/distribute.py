@@ -1,19 +1,15 @@
-"""tf.distribute strategies, flag-selected, and host <-> replica helpers.
+"""tf.distribute strategies, chosen by flag, and the host <-> replica helpers.
 
-Everything a TPU cannot do (MIPS search, gathering and packing block wordpieces) runs on the
-host between two replicated steps: `strategy.run` embeds the queries, `global_batch` brings the
-embeddings to the host, the host searches the index and packs candidate features, and
-`distribute_batch` splits them over the replicas for the replicated training step.
+What a TPU cannot do (MIPS search, gathering and packing block wordpieces) runs on the host
+between two replicated steps: `strategy.run` embeds the queries, `global_batch` brings them to
+the host, which searches and packs, and `distribute_batch` splits the features over replicas.
 
-Several workers (MultiWorkerMirroredStrategy, one process per host, `TF_CONFIG`): every worker
-reads the same global batch (same data, same seed) and does the same host work on it; its
-replicas take their rows of it (replica r of R: rows [r·B/R, (r+1)·B/R)), so a step is the
-single-worker step on the same global batch. The chief (`is_chief`) alone writes checkpoints,
-metrics, TensorBoard events, exports and indexes; the other workers write the same files into a
-scratch directory (`output_dir`: saving may involve collectives every worker must join) that is
-deleted when they exit. A worker that dies (`kill -9`, lost host) stops sending heartbeats to
-TensorFlow's coordination service: the next collective on the survivors fails within seconds
-and `reporting_lost_workers` turns that into a `WorkerLostError` saying how to resume.
+Several workers (`MultiWorkerMirroredStrategy`, one process per host, `TF_CONFIG`) all read the
+same global batch and do the same host work; replica r of R takes rows [r·B/R, (r+1)·B/R), so a
+step is the single-worker step. Only the chief (`is_chief`) keeps what it writes; the others
+write the same files into a scratch `output_dir`, since saving may run collectives every worker
+must join. A lost worker fails the survivors' next collective within seconds, which
+`reporting_lost_workers` turns into a `WorkerLostError` saying how to resume.
 """
 import atexit
 import contextlib

@@ -1,24 +1,15 @@
-"""The experiment config tree: runtime / trainer / task, one task config per experiment.
+"""The experiment config tree: an `ExperimentConfig` is runtime / trainer / task.
 
-The one config of a training job: the tasks of `realm_tf.experiments` build it and the
-libraries they run take it (`training.ict_lib.train_ict`,
-`training.pretraining_lib.RealmPretrainer`, `qa.finetune_lib.FineTuner`); it sits outside that
-package, below `realm_tf.training` and `realm_tf.qa`, so that the libraries import it without
-a cycle.
+`runtime` says where and how the step runs, `trainer` is the loop's schedule
+(`training.train_loop.TrainLoop`), `task` an `IctTaskConfig`, `PretrainTaskConfig` or
+`OpenQATaskConfig` (data, model, initial weights and the task's own settings). The tasks of
+`realm_tf.experiments` build it (their registered experiments hold the defaults of `realm-ict`,
+`realm-pretrain` and `realm-finetune`) and `training.ict_lib.train_ict`,
+`training.pretraining_lib.RealmPretrainer` and `qa.finetune_lib.FineTuner` take it.
 
-Plain frozen dataclasses rather than Model Garden's `official.modeling.hyperparams.Config`:
-the model and weight settings every stage shares are already frozen dataclasses
-(`presets.ModelConfig`, `presets.InitConfig`, `configs.EncoderConfig`,
-`mips.index_builder.ScannSettings`) whose `__post_init__` checks are the libraries' own, and
-`dataclasses.replace` is how the demo and the ablations compose runs; `hyperparams.Config`
-would need a parallel class per dataclass. Overrides and config files are applied by
-`realm_tf.experiments.overrides` on these types.
-
-An `ExperimentConfig` is `runtime` (where and how the step runs), `trainer` (the loop's
-schedule, `realm_tf.training.train_loop.TrainLoop`) and `task` (an `IctTaskConfig`,
-`PretrainTaskConfig` or `OpenQATaskConfig`: data, model, initial weights and the task's own
-settings). The registered experiments (`realm_tf.experiments.registry`) hold the defaults of
-`realm-ict`, `realm-pretrain` and `realm-finetune`.
+It sits outside `realm_tf.experiments`, below `training` and `qa`, so that those libraries
+import it without a cycle. The configs are plain frozen dataclasses, not Model Garden's
+`hyperparams.Config` (docs/decisions.md).
 """
 import dataclasses
 from typing import Optional, Tuple, Union

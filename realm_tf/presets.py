@@ -1,19 +1,15 @@
 """Encoder presets and the weights every stage's towers start from, in one place.
 
-Presets (`encoder_config`): "minilm_l6" (the size of all-MiniLM-L6-v2, `DEFAULT_ENCODER`: the
-demo's and every binary's default), "bert_base" (REALM's size) and "tiny" (tests). Retriever
-heads (`resolve_head`): "realm", "sentence", or "auto", the head the weights were trained with.
-
-BERT weights (`bert_weights`, the binaries' `--init_weights`): "" (random), "minilm" (the
-offline all-MiniLM-L6-v2 package), a directory or file of HF safetensors, or a TF1 BERT
-checkpoint prefix (Google BERT); `load_bert_weights` loads them into a BERT, `load_reader_weights`
-into a reader (with the MLM head when the checkpoint has one).
+`encoder_config(name)`: "minilm_l6" (all-MiniLM-L6-v2's size, `DEFAULT_ENCODER`: every
+binary's default), "bert_base" (REALM's size) or "tiny" (tests). `resolve_head`: the retriever
+head, "realm", "sentence", or "auto" (the head the weights were trained with). BERT weights
+(the binaries' `--init_weights`): "" (random), "minilm" (the offline all-MiniLM-L6-v2
+package), a directory or file of HF safetensors, or a Google BERT TF1 checkpoint prefix.
 
 ICT and REALM pre-training build their towers with `build_retriever` / `build_reader` (a
-previous stage's saved retriever / reader, `models.saving`, wins over BERT weights). Open-QA
-builds its model from a `ModelConfig` (`build_models`) and loads an `InitConfig` into it
-(`initialize`): a REALM pre-training checkpoint, released REALM / ORQA TF1 checkpoints, or
-BERT weights.
+previous stage's saved tower wins over BERT weights). Open-QA builds its model from a
+`ModelConfig` (`build_models`) and loads an `InitConfig` into it (`initialize`): a REALM
+pre-training checkpoint, released REALM / ORQA TF1 checkpoints, or BERT weights.
 """
 import dataclasses
 import os

@@ -1,29 +1,17 @@
 """Retrieve-and-read over an embedded corpus: the REALM inference path, end to end.
 
-Legend: N blocks, B questions, k retrieved blocks, L length, S spans, D embedding dim,
-T wordpieces.
+N blocks, B questions, k retrieved, S spans, D embedding dim. The doc tower embeds the blocks
+`[CLS] title [SEP] body [SEP]` -> [N, D] (`retrieval.embedding.embed_texts`), a `MipsIndex`
+searches them, and `RetrieveAndRead.answer` takes a question through the query tower to the
+top-k blocks and their logits f(x, z), then the reader over `[CLS] x [SEP] z_body [SEP]` to the
+best (block, span): one softmax of f(x, z) + span score over all k x S pairs, or for a
+"per_document" reader p(z | x) times a softmax over the block's spans. Answers are ORQA's
+strings (`tokenization.answer_text`, docs/decisions.md).
 
-1. `retrieval.embedding.embed_texts`: (title, body) -> `[CLS] title [SEP] body [SEP]` -> doc
-   tower -> [N, D].
-2. A `MipsIndex` over the block embeddings (ScaNN or exact).
-3. `RetrieveAndRead.answer`: question -> query tower -> top-k blocks and their retrieval
-   logits f(x, z) (the index's inner products with the block embeddings it holds) ->
-   reader over `[CLS] x [SEP] z_body [SEP]` -> the best (block, span) under
-   f(x, z) + span score, one softmax over all k x S pairs (or, for a reader trained with
-   "per_document" span normalisation, p(z | x) times a softmax over the block's spans).
-
-The graph pieces (`tokenization.featurizers.Featurizer`, `RetrieveAndRead.read`) are TF ops
-end to end, so the same code runs eagerly, inside `tf.function`, in fine-tuning (which reads
-the same reader inputs) and inside the exported `realm_qa` SavedModel; pre-training's
-candidates are packed by the same `Featurizer`.
-
-Answer text: ORQA's string for the predicted span (`tokenization.answer_text`): its
-wordpieces aligned back into the block's original tokens by BERT's `get_final_text`, in the
-original case ("cart" of "Cartilage" reads "Cart"; a span holding a "##" piece reads the whole
-words; tokens are joined by spaces, so "O'Connor" reads "O ' Connor"); the reader's body
-wordpieces are a prefix of the tokenized text, which `span_text` checks, falling back to
-detokenized wordpieces where they differ. Questions longer than the query length are truncated
-(the query tower and the reader see the same wordpieces); empty questions are an error.
+The graph pieces (`tokenization.featurizers.Featurizer`, `RetrieveAndRead.read`) are TF ops end
+to end, so that the same code runs eagerly, in fine-tuning (which reads the same reader inputs)
+and inside the exported `realm_qa` SavedModel. Questions longer than the query length are
+truncated (the query tower and the reader see the same wordpieces); empty ones are an error.
 """
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple

@@ -1,30 +1,17 @@
 """The toy world of the tests, the README's Open-QA commands and two benchmarks.
 
-One table of facts, `PEOPLE`: 16 people, each living in a city and working as a job. Every
-format a test needs is written from it, over one vocabulary (`VOCAB`: the BERT specials, the
-words of the sentence templates, the names, cities and jobs):
+One table, `PEOPLE` (16 people, each living in a city and working as a job), over one
+vocabulary (`VOCAB`: BERT's specials, the template words, names, cities, jobs). From it,
+`write_pipeline` writes the pipeline formats (person i's block, id 1000 + i: "Ada lives in
+Doha. Ada works as a tailor."; each pre-training example restates one fact with its value as
+a one-wordpiece salient span), and `write_open_qa` (`python -m realm_tf.tiny_world
+--output_dir=DIR`) the Open-QA files: `vocab.txt`, `corpus.jsonl`, `train.jsonl` /
+`dev.jsonl` (12 questions about people 0-11; 12-15 are distractors), `curated.jsonl` (regex
+answers) and `new_corpus.jsonl` (`UPDATES`, ids 2000 + i: new knowledge without retraining).
 
-- Pipeline formats (`write_pipeline`): person i's block (id 1000 + i, title the name) says
-  "Ada lives in Doha. Ada works as a tailor."; each pre-training example restates one fact of
-  one person ("ada lives in the city of doha .", "the tailor is ada .") with the fact's value
-  as the salient span (one wordpiece), so predicting it needs the block. For the trainer,
-  refresh, recall and pre-training tests.
-- Open-QA files in JSONL (`write_open_qa`), for the fine-tune -> evaluate -> export -> ask
-  chain with `EncoderConfig.tiny()` towers (`model_config`):
-
-    python -m realm_tf.tiny_world --output_dir=/tmp/realm_qa
-
-  writes `vocab.txt`, `corpus.jsonl` (the same 16 blocks), `train.jsonl` / `dev.jsonl` (ORQA
-  JSONL, NaturalQuestions-style string answers: 12 questions about people 0-11, so the blocks
-  of people 12-15 are distractors), `curated.jsonl` (CuratedTrec-style regex answers) and
-  `new_corpus.jsonl` (`UPDATES`: Ada moved, Hal changed jobs; new block ids 2000 + i), for swapping
-  knowledge without retraining (REALM Appendix C).
-
-Why this shape: the learning margins the trainer, recall and pre-training tests assert were
-measured (over seeds) with tiny towers over exactly these blocks, examples and vocabulary, so
-the Open-QA files add no word to it. Their questions are therefore cloze statements of a fact
-cut before its value ("ada lives in the city of" -> "Doha", "bob works as a" -> "nurse"), as
-in REALM's salient-span masking, answered from the person's block.
+The tests' learning margins were measured (over seeds) with tiny towers on exactly these
+blocks, examples and vocabulary, so the Open-QA files add no word: their questions are cloze
+statements cut before the value ("ada lives in the city of" -> "Doha").
 """
 import argparse
 import dataclasses

@@ -1,21 +1,16 @@
 """The knowledge-world ablation over seeds (`bench/ablations.py --size=small`): what holds across
 seeds, not what one seed happens to give.
 
-Tiny towers trained from scratch for a few hundred steps are chaotic: another CPU kind (other
-oneDNN kernels, other float rounding) or another thread count lands one seed elsewhere. So the
-run here is three seeds, each in a process of its own (`ablation_seeds`; each seed is also a
-test file, `ablations_seed<N>_test.py`, which asserts what held on every seed of its probe),
-and each claim here is a statistic over them that held in every
-configuration of the study in docs/ablations.md ("What `make test` asserts": ten seeds with
-oneDNN on, six with oneDNN off, three with two intra-op threads):
-
-  * REALM pre-training learns to use retrieval: its retrieval utility over the null document is
-    positive with a margin of two standard errors over seeds;
-  * REALM answers test questions: a positive mean exact match over seeds (a reader without
-    retrieval answers none: the world's facts are drawn at random, and its null document holds
-    no answer span, so that row is not run here; docs/decisions.md);
-  * knowledge probing reads the corpus: with every town of the corpus moved, the filled town
-    changes for a share of the place sentences, pooled over seeds (REALM Appendix C).
+Tiny towers trained from scratch for a few hundred steps are chaotic: another CPU kind or
+thread count lands one seed elsewhere. So three seeds run, each in its own process
+(`ablation_seeds`; each seed is also a test file, `ablations_seed<N>_test.py`), and each claim
+here is a statistic over them that held in every configuration of docs/ablations.md's study
+("What `make test` asserts"):
+  * REALM's retrieval utility over the null document is positive by two standard errors;
+  * REALM's mean exact match on test questions is positive (the no-retrieval row answers none
+    by construction and is not run; docs/decisions.md);
+  * with every town of the corpus moved, the filled town changes for a share of the place
+    sentences, pooled over seeds (knowledge probing reads the corpus, REALM Appendix C).
 """
 # bazel-size: large
 import os

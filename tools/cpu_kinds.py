@@ -4,15 +4,12 @@
     python tools/cpu_kinds.py --kinds=avx2,onednn_off --files=tests/probe_edit_test.py
     python tools/cpu_kinds.py --output=bench/results/cpu_kinds.md
 
-Tiny models trained for a few hundred steps follow another trajectory on each CPU kind: oneDNN
-picks other kernels (other rounding) and `--compute_dtype=auto` gives bfloat16 only where the
-CPU has bfloat16 units. oneDNN's `ONEDNN_MAX_CPU_ISA` caps the kernels it may pick, and `auto`
-follows it (`models.precision`), so a machine with AMX stands in for every kind below;
-`TF_ENABLE_ONEDNN_OPTS=0` is TensorFlow without oneDNN (Eigen). A kind's float32 kernels above
-AVX512_CORE_VNNI are the same AVX-512 ones, so float32 on the bfloat16 kinds is covered by the
-VNNI row. Each kind runs the files with pytest (two xdist workers, whole files); the table
-gives each test's outcome per kind and, per kind, the figures the tests recorded
-(`record_property`), so a learning margin can be read across kinds.
+Tiny models trained for a few hundred steps follow another trajectory on each CPU kind (other
+oneDNN kernels, and `--compute_dtype=auto` is bfloat16 only with bfloat16 units).
+`ONEDNN_MAX_CPU_ISA` caps oneDNN's kernels and `auto` follows it, so a machine with AMX stands
+in for every kind; `TF_ENABLE_ONEDNN_OPTS=0` is TensorFlow without oneDNN. float32 on the
+bfloat16 kinds is the VNNI row (the same AVX-512 kernels). Each kind runs the files with pytest
+(two xdist workers); the table gives each test's outcome and figures (`record_property`) per kind.
 """
 import argparse
 import collections

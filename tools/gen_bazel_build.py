@@ -1,48 +1,18 @@
 #!/usr/bin/env python3
 """Writes the Bazel BUILD files of this repository from its Python sources.
 
-Every directory that holds Python files gets a generated `BUILD` file with
-
-* one `py_library` per module (`foo.py` -> `:foo`; a package's `__init__.py` -> a target named
-  after the package directory, so `//realm_tf/mips` is the `realm_tf.mips` package itself),
-* one `py_test` per pytest file (`*_test.py`, `test_*.py`), and
-* one `py_binary` per script with a `__main__` guard in a directory that is not a package
-  (such as `tools/`),
-
-with `deps` read from the `import` statements (`ast`, so nothing is imported or executed).
-Only first-party modules become deps: third-party packages (tensorflow, ...) would need pip
-repository rules, which need the network, so they come from the Python environment instead
-(see the comment in the root `BUILD`).
-
-How imports become deps:
-
-* `import a.b.c` and `from a.b import c` depend on every first-party module on the way, i.e.
-  the `a` and `a.b` packages (`__init__.py` runs on import) and the module `a.b.c` (when `c`
-  is a module and not a name defined in `a/b/__init__.py`).
-* A module never depends on the packages that contain it (they are being imported already when
-  it runs, and they usually import it back).
-* Bazel forbids dependency cycles, so an import that would close one is left out of `deps` and
-  noted in a comment. Module-level imports are added first, then imports inside functions (or
-  under `if TYPE_CHECKING:`), which are the usual way to break an import cycle in Python.
-* Top-level names resolve against the importing file's own import root first (the first
-  ancestor directory without `__init__.py`, as `sys.path[0]` is for scripts and for pytest's
-  rootless test directories) and then against the repository root.
-* pytest's `conftest.py` files are deps of the tests below them; they and the other modules
-  of a `tests/` (or `test/`) directory are `testonly`.
-
-Pragmas, as comments (`#` up to the end of the line) in a source file:
-
-    # bazel-size: large                 size of its py_test (default: "large" when the file
-                                        uses `pytest.mark.slow`, else "medium")
-    # bazel-data: //tools:gen_bazel_build   adds a label to `data` (repeatable)
-    # bazel-tags: manual                adds a tag (repeatable)
-
-Usage (from anywhere; the repository root is the parent of this file's directory):
-
     python tools/gen_bazel_build.py           # (re)write BUILD files, remove stale ones
     python tools/gen_bazel_build.py --check   # exit 1 and print a diff if anything is stale
 
-Standard library only, output is deterministic (sorted, no timestamps).
+Each directory of Python files gets a `BUILD`: a `py_library` per module (a package's
+`__init__.py` is the target named after its directory), a `py_test` per pytest file and a
+`py_binary` per `__main__` script outside a package, with first-party `deps` read from the
+imports by `ast`, nothing imported (the rules: docs/decisions.md). Pragmas, source comments:
+
+    # bazel-size: large                 its py_test's size (default: "large" when the file
+                                        uses `pytest.mark.slow`, else "medium")
+    # bazel-data: //tools:gen_bazel_build   adds a label to `data` (repeatable)
+    # bazel-tags: manual                adds a tag (repeatable)
 """
 
 import argparse

@@ -1,25 +1,15 @@
-"""The record formats every stage agrees on (tf.train.Example in TFRecord shards).
+"""The record formats every stage agrees on: `tf.train.Example`s in TFRecord shards.
 
-Blocks (`blocks-SSSSS-of-NNNNN.tfrecord`, written by the corpus pipeline):
-  block_id   int64   stable content hash of (title, text), 63 bits, >= 0
-  title      bytes   UTF-8 article title
-  text       bytes   UTF-8 block body (clean prose, whole sentences)
-  title_ids  int64[] title wordpieces, no special tokens
-  body_ids   int64[] body wordpieces, no special tokens; packed as
-                     `[CLS] title [SEP] body [SEP]` the block is <= 288 wordpieces
-The canonical block order (row r of every embedding matrix and index) is ascending block_id.
+`BLOCK_FEATURES` (`blocks-SSSSS-of-NNNNN.tfrecord`, the corpus pipeline): `block_id` int64 (a
+63-bit content hash of title and text, >= 0), `title`, `text` (UTF-8), `title_ids`, `body_ids`
+(wordpieces without special tokens; `[CLS] title [SEP] body [SEP]` is <= 288 wordpieces).
+`EXAMPLE_FEATURES` (`examples-*.tfrecord`, the salient-span pipeline): `query_ids` (one
+sentence, no special tokens), `span_start`, `span_end` (inclusive, 0-based in `query_ids`),
+`block_id` (the sentence's block, excluded from retrieval), `span_text`, `span_label`.
+`EMBEDDING_FEATURES` (`embeddings-*.tfrecord`, the index builder): `block_id`, `embedding`
+float[D].
 
-Pre-training examples (`examples-SSSSS-of-NNNNN.tfrecord`, salient-span pipeline):
-  query_ids    int64[] wordpieces of one sentence, no special tokens (packed `[CLS] x [SEP]`)
-  span_start   int64   first wordpiece of the salient span, 0-based in query_ids
-  span_end     int64   last wordpiece of the span (inclusive), 0-based in query_ids
-  block_id     int64   the block the sentence comes from (excluded from retrieval)
-  span_text    bytes   the span's surface text (for inspection)
-  span_label   bytes   entity label ("PERSON", "DATE", ...)
-
-Block embeddings (`embeddings-SSSSS-of-NNNNN.tfrecord`, embedding pipeline):
-  block_id   int64
-  embedding  float[] D values
+Row r of every embedding matrix and index is the block of the r-th smallest `block_id`.
 """
 import re
 from typing import Callable, Dict, Sequence
@@ -87,10 +77,6 @@ def embedding_example(block_id: int, embedding) -> bytes:
       "block_id": _int64s([block_id]),
       "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=list(embedding)))
   })).SerializeToString()
-
-
-def parse_block(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
-  return tf.io.parse_single_example(serialized, BLOCK_FEATURES)
 
 
 def parse_pretraining_example(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:

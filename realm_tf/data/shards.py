@@ -1,22 +1,15 @@
-"""Counted, checksummed TFRecord shards: the manifest every pipeline writes beside its output,
-and the check every reader makes before it trusts a directory of shards.
+"""Counted, checksummed TFRecord shards: the manifest a pipeline writes beside its output, and
+the check a reader makes before it trusts a directory of shards.
 
-A pipeline writing `<prefix>-SSSSS-of-NNNNN.tfrecord` shards into a directory writes, last,
-`<prefix>.manifest.json` there:
+Beside `<prefix>-SSSSS-of-NNNNN.tfrecord` a pipeline writes, last, `<prefix>.manifest.json`:
+`{"format_version": 1, "prefix", "producer", "num_shards", "num_records", "config",
+"shards": [{"name", "records", "bytes", "crc32c"}, ...]}`.
 
-    {"format_version": 1, "prefix": "blocks", "producer": "pipelines.wikipedia_to_blocks",
-     "num_shards": 2, "num_records": 80, "config": {...},
-     "shards": [{"name": "blocks-00000-of-00002.tfrecord", "records": 40, "bytes": 51234,
-                 "crc32c": "9a3c0f12"}, ...]}
-
-`check_shards(directory, prefix)` reads every shard once (TFRecord framing and per-record
-checksums, record count, size, crc32c of the file) and raises `ShardError` naming the shard:
-a corrupted or truncated record (with its index and byte offset), a shard of `-of-N` that is
-missing, shards of different `-of-N` sets, and with a manifest any shard missing, unlisted, or
-whose record count, size or checksum differs (expected vs found). Shards without a manifest
-(brought by a user) are read with a warning (nothing can tell whether they are complete), or
-refused where the reader asks (`allow_unverified=False`: pre-training's examples, unless
-`--allow_unverified_examples`); without a manifest and without a record they are refused.
+`check_shards(directory, prefix)` reads every shard once and raises `ShardError` naming the
+shard: a corrupt or truncated record, a missing shard of its `-of-N` set, mixed sets, and a
+shard missing from, unlisted in or differing from the manifest. Shards without a manifest (a
+user's own) cannot be shown complete: they are read with a warning, or refused where the
+reader asks (`allow_unverified=False`), and refused when they hold no record.
 """
 import dataclasses
 import json

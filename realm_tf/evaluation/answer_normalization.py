@@ -1,19 +1,15 @@
 """Open-QA answer matching, as ORQA and DPR evaluate.
 
-- `exact_match`: predictions and gold answers compared after `normalize_answer` (ORQA
-  `eval_utils.normalize_answer`: NFD, lowercase, strip ASCII punctuation, drop a/an/the,
-  collapse whitespace).
-- `regex_match` (CuratedTrec): the gold regex must match at the *start* of the *raw* prediction
-  (`re.match` with IGNORECASE | UNICODE | MULTILINE), exactly as ORQA's `regex_match_score`;
-  the prediction is not normalised, so patterns see the text the reader produced. Unlike ORQA,
-  which scores an uncompilable pattern as a miss, a bad pattern raises `InvalidAnswerPattern`
-  so that a broken answer file is noticed.
-- `has_answer` (retrieval recall): DPR's `has_answer`. "string": the answer's tokens appear
-  contiguously in the block's tokens, both NFD-normalised, lower-cased and split like DPR's
-  `SimpleTokenizer` (runs of letters/digits/marks, or single other non-space characters);
-  "regex": the pattern is searched (`re.search`, IGNORECASE | UNICODE | MULTILINE) anywhere in
-  the NFD-normalised block text. An answer with no tokens never matches (DPR would count it
-  as found in every block).
+`exact_match`: equal after `normalize_answer` (ORQA's: NFD, lower case, no ASCII punctuation,
+no a/an/the, whitespace collapsed). `regex_match` (CuratedTrec): ORQA's `regex_match_score`,
+the gold pattern `re.match`ed (IGNORECASE | UNICODE | MULTILINE) at the start of the raw,
+unnormalised prediction. `has_answer` (retrieval recall): DPR's; "string" finds the answer's
+tokens contiguous in the block's (NFD, lower case, split as DPR's `SimpleTokenizer`), "regex"
+`re.search`es the NFD block text.
+
+Two departures, so that a broken answer file is noticed: an uncompilable pattern raises
+`InvalidAnswerPattern` (ORQA scores a miss), and an answer with no tokens matches no block
+(DPR finds it in every block).
 """
 import functools
 import re

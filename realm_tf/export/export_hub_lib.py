@@ -1,21 +1,12 @@
-"""Exports a fine-tuned QA model as five TF Hub SavedModels (Model Garden `export_tfhub_lib`
-style; `realm_tf/export_hub.py` is the binary, which loads the model).
+"""Exports a fine-tuned QA model as five TF Hub SavedModels, as Model Garden's
+`export_tfhub_lib` does; `realm_tf/export_hub.py` is the binary, which loads the model.
 
-    <export_dir>/preprocessor/     `export.preprocessor`       text -> the encoders' inputs
-                                                               (tokenize, bert_pack_inputs)
-    <export_dir>/query_embedder/   `export.query_embedder`     Embed_input
-    <export_dir>/doc_embedder/     `signatures.doc_embedder`   Embed_doc (with strings): the very
-                                                               export that embedded the model's
-                                                               index (copied)
-    <export_dir>/reader/           `export.reader`             MLM and span heads
-    <export_dir>/realm_qa/         `export.realm_qa`           question -> answer + evidence,
-                                                               corpus and index packaged
-    <export_dir>/export.json       what was exported: model, step, corpus, sizes, signatures
+`<export_dir>/` holds `preprocessor/`, `query_embedder/`, `doc_embedder/`, `reader/`,
+`realm_qa/` (`MODULES`, their signatures in `SIGNATURES`) and `export.json` (model, step,
+corpus, sizes, signatures). docs/exports.md lists every signature with its shapes.
 
-Each loads with `hub.load(path)` or `hub.KerasLayer(path)` after `import tensorflow_text`,
-without realm_tf, and is a Reusable SavedModel (`realm_tf.signatures.reusable`):
-`hub.KerasLayer(path, trainable=True)` fine-tunes its weights inside a user's Keras model. See
-each module's docstring for its signatures.
+`doc_embedder/` is not exported again: it is a copy of the very export that embedded the
+model's index, so a user re-embedding blocks gets the index's own embeddings.
 """
 import json
 import os

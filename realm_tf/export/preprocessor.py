@@ -1,20 +1,13 @@
 """The text preprocessor export: text -> the encoder exports' inputs, as TF Hub's BERT
-preprocessors do (built on tensorflow-text; loading it needs `import tensorflow_text`).
+preprocessors (built on tensorflow-text; loading it needs `import tensorflow_text`).
 
-Legend: B texts, T wordpieces, L packed length (default Lq, the query length).
-
-  `tokenize`:         string [B] -> int32 RaggedTensor [B, (T)] (the model's `WordpieceTokenizer`;
-                      no special tokens)
-  `bert_pack_inputs`: a list of one or two int32 RaggedTensors [B, (T)], optional `seq_length`
-                      (int32 scalar, default Lq) -> {"input_word_ids", "input_mask",
-                      "input_type_ids": int32 [B, L]}: `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`,
-                      the first segment kept whole first (waterfall truncation, the model's own)
-  `__call__`:         string [B] -> `bert_pack_inputs([tokenize(texts)])` at Lq (what
-                      `hub.KerasLayer(path)` calls: the query embedder's inputs)
-  signature "serving_default": texts string [B] -> the same dict.
-Blocks for the doc embedder: `bert_pack_inputs([tokenize(titles), tokenize(texts)],
-seq_length=block_length)`. It has no weights (`variables` and `trainable_variables` are empty).
-Attributes: `vocab_file` (asset), `do_lower_case`, `seq_length` (Lq).
+B texts, T wordpieces, L packed length (default Lq, the query length):
+  `tokenize`:         string [B] -> int32 RaggedTensor [B, (T)], no special tokens
+  `bert_pack_inputs`: one or two [B, (T)], optional `seq_length` -> {"input_word_ids",
+                      "input_mask", "input_type_ids": int32 [B, L]}
+  `__call__`, "serving_default": string [B] -> `bert_pack_inputs([tokenize(texts)])` at Lq
+Packing truncates as the model does (waterfall: the first segment kept whole first), so the
+exports see the wordpieces training saw. It has no weights. docs/exports.md has the details.
 """
 import tempfile
 

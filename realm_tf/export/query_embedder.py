@@ -1,25 +1,15 @@
 """The query-embedder export: Embed_input(x) as a TF Hub SavedModel.
 
-Legend: B questions, Lq query length, D embedding dim.
-
-Signatures (load with `hub.load(path)` after `import tensorflow_text`, which registers the
-tokenizer's ops; no realm_tf import needed):
+B questions, L length (Lq: the query length), D embedding dim, H hidden size:
   "serving_default": questions string [B] -> {"embeddings": float32 [B, D]}
-  "embed_ids":       input_word_ids, input_mask, input_type_ids int32 [B, L]
-                     (`[CLS] x [SEP]`, L <= 512) -> {"embeddings": float32 [B, D]}
-  "tokenize":        questions string [B] -> {"input_word_ids", "input_mask",
-                     "input_type_ids": int32 [B, Lq]} (questions truncated to Lq)
-`__call__(inputs, training=False)` (what `hub.KerasLayer(path)` calls; `training` turns
-dropout on):
-  string [B]                 -> float32 [B, D] (the "serving_default" embeddings)
-  the three id tensors, dict -> TF Hub's BERT-encoder dict "pooled_output", "default" [B, H],
-                                "sequence_output" [B, L, H], "encoder_outputs" (per layer) and
-                                "embeddings" [B, D] (`realm_tf.signatures.reusable`)
-It is a Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the tower's
-weights (`variables`, `trainable_variables`, `regularization_losses`); the matching text
-preprocessor is the `preprocessor` export (`realm_tf.export.preprocessor`).
-Attributes: `vocab_file` (asset), `do_lower_case`, `query_length` (Lq), `embedding_dim` (D),
-`score_scale` (the factor queries are scaled by; 1 for REALM's head).
+  "embed_ids":       input_word_ids, input_mask, input_type_ids int32 [B, L] -> the same
+  "tokenize":        questions string [B] -> the three ids, int32 [B, Lq]
+  `__call__`:        string [B] -> float32 [B, D]; the id dict -> TF Hub's BERT-encoder
+                     outputs [B, H] / [B, L, H] plus "embeddings" [B, D]
+A Reusable SavedModel (`signatures.reusable`): `hub.KerasLayer(path, trainable=True)`
+fine-tunes the tower. "embeddings" are already scaled by `score_scale` (1 for REALM's head),
+so that their inner products with the doc embedder's are the model's retrieval logits.
+docs/exports.md has the details.
 """
 import tempfile
 

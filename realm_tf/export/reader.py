@@ -1,30 +1,16 @@
 """The reader (knowledge-augmented encoder) export: MLM and span heads as a TF Hub SavedModel.
 
-Legend: N (question, block) pairs, Lr the fine-tuning reader length, L any length <= 512,
-M masked positions, V vocabulary, S spans.
-
-Signatures (load with `hub.load(path)` after `import tensorflow_text`; no realm_tf import):
-  "span":      input_word_ids, input_mask, input_type_ids, block_mask int32 [N, Lr]
-               -> {"span_logits": float32 [N, S], "span_starts", "span_ends": int32 [S]}
-               (`[CLS] x [SEP] z_body [SEP]` inputs; block_mask 1 on z_body; spans of width
-               <= max_span_width, width-major; spans leaving the block get a very negative logit)
-  "mlm":       input_word_ids, input_mask, input_type_ids int32 [N, L],
-               masked_lm_positions int32 [N, M]
-               -> {"mlm_logits": float32 [N, M, V]}
-  "read_text": questions, titles, texts string [N] -> the "span" outputs plus their packed
-               inputs "input_word_ids", "input_mask", "input_type_ids", "block_mask" [N, Lr]
-               (the question is truncated to the query length, the body to what the block
-               packing and Lr leave)
-  "mlm_text":  queries, titles, texts string [N]; each literal "[MASK]" in a query is one
-               masked wordpiece -> {"mlm_logits": [N, M, V], "masked_lm_positions" int32
-               [N, M], "masked_lm_weights" float32 [N, M] (0 on padding), and the packed
-               "input_word_ids", "input_mask", "input_type_ids" [N, Lr]}
-`__call__(inputs, training=False)` (`hub.KerasLayer`; `training` turns dropout on): a dict of
-the "span" inputs -> the "span" outputs, or of the "mlm" inputs -> {"mlm_logits"}. It is a
-Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the reader (`variables`,
-`trainable_variables`, `regularization_losses`).
-Attributes: `vocab_file` (asset), `do_lower_case`, `reader_length`, `query_length`,
-`block_length`, `max_span_width`.
+N (question, block) pairs, Lr the reader length, M masked positions, V vocabulary, S spans:
+  "span":      ids and block_mask int32 [N, Lr] -> {"span_logits": float32 [N, S],
+               "span_starts", "span_ends": int32 [S]}
+  "mlm":       ids int32 [N, L], masked_lm_positions int32 [N, M] -> {"mlm_logits" [N, M, V]}
+  "read_text": questions, titles, texts string [N] -> the "span" outputs and their inputs
+  "mlm_text":  queries (a literal "[MASK]" is one masked wordpiece), titles, texts [N] ->
+               "mlm_logits", "masked_lm_positions", "masked_lm_weights" and the inputs
+The text signatures pack `[CLS] x [SEP] z_body [SEP]` exactly as fine-tuning does, so a
+user's scores are the model's. Spans are width-major, and a span leaving the block gets a
+very negative logit. `hub.KerasLayer(path, trainable=True)` fine-tunes the reader.
+docs/exports.md has the details.
 """
 import tempfile
 

@@ -1,34 +1,16 @@
 """The end-to-end `realm_qa` export: question in -> answer, score and evidence blocks out.
 
-Legend: B questions, k evidence blocks, N corpus blocks, D embedding dim, Lq query length.
-
-One SavedModel packages the query tower, the reader, the corpus (block ids, titles, texts as
-string variables) and its block embeddings [N, D], searched exactly in-graph (chunked
-matmul + top-k, `realm_tf.mips.BruteForceIndex`), so it runs anywhere TensorFlow runs with
-`import tensorflow_text` (the tokenizer's ops) and nothing else: no realm_tf, no ScaNN. The
-computation is `RetrieveAndRead.read`, the code the Python API runs. Everything is held in
-memory: fine for corpora up to a few million blocks; for the 13M-block Wikipedia corpus
-(6.4 GiB of embeddings plus the texts) serve `realm-ask` with its ScaNN index instead.
-
-Signatures:
-  "serving_default": questions string [B] -> the outputs below
-  "answer_ids":      input_word_ids, input_mask, input_type_ids int32 [B, L] (`[CLS] x [SEP]`
-                     as the "tokenize" signature of the query embedder makes them)
-                     -> the outputs below
-Outputs:
-  "answer" string [B]                 the best span under one softmax over all k x S
-                                      (block, span) pairs ("" when no block has a span)
-  "score" float32 [B]                 its probability
-  "answer_block" int32 [B]            which evidence block it was read from (-1: none)
-  "evidence_block_ids" int64 [B, k]   the k retrieved blocks, best first (-1: missing)
-  "evidence_titles", "evidence_texts" string [B, k]
-  "evidence_probabilities" float32 [B, k]   p(z | x) over the k blocks
-`__call__(inputs, training=False)` (`hub.KerasLayer`; `training` turns dropout on): string [B]
-or the id dict -> the same dict. Empty questions fail with an InvalidArgumentError ("empty
-question"). It is a Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the
-query tower and the reader ("score" and "evidence_probabilities" are differentiable); the
-corpus and its block embeddings are non-trainable `variables`.
-Attributes: `vocab_file` (asset), `do_lower_case`, `k`, `num_blocks`, `query_length`.
+B questions, k evidence blocks, N corpus blocks, D embedding dim:
+  "serving_default": questions string [B]; "answer_ids": input ids int32 [B, L]
+  -> "answer" string [B], "score" float32 [B], "answer_block" int32 [B],
+     "evidence_block_ids" int64 [B, k], "evidence_titles", "evidence_texts" string [B, k],
+     "evidence_probabilities" float32 [B, k]
+It packages the query tower, the reader, the corpus (string variables) and its block
+embeddings [N, D], searched exactly in-graph (`mips.BruteForceIndex`), so it needs only
+TensorFlow and `import tensorflow_text`: no realm_tf, no ScaNN. The computation is
+`RetrieveAndRead.read`, the Python API's own. All of it is held in memory, which suits up to
+a few million blocks; the 13M-block Wikipedia corpus is served by `realm-ask` with ScaNN.
+docs/exports.md has the details.
 """
 import tempfile
 

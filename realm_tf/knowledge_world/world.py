@@ -1,29 +1,17 @@
 """A synthetic knowledge world: people with facts, told in three different voices.
 
-Everything is drawn from one seeded generator, so a (config, seed) pair always gives the same
-world, byte for byte.
+`generate_world(WorldConfig)` draws everything from one seeded generator, so a (config, seed)
+gives the same world byte for byte: people (pseudo-word names, so that no fact comes from
+real-world knowledge; a birth date, birthplace, residence, occupation and a mentor, whose name
+then appears in other people's documents, all drawn independently of the name), the knowledge
+corpus Z (`docs_per_entity` Wikipedia-style documents per person, the facts spread over them),
+the pre-training corpus X (the salient facts restated with other templates, X != Z, each with
+its salient span and label) and one question per (person, salient fact: birth_date DATE,
+birth_place and residence GPE, mentor PERSON), its answer a span of Z not in the question.
 
-* **Entities**: people with a two-word name (pseudo-words, so no fact can be recalled from
-  real-world knowledge; first names are shared, surnames unique), a birth date, a birthplace,
-  a town of residence, an occupation and a mentor (another person: a relation). Values are
-  drawn independently of the name, so a fact cannot be guessed from the sentence that mentions
-  the person.
-* **Knowledge corpus Z**: `docs_per_entity` documents per person (Wikipedia-style: capitalised
-  prose, a title, two or more sentences each); the facts are spread over the documents and
-  phrased with templates picked per sentence. Mentor relations also put a person's name in
-  other people's documents, so a name alone does not identify the document holding a fact.
-* **Pre-training corpus X**: sentences restating the salient facts (dates, places, names) with
-  other templates than Z's (X != Z: no X sentence occurs in Z); each comes with the character
-  span of its salient value and its entity label, the REALM salient span. X and Z share the
-  relation words right before a value ("born in"), as two texts restating one fact usually do;
-  this is what lets a 2-layer reader learn to copy the value from a retrieved block within a few
-  hundred steps.
-* **Open-QA questions**: one per (person, salient fact) with question templates of their own;
-  the answer is the value exactly as Z writes it, so every answer is a span of a Z document and
-  no question contains its answer.
-
-Salient facts (questions and X spans): birth_date (DATE), birth_place and residence (GPE),
-mentor (PERSON). The occupation is context only (a few common words).
+X and Z share the relation words right before a value ("born in"), as two texts restating one
+fact usually do: that lets a 2-layer reader learn to copy the value from a retrieved block
+within a few hundred steps.
 """
 import dataclasses
 import re

@@ -1,18 +1,17 @@
 """Open-QA fine-tuning loss (REALM §3.2 span reader, §3.3 fine-tuning; ORQA).
 
-Legend: B questions, R retrieved blocks scored by the retriever loss (reference: 5000),
-k blocks read by the reader (reference: 5), S spans per block, A gold answer spans.
+B questions, R blocks scored by the retriever loss (reference: 5000), k blocks read (5), S
+spans per block, A gold answer spans.
 
 loss = −log Σ_{z ∈ top-R, z has answer} p(z | x)                       (retriever)
      + the reader term, in one of two forms (`SPAN_NORMALIZATIONS`):
-  "joint" (ORQA, the released code): −log Σ_{(z, s) correct} softmax_{(z, s) over read × spans}
-    (f(x, z) + g(s | z, x)), one softmax over every (block, span) pair;
-  "per_document" (the patent's eq. 9): −log Σ_z p(z | x) p(y | z, x), p(z | x) the softmax of
-    f over the k blocks read and p(y | z, x) = Σ_{s correct in z} softmax_{s over z's spans} g,
-    each block's spans normalised on their own (a block's span scores may shift freely).
-Each term is zeroed when it has no correct candidate. The blocks read are the top k (REALM,
-ORQA) unless `read_positions` names others among the R (e.g. an answer-bearing block swapped
-in for training, as DPR trains its reader).
+  "joint" (ORQA, the released code): −log Σ_{(z, s) correct} of one softmax of
+    f(x, z) + g(s | z, x) over every (block, span) pair read;
+  "per_document" (the patent's eq. 9): −log Σ_z p(z | x) Σ_{s correct in z} softmax_{z's
+    spans} g, p(z | x) over the k read: a block's span scores may shift freely.
+Each term is zeroed without a correct candidate. The blocks read are the top k unless
+`read_positions` names others among the R (an answer-bearing block swapped in for training,
+as DPR trains its reader).
 """
 from typing import Dict, Tuple
 

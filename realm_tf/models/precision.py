@@ -1,20 +1,15 @@
 """Compute precision: which dtype the matmuls run in, and bfloat16 copies of the doc tower.
 
-`best_compute_dtype()` is the `auto` rule of every `--compute_dtype` / `--embedding_dtype`
-flag: bfloat16 where the matmuls have bfloat16 units, float32 elsewhere. bfloat16 units are
-a GPU or TPU, or a CPU flagging `amx_bf16` (Intel AMX) or `avx512_bf16` (AVX512-BF16, e.g.
-AMD Zen 4): AVX512-BF16 alone counts because on the Zen 4 machine of BENCHMARKS.md §1 TF's
-bfloat16 matmuls run at about twice the float32 peak and the doc tower embeds faster in
-bfloat16 (the figures are there). CPUs with neither flag (AVX2 only, e.g. Zen 3) emulate
-bfloat16 and are slower in it, so they stay float32. The units are reached through oneDNN only,
-so `auto` also follows oneDNN's switches: `ONEDNN_MAX_CPU_ISA` below AVX512_CORE_BF16 or
-`TF_ENABLE_ONEDNN_OPTS=0` give float32, which lets one machine stand in for the other kinds.
+`best_compute_dtype()` is the `auto` of every `--compute_dtype` / `--embedding_dtype` flag:
+bfloat16 on a GPU or TPU, or on a CPU with bfloat16 units (`amx_bf16`, `avx512_bf16`) that
+oneDNN may use (`onednn_allows_bf16`: oneDNN on, `ONEDNN_MAX_CPU_ISA` unset or at
+AVX512_CORE_BF16 or above); float32 elsewhere. The units are reached through oneDNN only, and
+a CPU without them emulates bfloat16 and is slower in it (docs/decisions.md).
 
 Embedding the corpus is inference only: `with_compute_dtype` gives the doc tower a copy with
-float32 weights that computes under Keras's `mixed_bfloat16` policy; callers cast its
-embeddings back to float32. Training steps build their towers under `policy_scope` (variables,
-scores and losses stay float32). bench/embedding_bench.py measures the speed;
-`bench/real_data.py --rows=realm_tf_step0,realm_tf_step0_bf16` the recall against float32.
+float32 weights that computes under Keras's `mixed_bfloat16` policy, and callers cast its
+embeddings back to float32. Training steps build their towers under `policy_scope` (the
+variables, scores and losses stay float32).
 """
 import contextlib
 import os

@@ -1,25 +1,17 @@
-"""Knowledge probing of a REALM pre-training model: a cloze text's `[MASK]`s filled by
-retrieve-then-read, with what each retrieved block contributed (REALM Tables 3-4, Appendix D).
+"""Knowledge probing of a REALM pre-training model (REALM Tables 3-4, Appendix D): a cloze
+text's `[MASK]`s filled by retrieve-then-read, with what each retrieved block contributed.
 
-    prober = load_prober("runs/realm")                  # or Prober(retriever, reader, ...)
-    probe = prober.probe("Ada lives in [MASK] .")
+    probe = load_prober("runs/realm").probe("Ada lives in [MASK] .")
     probe.tokens, probe.probability, probe.evidence[1].retrieval_utility
 
-Each `[MASK]` is one masked wordpiece y_j. As in pre-training (`training.pretraining_lib`), the
-masked query retrieves the top k blocks, the null document ∅ goes first (K = k + 1 candidates,
-`CandidateBuilder`), p(z|x) is the softmax of the towers' scores over the K and the reader
-reads every (x, z). Per mask, y_j is the argmax of p(y_j|x) = Σ_z p(z|x) p(y_j|z,x), as
-pre-training predicts; p(y|x) is marginalised in the run's form
-(`losses.mlm_marginal_likelihood`: "token", Π_j p(y_j|x), or "sequence",
-Σ_z p(z|x) Π_j p(y_j|z,x)). Per candidate, p(y|z,x) = Π_j p(y_j|z,x) and
-RU(z|x) = log p(y|z,x) - log p(y|∅,x) (`losses.retrieval_utility`); p(y|∅,x), the reader
-given only the null document, is the no-retrieval reader. The index only chooses the k blocks;
-the doc tower scores them, as pre-training re-embeds its candidates, because the published
-index can be up to a refresh interval older than the towers saved at the end of the run.
-`corpus=` swaps the knowledge corpus (Appendix C): the doc tower embeds it into an exact index
-in memory, and the reader reads the new blocks.
-Legend: B texts, K candidates, M masks, V vocabulary, D embedding dim, Lb / Lr block / reader
-length.
+As in pre-training, the masked query x retrieves the top k blocks, the null document ∅ goes
+first (K = k + 1 candidates), p(z|x) is the softmax of the towers' scores over the K and the
+reader reads every (x, z). Each `[MASK]` y_j is the argmax of Σ_z p(z|x) p(y_j|z,x), p(y|x)
+is marginalised in the run's `mlm_loss` form, and per candidate p(y|z,x) = Π_j p(y_j|z,x) and
+RU(z|x) = log p(y|z,x) - log p(y|∅,x). `corpus=` swaps the knowledge corpus (Appendix C).
+
+The index only chooses the k blocks and the doc tower scores them, as pre-training re-embeds
+its candidates: the published index can be up to a refresh interval older than the towers.
 """
 import dataclasses
 import json

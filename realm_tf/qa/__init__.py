@@ -25,7 +25,6 @@ _EXPORTS = {
     "EvalConfig": "evaluate_lib",
     "compute_metrics": "evaluate_lib",
     "evaluate": "evaluate_lib",
-    "run_finetuning": "finetune_lib",
     "QAModel": "model",
 }
 

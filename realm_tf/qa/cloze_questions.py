@@ -1,26 +1,17 @@
-"""Cloze questions from the salient-span pre-training examples: extractive training questions
-for a new reader's span head, without labelled data (span-selection pre-training, Glass et al.
-2020).
+"""Cloze questions from the salient-span pre-training examples: training questions for a new
+reader's span head without labelled data (span-selection pre-training, Glass et al. 2020).
 
-A reader whose encoder was never trained to extract answers (all-MiniLM-L6-v2, a sentence
-embedder) starts Open-QA fine-tuning with a fresh span head, and the few hundred real training
-questions of a small corpus are too few to train it. Every pre-training example (one corpus
-sentence, its salient span and the span's entity label, `realm_tf.data.formats`) gives a
-question for free: the sentence with its span replaced by a wh-word, answered by the span's
-text,
+A reader whose encoder never learnt to extract answers (all-MiniLM-L6-v2, a sentence embedder)
+starts fine-tuning with a fresh span head, and a small corpus's few hundred real questions are
+too few to train it. Each pre-training example (a sentence, its salient span and label) gives
+a question for free, the span replaced by a wh-word of its label (`WH_WORDS`, else "what"),
+answered by the span's text:
 
-    "abba were a who pop music group formed in stockholm , sweden in 1972"  ->  "Swedish".
+    "abba were a who pop music group formed in stockholm , sweden in 1972"  ->  "Swedish"
 
-The wh-word follows the entity label (`WH_WORDS`; "what" for the others), so the questions look
-like the lower-cased wh-questions of NaturalQuestions. An example without a span (a
-random-token example, `span_end < span_start`) gives none.
-
-Fine-tuning on them before the real questions (`realm_tf.qa.finetune_lib` with these as
-`train_data`, the reader reading one block that holds the answer: `task.reader_top_k=1`,
-`task.read_answer_block`) teaches the span head to find the missing span in a block. The block
-read is mostly the example's own source block, which holds the sentence word for word; on the
-demo, 80 such steps lowered the later fine-tuning's reader loss but not its exact match
-(BENCHMARKS.md §12c).
+They are `train_data` for `qa.finetune_lib` before the real questions, the reader reading one
+answer-bearing block (`task.reader_top_k=1`, `task.read_answer_block`), mostly the example's
+own source block. An example without a span (random-token masking) gives none.
 """
 from typing import List
 

@@ -1,26 +1,17 @@
-"""Open-QA question sets: NaturalQuestions-Open, WebQuestions and CuratedTrec.
+"""Open-QA question sets (NaturalQuestions-Open, WebQuestions, CuratedTrec), one per line:
 
-Two on-disk forms, one record per line:
+* ORQA JSONL: `{"question": "who wrote hamlet?", "answer": ["William Shakespeare"]}`;
+* DPR TSV: `who wrote hamlet?<TAB>['William Shakespeare']`, the answers a Python list literal,
+  CSV-quoted where needed (`"[""O'Connor""]"`), as in DPR's `nq-dev.qa.csv`;
+* `pyserini:<name>` (e.g. `pyserini:nq-dev`): the sets packaged in `pyserini==0.21.0`
+  (`pip install --no-deps`), read from the Anserini jar with `zipfile`, no Java.
 
-* ORQA JSONL: `{"question": "who wrote hamlet?", "answer": ["William Shakespeare"]}`.
-* DPR TSV: `who wrote hamlet?<TAB>['William Shakespeare']`. The answer field is a Python list
-  literal, and the line is CSV-quoted where it needs to be (`"[""O'Connor""]"`), as in DPR's
-  `nq-dev.qa.csv` and Anserini's `topics.dpr.*.txt`.
-
-CuratedTrec answers are regular expressions (`match="regex"`, matched as
-`realm_tf.evaluation.regex_match` does); the others are strings (`match="string"`). Every
-pattern is compiled at load time, so an invalid one fails there, naming its file and line.
-
-Any malformed record raises `errors.MalformedRecordError` with the file and 1-based line number.
-
-Questions, from a file or asked (`realm_tf.qa.ask_lib`), are normalised the same way
-(`normalize_question`): control characters become spaces, invisible format characters
-(zero-width spaces, byte-order marks) are dropped, runs of whitespace become one space. A
-question empty after that, or longer than `MAX_QUESTION_CHARS`, is an error (a malformed
-record in a file, `errors.InputError` when asked).
-`load_examples` also reads the question sets packaged in `pyserini==0.21.0`
-(`pip install --no-deps pyserini==0.21.0`; the Anserini jar is read with `zipfile`, no Java)
-through paths of the form `pyserini:nq-dev`.
+CuratedTrec answers are regular expressions (`match="regex"`), compiled at load time so that a
+bad one fails there; any malformed record raises `errors.MalformedRecordError` naming the file
+and line. Questions from a file or asked (`qa.ask_lib`) are normalised alike
+(`normalize_question`: control characters become spaces, format characters such as zero-width
+spaces are dropped, whitespace runs become one space); one empty after that, or longer than
+`MAX_QUESTION_CHARS`, is an error.
 """
 import ast
 import csv

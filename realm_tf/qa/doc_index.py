@@ -1,29 +1,17 @@
-"""The frozen document index of a QA system: block embeddings + a MIPS index over them.
+"""The frozen document index of a QA system: block embeddings [N, D] and a MIPS index.
 
-Legend: N blocks, D embedding dim.
+A `DocIndex` directory is an index version of `mips.index_publisher` (what pre-training and
+the index builder publish): the MIPS index files, `manifest.json` (its metadata holds
+"corpus_fingerprint", "snapshot_step", "embedding_dtype") and `block_embeddings.npy` [N, D]
+(`retrieval.embedding_file`: float32, bfloat16 or float16, memory-mapped; row r = corpus row
+r), whose rows fine-tuning's retriever logits read. A version without that file gives the
+index's float32 copy; the older layout (info.json, embeddings.npy, index/) is an error.
 
-A `DocIndex` directory is an index version directory of `realm_tf.mips.index_publisher`, the
-format the pre-training refresher and the index builder publish: the MIPS index files, and
-`manifest.json` (format_version, kind, N, D, a sha256 of every file) whose metadata holds
-"corpus_fingerprint", "snapshot_step" and "embedding_dtype", and the block embeddings [N, D]
-(row r = corpus row r; fine-tuning's retriever logits are computed from their rows) in
-`block_embeddings.npy`, stored as float32, bfloat16 or float16 ("embedding_storage_dtype",
-`retrieval.embedding_file`: 4, 2 or 2 bytes per value, D=128: 512, 256 or 256 bytes a block)
-and memory-mapped when loaded, so the process holds only the pages it reads besides the MIPS
-index's own copy. An index version without that file (e.g. one pre-training published) gives
-the index's float32 copy (`MipsIndex.document_embeddings`). A directory in the older layout
-(info.json, embeddings.npy, index/) is an `InputError` saying to rebuild it.
-
-Embeddings always come from a doc tower through `retrieval.embedding.embed_blocks`, written
-straight into the memory-mapped file: a doc-embedder export (`realm_tf.signatures.doc_embedder`)
-here, over the corpus's wordpieces in the export's vocabulary (`Corpus.wordpieces`), or the
-retriever in memory (fine-tuning's `retrieval.index_refresh` refresher). Embeddings from
-elsewhere (another `DocIndex` directory, the embedding pipeline's `embeddings-*.tfrecord`
-shards, or the released `block_emb` checkpoint or a `.npy`, `checkpoints.released_embeddings`,
-copied a chunk of rows at a time) are checked against the embedder before use
-(`qa.embedding_check`: the dimension must agree and a deterministic sample of blocks is
-re-embedded and compared), so a corpus embedded by another model is an
-`EmbeddingMismatchError`, never silently wrong retrieval.
+Embeddings come from a doc tower (`retrieval.embedding.embed_blocks`, straight into the file).
+Embeddings from elsewhere (another `DocIndex`, the pipeline's `embeddings-*.tfrecord`, the
+released `block_emb`, a `.npy`) are first checked against the embedder (`qa.embedding_check`:
+the dimension, and a sample of blocks re-embedded and compared), so that a corpus embedded by
+another model is an `EmbeddingMismatchError`, never silently wrong retrieval.
 """
 import dataclasses
 import os

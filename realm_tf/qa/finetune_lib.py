@@ -1,45 +1,17 @@
-"""Open-QA fine-tuning (REALM §3.3 / ORQA): query tower + reader on a document index.
+"""Open-QA fine-tuning (REALM §3.3 / ORQA): the query tower and the reader on a document index.
 
-Legend: B questions per batch, K blocks scored by the retriever loss (reference: 5000),
-k blocks read (5), Lq / Lr query / reader length, S spans, A gold spans, N blocks, D dim.
+B questions a batch, K blocks scored by the retriever loss (reference: 5000), k blocks read
+(5), D embedding dim. A step has two halves: on the host (`qa.open_qa_batches`) the current
+query tower retrieves the top-K rows, their block embeddings [B, K, D] are read from the
+index's memory-mapped file and the answer supervision of the K and of the k is computed; then
+the replicated step (`qa.open_qa_step`) takes `open_qa_loss` and AdamW. The search stays on
+the host, as in pre-training, since a TPU cannot run it.
 
-Per step:
-1. Host, outside the replicated step (`realm_tf.qa.open_qa_batches`): the current query tower
-   retrieves the top-K corpus rows of the B questions, their block embeddings [B, K, D] are
-   read from the document index's memory-mapped embeddings file, and the answer supervision
-   of the K blocks and of the k read is computed.
-2. Replicated step (`tf.distribute`, `realm_tf.qa.open_qa_step`): `open_qa_loss` of the query
-   tower against the block embeddings and of the reader over the k blocks, AdamW.
-
-The step loop is `realm_tf.training.train_loop.TrainLoop`, as for ICT and REALM pre-training:
-checkpoints (model + optimizers + step + doc snapshot step) in `<model_dir>` itself, resumed
-from the latest; every step's metrics in `metrics.jsonl` and TensorBoard (`<model_dir>/train/`:
-`loss`, `retriever_loss`, `reader_loss`, `retrieved_answer`, `read_answer`, `index_version`,
-the step of the doc tower the index was built from, `index_staleness`, `step_time_s`,
-`learning_rate/optimizer` (reader) and `learning_rate/retriever_optimizer` (retriever));
-with dev data, every `trainer.eval_every` steps and at the last step dev exact match and recall@k
-(`eval.jsonl`, TensorBoard `eval/...`) and the best checkpoint by exact match in
-`<model_dir>/best/` (without dev data `best/` is the last step). Each checkpoint gets
-`model.json` beside it, and `best/` its own (`realm_tf.qa.model`, which loads them).
-
-The doc tower (`task.train_doc_tower`, off by default as in the paper): frozen, or trained (the
-patent's variant: the k blocks read, re-embedded in the step by the current doc tower, give
-fresh scores and its gradient, as in pre-training). Index refresh (`task.index_refresh_steps >
-0`, off by default; the paper's footnote 3 suggests it may help), by pre-training's refreshers
-(`realm_tf.qa.index_snapshots`: versions `index/step-<S>/` with their doc embedders
-`doc_embedder/step-<S>/`): a frozen doc tower becomes a snapshot of the current query tower
-(as REALM's shared towers would be; needs a pre-trained retriever with shared towers) and the
-corpus is re-embedded synchronously; a trained doc tower is embedded as it is, synchronously
-or by the asynchronous index builder (`task.refresh="async"`: snapshot, builder process,
-publish, swap between steps; staleness logged). The QA model pairs each checkpoint with the
-index in use at its step.
-
-Several workers (MultiWorkerMirroredStrategy): every worker prepares the same global batch
-(step 1), its replicas train on their rows of it; the other workers write the chief's files
-into scratch (`distribute.output_dir`, each its own index copy) and resume from the chief's
-checkpoints; a worker that dies makes the others fail (`distribute.WorkerLostError`).
-
-Model directory layout: see `realm_tf.qa.model`.
+`FineTuner` runs on pre-training's `training.train_loop.TrainLoop` (checkpoints, resume,
+metrics, dev evaluation, `best/`; docs/training.md), the doc tower frozen or trained
+(`task.train_doc_tower`) and the index refreshed, if asked, by pre-training's refreshers
+(`task.index_refresh_steps`, `qa.index_snapshots`). Each checkpoint is paired with the index in
+use at its step, in the model directory of `qa.model`.
 """
 import dataclasses
 import os
@@ -388,10 +360,3 @@ class FineTuner:
       self.loop.save()  # 0 steps: the pre-trained model as a QA model directory
     distribute.barrier(self.strategy)  # workers exit together (see RealmPretrainer.train)
     return FineTuneResult(step, self._losses_run, self._dev_metrics, self.best_exact_match)
-
-
-def run_finetuning(experiment: ExperimentConfig,
-                   strategy: Optional[tf.distribute.Strategy] = None,
-                   log: Callable[[str], None] = logging.info) -> FineTuneResult:
-  """Builds a `FineTuner` for `experiment` and runs it."""
-  return FineTuner(experiment, strategy, log).run()

@@ -1,35 +1,17 @@
 """A fine-tuned Open-QA model on disk: its model.json, checks and loading.
 
-The model's config and initial weights: `realm_tf.presets` (`ModelConfig`,
-`build_models`, `InitConfig`, `initialize`).
+The model directory (`qa.finetune_lib` writes it, `QAModel.load` reads it; docs/training.md):
+`model.json` (`ModelInfo`: configs, vocabulary, corpus, doc index and embedder, metrics),
+`vocab.txt`, `corpus/` (a copy in the on-disk corpus form, so that the directory can move),
+`doc_embedder/step-<S>/` and `index/step-<S>/` (the doc tower snapshot of step S and the
+`DocIndex` it embedded), `ckpt-<N>.*` and `best/` (the best dev checkpoint, with its own
+model.json). The retriever always has separate towers; a pre-trained retriever with shared
+towers initialises both. Configs and initial weights are `realm_tf.presets`'.
 
-The fine-tuned retriever always has *separate* towers: the query tower trains, the doc tower
-is the pre-trained one, frozen, and is exactly the tower that embedded the document index
-(with index refresh, the doc tower is a snapshot of the query tower taken at each refresh).
-A pre-trained retriever with shared towers initialises both.
-
-Model directory (written by `realm_tf.qa.finetune_lib`, read by `QAModel.load`):
-
-    model.json           `ModelInfo`: configs, vocabulary, corpus, doc index/embedder, metrics
-    vocab.txt            the wordpiece vocabulary
-    corpus/              the knowledge corpus, a copy in the on-disk corpus form
-                         (`retrieval.corpus_files`; hard links where it can), so that the
-                         directory can move (earlier model directories: corpus.jsonl)
-    doc_embedder/step-<S>/  doc-embedder SavedModel of the doc tower snapshot of step S
-    index/step-<S>/      `DocIndex` of the corpus embedded by it: an index version in the
-                         format pre-training publishes (`realm_tf.mips.index_publisher`),
-                         with block_embeddings.npy (`retrieval.embedding_file`)
-    ckpt-<N>.*           tf.train.Checkpoint(retriever, reader, optimizer, step,
-                         doc_snapshot_step), managed by tf.train.CheckpointManager
-    best/                the checkpoint with the best dev exact match, its own model.json
-                         (paths relative to best/)
-
-Loading is checked (`QAModel.load`): every path in model.json is relative and resolves inside
-the model directory (`<model_dir>` for `best/`); the vocabulary must match the checkpoint's
-embedding table and model.json the checkpoint's variables; a mismatch raises
-`errors.InputError` naming model.json or vocab.txt. The doc-embedder SavedModel is loaded only
-to embed another corpus (`corpus=`): answering over the model's own corpus reads Keras weights
-(the checkpoint), config, vocabulary, corpus and index, and runs no graph from the directory.
+Loading is checked, since a model directory may come from elsewhere: every path in model.json
+is relative and stays inside the directory, and the vocabulary and model.json must fit the
+checkpoint (`errors.InputError` naming the file). Answering over the model's own corpus runs
+no graph from the directory; only another `corpus=` loads the doc-embedder SavedModel.
 """
 import dataclasses
 import json

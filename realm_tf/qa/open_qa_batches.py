@@ -1,25 +1,17 @@
-"""Host-side retrieval and supervision of an Open-QA fine-tuning batch (step 1 of
-`realm_tf.qa.finetune_lib`), outside the replicated step.
+"""Host-side retrieval and supervision of an Open-QA fine-tuning batch, outside the
+replicated step (the first half of a `qa.finetune_lib` step).
 
-Legend: B questions, K blocks scored by the retriever loss, k blocks read, Lq / Lr query /
-reader length, A gold spans, D dim.
+B questions, K blocks scored by the retriever loss, k read, A gold spans, D dim, F fresh
+blocks. The current query tower (no dropout) embeds the questions and the MIPS index returns
+their top-K rows; their block embeddings [B, K, D] are read from the index's memory-mapped
+file (those rows only), `has_answer` [B, K] is evaluation's own matching on the block texts,
+the k read are packed as reader inputs `[CLS] x [SEP] z_body [SEP]` by the inference
+`Featurizer`, and every occurrence of an answer in a body is a gold span [B, k, A].
 
-The current query tower embeds the B questions (no dropout) and the MIPS index returns their
-top-K corpus rows, whose block embeddings [B, K, D] are read as float32 from the document
-index's memory-mapped file (`retrieval.embedding_file.gather`: only those rows); `has_answer`
-[B, K] is computed on the block texts with `realm_tf.evaluation.has_answer` (what
-evaluation's recall@k uses); the top-k blocks (with `task.read_answer_block`, the best
-answer-bearing block of the top-K replaces the k-th when none of the top k holds an answer, as
-DPR trains its reader; evaluation always reads the top k) are packed as reader inputs
-`[CLS] x [SEP] z_body [SEP]` (`Featurizer`, the inference featurization) and every occurrence
-of an answer's wordpieces in a block body becomes a gold span [B, k, A]
-(`supervision.gold_spans`).
-
-With `task.null_document` the null document (an empty block, `open_qa_step.NULL_ROW`) is put
-first among the K and among the k read (K + 1 and k + 1 then), as REALM's pre-training puts
-it among its candidates: it holds no answer and no span, so it takes p(z | x) mass that no
-answer comes from. Its doc-tower features, and with `num_fresh` those of the top blocks, are
-packed as "fresh_*" [B, F, Lb] for the step to embed with the current doc tower.
+`task.read_answer_block` swaps the best answer-bearing block of the top-K in for the k-th when
+the top k hold none, as DPR trains its reader (evaluation always reads the top k).
+`task.null_document` puts the null document (`open_qa_step.NULL_ROW`) first among the K and
+the k; its doc-tower features and the `num_fresh` top blocks' go as "fresh_*" [B, F, Lb].
 """
 from typing import Dict, List
 

@@ -1,22 +1,17 @@
-"""The Open-QA training step (REALM §3.3 / ORQA): loss of a prepared batch, the replicated
+"""The Open-QA training step (REALM §3.3 / ORQA): the loss of a prepared batch, the replicated
 update, and the variables fine-tuning trains.
 
-Legend: B questions, K blocks scored by the retriever loss, k blocks read, Lq / Lr query /
-reader length, S spans, A gold spans, N blocks, D dim.
+B questions, K blocks scored, k read, F fresh, S spans, D dim, Lb block length. The query
+tower re-embeds the questions; the retriever logits f(x, z) [B, K] are inner products with
+the K blocks' embeddings [B, K, D], an input the host reads from the index's embeddings file,
+so that no [N, D] copy lives in the trainer (REALM's 13.3M blocks: 6.8 GB in float32). The
+first F of the K may come with doc-tower features ("fresh_*" [B, F, Lb]), re-embedded in the
+step by the current doc tower, as pre-training does, so that their f(x, z) is fresh and
+carries the doc tower's gradient when it trains. The reader scores the spans of the k
+[B, k, S]; `open_qa_loss` is minimised with AdamW (`training.optimizer.create_optimizer`).
 
-The query tower re-embeds the questions (with dropout when training); retriever logits f(x, z)
-[B, K] are inner products with the K retrieved blocks' embeddings [B, K, D], an input of the
-step: the host reads those rows of the block-embedding file the index was built from
-(`retrieval.embedding_file.gather`), so no [N, D] copy lives in the trainer (13.3M REALM
-blocks: 6.8 GB in float32). With a frozen doc tower they are exact. The first F of the K
-(the null document, when it is a candidate, and the top blocks) may come with their
-doc-tower features ("fresh_*" [B, F, Lb]): the current doc tower re-embeds them in the step,
-as REALM's pre-training does, so their f(x, z) is fresh and, when the doc tower trains, has
-its gradient. The reader scores all spans of the k blocks [B, k, S]; `open_qa_loss`
-(retriever marginal over K + reader marginal over k x S, each zero without a correct
-candidate) is minimised with AdamW (`training.optimizer.create_optimizer`). Everything here
-has static shapes and no host op, so it compiles with XLA (`tests/xla_steps_test.py`).
-Row ids: -1 a missing result (masked out), `NULL_ROW` the null document.
+Static shapes and no host op, so the step compiles with XLA (`tests/xla_steps_test.py`). Row
+ids: -1 a missing result (masked out), `NULL_ROW` the null document.
 """
 from typing import Callable, Dict, List
 

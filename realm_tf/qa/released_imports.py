@@ -3,18 +3,15 @@ release and inputs, one index in it per index setting, each reused while nothing
 it changes.
 
     <release>.realm_tf/     beside the release (~/.cache/realm_tf/models/ where not writable)
-      released.json         what the import was made of (`input_stamp`), block_emb's rows verified
+      released.json         what the import was made of (`input_stamp`), block_emb rows verified
       model.json, vocab.txt, corpus/, doc_embedder/, ckpt-1.*   the QA model directory
-                            (`qa.released_model.import_released`; model.json names its first index)
-      embeddings/<dtype>/   block_emb, verified, shared by the indexes  (`qa.released_indexes`)
+      embeddings/<dtype>/   block_emb, verified, shared by the indexes (`qa.released_indexes`)
       index/<setting>/      one per index kind, ScaNN settings, shard size and storage dtype
 
-The import is rebuilt when what shapes it changes: the checkpoint, the embedder and its
-vocabulary, the blocks (with titles.tfr / examples.tfr), block_emb (each file by path, size and
-mtime) or the attention heads. A setting without an index gets one, the import kept; one with
-an index reuses it. `--verify_blocks` shapes nothing but is never skipped: more rows than the
-import was verified on are verified now (a mismatch removes the import, so that it is never
-used). One log line says which import and index a run uses.
+The checkpoint, embedder, vocabulary, blocks, block_emb (each file by path, size and mtime)
+and the attention heads shape the import. `--verify_blocks` shapes nothing but is never
+skipped: rows beyond those the import was verified on are verified now, and a mismatch removes
+the import, so that it is never used. docs/reproduce.md §2 is the user's account.
 """
 import dataclasses
 import json

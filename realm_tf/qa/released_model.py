@@ -1,30 +1,17 @@
 """Google's released ORQA models fine-tuned from REALM: reading a release, converting it.
 
-A released model directory (`orqa_{nq,wq}_model_from_realm`, an ORQA Estimator model_dir)
-keeps its weights in `export/best_default/checkpoint/model.ckpt-<step>`, a TF1 checkpoint of
-the fine-tuned query tower (`module/module/module/module/bert/`, head
-`module/module/module/{dense,LayerNorm}`) and reader (`reader/module/bert/`, span head
-`reader/{dense,dense_1,layer_normalization}`), with `global_step` and Adam slots. Its document
-index is not in it (ORQA holds `block_emb` and the blocks as local variables): the blocks are
-`enwiki-20181220/blocks.tfr` and their embeddings `block_emb` of the pre-trained embedder's
-`encoded/encoded.ckpt`, which embedded them with its own tower, frozen through fine-tuning.
-So the doc tower is that embedder (`cc_news_pretrained/embedder/variables/variables`, its
-vocabulary `assets/vocab.txt`), and the query tower and the reader are the fine-tuned ones
-(`presets.ModelConfig` lengths: questions of up to 64 wordpieces, blocks of 288, reader
-inputs of 320, spans of up to 10 wordpieces, as ORQA). The inputs are found where
-`params.json` names them (`gs://<bucket>/<path>` is looked for as `<path>` beside the model
-directory, the layout of `gsutil cp -r gs://realm-data gs://orqa-data` into one directory).
+A release (`orqa_{nq,wq}_model_from_realm`, an ORQA Estimator model_dir) holds in
+`export/best_default/checkpoint/model.ckpt-<step>` the fine-tuned query tower and reader
+(TF1 names, with Adam slots) but not its document index: ORQA keeps `block_emb` and the
+blocks as local variables. So the doc tower is the pre-trained embedder that wrote `block_emb`
+(`cc_news_pretrained/embedder`, frozen through fine-tuning) over `enwiki-20181220/blocks.tfr`,
+found where `params.json` names them (`gs://<bucket>/<path>` as `<path>` beside the release).
+Lengths are ORQA's: questions of 64 wordpieces, blocks of 288, reader inputs 320, spans 10.
 
-Attention heads: a TF1 attention kernel is [H, H], which loads into any number of heads that
-divides H, so the count is not in the checkpoint. It is `--released_num_attention_heads`, else
-the `num_attention_heads` of a `bert_config.json` in the release (`CONFIG_PLACES`), else
-inferred as H / 64 (BERT's head size) and logged as inferred: a wrong count loads, and the
-`block_emb` check then refuses, naming the flag.
-
-`import_released` writes the QA model directory `QAModel.load` reads (the corpus in the on-disk
-form, the doc-embedder export, `block_emb` checked against that doc tower, a TF2 checkpoint of
-the towers and reader, and one index, `qa.released_indexes`); `qa.released_imports` keys,
-keeps and reuses imports.
+A TF1 checkpoint does not hold the attention head count (an [H, H] kernel loads into any count
+dividing H): `--released_num_attention_heads`, else a release's `bert_config.json`, else H / 64,
+logged as inferred; a wrong count loads, and the `block_emb` check refuses it. `import_released`
+writes the QA model directory `QAModel.load` reads; `qa.released_imports` keeps the imports.
 """
 import json
 import os

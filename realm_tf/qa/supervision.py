@@ -1,19 +1,14 @@
 """Weak supervision for Open-QA fine-tuning: which blocks and spans hold the answer.
 
-Legend: B questions, K retrieved blocks, k read blocks, L reader length, A gold spans, T
-wordpieces.
-
-Which blocks hold an answer, and which strings mark a correct span in a block, is
-`realm_tf.evaluation.answer_matcher.AnswerMatcher` (`has_answer`, `answer_strings`), the same
-matching evaluation's recall@k uses.
-* `check_answerable`: fine-tuning refuses a training set none of whose answers any block
-  holds (it would train to the end with loss 0 and exact match 0).
-* `gold_spans`: every occurrence of the answer strings' wordpiece sequences inside the block
-  body of a reader input `[CLS] x [SEP] z_body [SEP]`, as (start, end) positions in that input
-  (the positions `SpanScorer` enumerates), width <= max_span_width, padded with -1. ORQA
-  matches on wordpieces the same way. Given the vocabulary's "##" pieces, only whole-word
-  occurrences count ("seven" is not gold inside "sevens" = seven ##s): the reader is never
-  taught to cut a word, whose text could not equal the answer.
+Which blocks hold an answer, and which strings mark a correct span, is
+`evaluation.answer_matcher.AnswerMatcher`: the matching evaluation's recall@k uses.
+`gold_spans`: for the k reader inputs `[CLS] x [SEP] z_body [SEP]` [k, L] of a question, every
+occurrence of the answer strings' wordpieces in a body, as inclusive (start, end) positions in
+the input (those `SpanScorer` enumerates), width <= max_span_width: int32 [k, A] each, -1
+padded. As in ORQA, the match is on wordpieces; given the "##" pieces, only whole words count
+("seven" is not gold inside "sevens" = seven ##s), since a cut word's text cannot equal the
+answer. `check_answerable` refuses a training set none of whose answers any block holds: it
+would train to the end with loss 0 and exact match 0.
 """
 from typing import Iterable, List, Optional, Sequence, Tuple
 

@@ -1,0 +1,1 @@
+"""The one retrieval layer: the corpus, block embeddings, fingerprints and index refreshers."""

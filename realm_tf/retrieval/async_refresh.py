@@ -1,27 +1,17 @@
-"""The asynchronous index refresh: a builder process publishes the indexes (REALM §3.3).
+"""The asynchronous index refresh (REALM §3.3): a builder process publishes the indexes.
 
-Every N steps the trainer exports a doc-embedder snapshot
-(`<snapshot_root>/step-<8-digit step>`); an index-builder process
-(`python -m pipelines.build_index`, or the same Beam pipeline on a cluster runner) embeds the
-corpus with it and publishes the index in the background (`realm_tf.mips.index_publisher`);
-between steps the trainer swaps in the newest published index without pausing. A builder that
-dies leaves no partial index in use. Loading, retention, resumption and several workers are
-the refresher's (`realm_tf.retrieval.index_refresh`).
+Every N steps the trainer exports a doc-embedder snapshot (`<snapshot_root>/step-<8-digit
+step>`); a builder process (`python -m pipelines.build_index`, or the same Beam pipeline on a
+cluster runner) embeds the corpus with it and publishes the index (`mips.index_publisher`);
+between steps the trainer swaps in the newest published index without pausing. Loading,
+retention, resumption and several workers are `retrieval.index_refresh`'s.
 
-The builder is supervised: its stdout and stderr go to `<snapshot_root>/builder-<version>.log`
-(a local temporary directory when `snapshot_root` is a URL), never to an undrained pipe, which a
-chatty builder fills and then blocks on. A failed build
-(non-zero exit, killed, or exit 0 without publishing its version) is logged as an error at once,
-with the end of its log and the command that reproduces it; after `max_builder_failures`
-consecutive failures `maybe_refresh` raises `IndexBuilderError`, so training stops instead of
-going on with an ever staler index. `close()` reports a build that failed since the last check
-and terminates a running one.
-
-Given the run's last step, the trainer takes no snapshot that could not be published while a
-step is left to use it: a build is expected to take as many steps as the last one took, or as
-the running one has taken so far (a new snapshot waits for it), whichever is more. On 2 cores
-a build of the demo's 1,311 blocks takes about 10 REALM steps, so of 24 steps with a snapshot
-every 8, the one at step 16 would only slow steps 17-24 down.
+The builder is supervised: its output goes to `<snapshot_root>/builder-<version>.log`, never to
+an undrained pipe, which a chatty builder fills and then blocks on. A failed build is logged at
+once with the end of its log and the command that reproduces it; `max_builder_failures` in a
+row raise `IndexBuilderError`, so training stops instead of going on with an ever staler index.
+No snapshot is taken whose build could not publish while a step is left to use it (a build is
+expected to take as many steps as the last, or as the running one so far, whichever is more).
 """
 import os
 import shlex

@@ -1,24 +1,17 @@
 """The one knowledge corpus: block ids, titles and texts in canonical order, and wordpieces.
 
-Row r of a `Corpus` is row r of every block-embedding matrix and MIPS index built from it;
-`fingerprint` (`retrieval.fingerprint.corpus_fingerprint`) identifies those blocks in that
-order so an index can be checked against its corpus. Legend: N blocks, T wordpieces.
+Row r of a `Corpus` (N blocks, ascending id) is row r of every block-embedding matrix and MIPS
+index built from it; `fingerprint` identifies those blocks in that order, so that an index can
+be checked against its corpus. A corpus lives on disk in the memory-mapped form of
+`retrieval.corpus_files`, so opening one costs O(1) whatever N. `Corpus.load(path)` opens such
+a directory, and converts any other input (`retrieval.corpus_sources`) into one once,
+streaming: beside it (`<file>.corpus/`, `<shard dir>/corpus/`) or under `cache_dir` where that
+is not writable, and again when the input changes (size, mtime or shard listing).
 
-A corpus lives on disk in the memory-mapped form of `retrieval.corpus_files` (flat columns and
-offsets, fingerprint in the manifest), so opening one costs O(1) time and memory whatever N,
-and a row read touches only its pages. `Corpus.load(path)` opens such a directory; any other
-input (`retrieval.corpus_sources`: pipeline shards, JSONL, DPR TSV, Google's released block
-records) is converted once, streaming, into it: next to the input (`<file>.corpus/`,
-`<shard dir>/corpus/`), or under `cache_dir` where that is not writable, and converted again
-when the input changes (its size, modification time or shard listing). Blocks are ordered by ascending id. `titles` and `texts`
-are `StringColumn`s (sequences of str); `from_blocks` builds a small corpus in memory.
-
-Wordpieces: the ids stored by the corpus pipeline are valid only for the vocabulary it
-tokenized with (`--vocab_file`). Whoever embeds or featurizes blocks asks
-`corpus.wordpieces(tokenizer)`: the stored wordpieces where the tokenizer reproduces them
-(checked on sampled titles), else the blocks tokenized by it, cached in the corpus directory as
-a wordpiece set of that vocabulary, so a JSONL corpus, or shards made for another vocabulary,
-embed correctly too and are tokenized once.
+Stored wordpieces are valid only for the vocabulary the pipeline used, so whoever embeds or
+featurizes asks `corpus.wordpieces(tokenizer)`: the stored ones where the tokenizer reproduces
+them (checked on sampled titles), else the blocks tokenized by it once and cached in the
+corpus directory, so that a JSONL corpus, or shards of another vocabulary, embed correctly.
 """
 import functools
 import hashlib

@@ -1,22 +1,16 @@
 """The on-disk corpus form: flat, memory-mapped columns and a manifest, written in one stream.
 
-A corpus directory holds
-
-    corpus.json                 manifest: block count, fingerprint, source, every file's size
+    corpus.json                 manifest: block count, fingerprint, source, each file's size
                                 and crc32c, the wordpiece sets
     block_ids.npy               int64 [N], strictly increasing (row r = r-th smallest id)
     titles.bin, titles.npy      UTF-8 bytes of all titles, and their int64 offsets [N + 1]
     texts.bin, texts.npy        likewise for the texts
-    <set>/title_ids.bin, .npy   a wordpiece set: ids (uint16 where the vocabulary fits in
-    <set>/body_ids.bin, .npy    65,536, else int32) and offsets, without special tokens
-
-The set "wordpieces" holds the corpus pipeline's own wordpieces; "wordpieces-<digest>" sets are
-other vocabularies' wordpieces, tokenized once and cached (`Corpus.wordpieces`). Opening checks
-the manifest against every file's size and the offsets' ends (O(1)); `verify_checksums` reads
-everything. Writing streams: `CorpusWriter.add` appends a block, `close` puts the rows in
-ascending id order (a permutation pass only when the blocks came unordered), computes the
-fingerprint (`retrieval.fingerprint`) and writes the manifest last, so a directory without
-`corpus.json` is never read as a corpus. Legend: N blocks, T values.
+    <set>/{title,body}_ids.bin, .npy   a wordpiece set (uint16 ids where the vocabulary fits,
+                                else int32, and offsets): "wordpieces" the pipeline's own,
+                                "wordpieces-<digest>" another vocabulary's, cached
+Opening checks sizes and the offsets' ends (O(1)); `verify_checksums` reads everything.
+`CorpusWriter.close` orders the rows by id, computes the fingerprint and writes the manifest
+last, so that a directory without `corpus.json` is never read as a corpus.
 """
 import array
 import hashlib

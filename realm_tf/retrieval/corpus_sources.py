@@ -10,9 +10,8 @@
   spaces, no title), read with the row-aligned `titles.tfr` (raw titles) and `examples.tfr`
   (`tf.train.Example`s of `title_ids` and `token_ids`, the release's own wordpieces) when they
   are beside it. Block ids are the record numbers, the rows of the release's `block_emb`.
-Each reader yields `Block`s in file order, one line or record at a time (ids default to the line
-order among blocks); a malformed line raises `errors.MalformedRecordError` naming file and line.
-A UTF-8 byte-order mark at the start of a text file is skipped.
+Each reader yields `Block`s in file order (ids default to the line order among blocks); a
+malformed line raises `errors.MalformedRecordError` naming file and line; a UTF-8 BOM is skipped.
 """
 import csv
 import dataclasses

@@ -1,27 +1,17 @@
 """The one block-embedding function: wordpieces of (title, body) blocks -> float32 [N, D].
 
-Every path that embeds a corpus runs `embed_blocks`: the synchronous index refresh and the
-recall monitor of pre-training, the QA document index (and its swap for another corpus and its
-refresh during fine-tuning), retrieve-and-read over texts, and the Beam index builder's
-`EmbedBlocks`. What differs between them is the doc tower, behind the `Tower` interface:
-`DocTower` (a retriever in memory, optionally in bfloat16 and XLA-compiled) and `ExportTower`
-(a doc-embedder SavedModel, whose precision and XLA option were fixed at export).
+Every path that embeds a corpus runs `embed_blocks` (refreshes, the recall monitor, the QA
+document index, retrieve-and-read, the Beam builder's `EmbedBlocks`); only the doc tower
+differs, behind `Tower`: `DocTower` (a retriever in memory, optionally bfloat16 and
+XLA-compiled) or `ExportTower` (a doc-embedder SavedModel).
 
-Length bucketing: blocks are embedded shortest first and each batch is padded only to its
-longest block, rounded up to a multiple of the tower's `bucket` (few distinct shapes to trace).
-Blocks of short articles (and each article's last block) are far below 288 wordpieces, so this
-does a fraction of the fixed-length work (bench/embedding_bench.py: 2.1-2.6x blocks/s on
-Wikipedia lead extracts, which average 108 wordpieces). With an XLA-compiled tower the last
-batch is padded to `batch_size` rows so that there is one batch size.
-
-Reuse: the process keeps the embeddings of the last `_MEMO_SIZE` corpora it embedded with an
-in-memory doc tower (`DocTower`), keyed by a digest of the doc tower's weights, architecture,
-precision, packing and batching and of the blocks' wordpieces; an identical request returns a
-copy instead of embedding again. The chain ICT -> pre-training in one process (the demo) embeds
-the corpus with the same doc tower twice: the recall monitor's evaluation of ICT's kept
-checkpoint, then pre-training's initial index. Only corpora up to `_MEMO_MAX_BYTES` of
-embeddings are kept.
-Legend: N blocks, B blocks per batch, L padded length, T wordpieces, D embedding dim.
+Blocks are embedded shortest first, each batch padded only to its longest block, rounded up to
+the tower's `bucket`: most blocks are far below 288 wordpieces, and few shapes mean few traces
+(BENCHMARKS.md §1). An XLA tower's last batch is padded to `batch_size`, one shape. The process
+keeps the embeddings of the last `_MEMO_SIZE` corpora an in-memory `DocTower` embedded (up to
+`_MEMO_MAX_BYTES`), keyed by a digest of its weights, architecture, precision, packing and the
+wordpieces: a process running ICT then pre-training (the demo) embeds the corpus with the same
+tower twice.
 """
 import collections
 import hashlib

@@ -1,25 +1,16 @@
 """The on-disk block embeddings of an index version: `block_embeddings.npy`, memory-mapped.
 
-Legend: N blocks, D embedding dim, B / K rows gathered.
+Row r of the [N, D] `.npy` (C order) is the doc-tower embedding of corpus row r, stored as
+float32, bfloat16 or float16 (`STORAGE_DTYPES`: 4, 2 or 2 bytes a value; REALM's 13.3M blocks
+of D=128 take 6.8, 3.4 or 3.4 GB). bfloat16, which `.npy` cannot describe, is stored as its
+uint16 bits and read back as ml_dtypes' bfloat16. The version's manifest metadata records the
+storage dtype ("embedding_storage_dtype") and the file's sha256 ("embedding_sha256").
 
-Row r is the doc-tower embedding of corpus row r, stored as float32, bfloat16 or float16 (the
-storage dtype, `STORAGE_DTYPES`): 4, 2 or 2 bytes per value, so 13,353,718 REALM blocks of
-D=128 take 6.8, 3.4 or 3.4 GB. The file is a plain `.npy` ([N, D], C order); bfloat16, which
-`.npy` cannot describe, is stored as its uint16 bit pattern and read back as
-`tf.bfloat16.as_numpy_dtype` (ml_dtypes' bfloat16). The index version's manifest metadata
-records the storage dtype ("embedding_storage_dtype"; the file's `.npy` dtype must agree) and
-the file's sha256 ("embedding_sha256").
-
-Nothing holds a second full copy: `create` gives a writable memmap that
-`embedding.embed_blocks(out=...)` fills batch by batch, `open_embeddings` maps the file
-read-only (pages are read when rows are touched), and `gather` reads the rows a caller needs
-as float32 (fine-tuning's retriever loss: the top K of B questions per step). The MIPS index
-built over the embeddings keeps its own copy (`realm_tf.mips`).
-
-An index is published with its embeddings file through `index_publisher.publish` of a writer
-that calls `move_into` first: the file, written beside the version as a `*.tmp-*` name (what
-`index_publisher.cleanup_partial` removes after a killed build), is moved into the version
-directory before the index files and manifest, so a published version is complete.
+Nothing holds a second full copy: `create` gives a writable memmap that `embed_blocks(out=...)`
+fills batch by batch, `open_embeddings` maps the file read-only, and `gather` reads as float32
+only the rows a caller needs (fine-tuning: the top K of B questions a step). `move_into` puts
+the file, written as a `*.tmp-*` name beside the version, into it before the index files and
+manifest, so that a published version is complete.
 """
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple

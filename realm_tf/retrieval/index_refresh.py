@@ -1,36 +1,17 @@
-"""Keeping the MIPS index fresh while the retriever trains (REALM §3.3): the one
-refresher of pre-training and of Open-QA fine-tuning's optional index refresh.
+"""Keeping the MIPS index fresh while the retriever trains (REALM §3.3): the one refresher of
+pre-training and of Open-QA fine-tuning's optional refresh.
 
-Every index is published under `<index_root>/step-<8-digit step>` (the step of the doc-embedder
-weights it was built from) by `realm_tf.mips.index_publisher`, atomically, with `LATEST`
-pointing at the newest; the trainer only ever loads complete, verified indexes.
+Every index is published atomically as `<index_root>/step-<8-digit step>` (the doc tower's
+step; `mips.index_publisher`), so the trainer only loads complete, verified indexes.
+`SynchronousRefresher` re-embeds and rebuilds every N steps, blocking (tests, the stale-index
+ablation, fine-tuning); `AsynchronousRefresher` (`retrieval.async_refresh`) leaves it to a
+builder process. Staleness = current step − the index's snapshot step.
 
-* `SynchronousRefresher`: every N steps, re-embed all blocks with the current doc tower and
-  rebuild, blocking the trainer (tests, the stale-index ablation with a large N, and
-  fine-tuning, `realm_tf.qa.finetune_lib`). With a `snapshot_root` it also exports the doc
-  tower it embedded with as `<snapshot_root>/step-<8-digit step>` (a QA model's doc embedder).
-* `AsynchronousRefresher` (`realm_tf.retrieval.async_refresh`): every N steps, export a
-  doc-embedder snapshot; an index-builder process embeds and publishes in the background;
-  between steps the trainer swaps in the newest published index without pausing.
-Staleness = current step − snapshot step of the index in use.
-
-The trainer loads a published version without re-hashing it: `publish` verified its sha256
-checksums once, in the process that built it (the builder), so a swap costs reading the
-index, not hashing 6.8 GB on the trainer thread. Retention: after each swap only the
-`keep_versions` newest index versions (and the one in use) are kept, and the asynchronous
-refresher deletes the doc-embedder snapshots (and their builder logs) of removed versions and
-those older than the oldest kept version, so a long run's disk use is bounded. `retain(pinned)`
-also keeps the versions a trainer's kept checkpoints use (fine-tuning's doc tower is frozen
-between refreshes: its checkpoints name the index that matches them).
-
-A frozen doc tower (`start(..., check_doc_tower=True)`, fine-tuning): a resumed run reuses the
-version of its checkpoint's doc-tower step only if a few blocks re-embedded by the doc tower
-match it (`matches_doc_tower`, within `embedding.embedding_tolerance`); otherwise it rebuilds it.
-
-Several workers (MultiWorkerMirroredStrategy, the trainer's strategy passed to `start`): the
-chief alone builds, snapshots, starts builders, publishes and prunes; after every step it
-sends the step of the version it uses to the other workers (`distribute.chief_value`, an
-all-reduce), which load that version, so every worker swaps to the same index at the same step.
+A swap loads a version without re-hashing it (`publish` verified it once, in the builder): it
+costs reading the index, not hashing 6.8 GB on the trainer thread. Only the `keep_versions`
+newest versions, the one in use and `retain(pinned)`'s are kept. A resumed frozen doc tower
+reuses its step's version only if re-embedded blocks match (`matches_doc_tower`). With several
+workers only the chief builds, and all swap to its version at the same step (docs/training.md).
 """
 import abc
 import os

@@ -1,32 +1,15 @@
-"""The document-embedder export: what the index builder runs over every block.
+"""The document-embedder export: Embed_doc(z), what the index builder runs over every block.
 
-A plain TF SavedModel (no realm_tf import needed to use it) with
-  signature "serving_default": input_word_ids, input_mask, input_type_ids int32 [N, L]
-                               -> {"embeddings": float32 [N, D]}
-  signature "embed_blocks":    title_ids, body_ids int64 ragged as (values, row_lengths)
-                               -> {"embeddings": float32 [N, D]}; packs
-                               `[CLS] title [SEP] body [SEP]` to <= block_length itself and
-                               pads the batch only to its longest block, rounded up to a
-                               multiple of `length_multiple` (few distinct shapes).
-  signature "embed_texts":     titles, texts string [N] -> {"embeddings": float32 [N, D]}
-                               (only when exported with a tokenizer; it tokenizes with the
-                               model's vocabulary, which ships as the asset `vocab_file`,
-                               and packs like "embed_blocks"). Loading it needs
-                               `import tensorflow_text` (the tokenizer's ops).
-  `__call__(inputs, training=False)` (what `hub.KerasLayer(path)` calls; `training` turns
-  dropout on):
-    (with a tokenizer) {"titles", "texts"} string [N] -> float32 [N, D], as "embed_texts";
-    {input_word_ids, input_mask, input_type_ids} int32 [N, L] -> TF Hub's BERT-encoder dict
-    "pooled_output", "default" [N, H], "sequence_output" [N, L, H], "encoder_outputs" (per
-    layer) and "embeddings" [N, D] (`realm_tf.signatures.reusable`; the text preprocessor that
-    packs blocks for it is the `preprocessor` export, `bert_pack_inputs` with seq_length L).
-  It is a Reusable SavedModel: `hub.KerasLayer(path, trainable=True)` fine-tunes the doc
-  tower (`variables`, `trainable_variables`, `regularization_losses`).
-and the scalar attributes `embedding_dim`, `block_length`, `cls_id`, `sep_id`, `pad_id`,
-`snapshot_step` (the trainer step the weights come from, -1 if none), `length_multiple` and
-`jit_compile` (whether the encoder forward is XLA-compiled: `jit_compile=True` at export;
-XLA compiles once per input shape, so callers should keep the shapes few: the index builder
-batches blocks of one length bucket and pads partial batches to full size).
+N blocks, L length, D embedding dim:
+  "serving_default": input_word_ids, input_mask, input_type_ids int32 [N, L]
+                     -> {"embeddings": float32 [N, D]}
+  "embed_blocks":    title_ids, body_ids int64 ragged as (values, row_lengths) -> the same
+  "embed_texts":     titles, texts string [N] -> the same (exported with a tokenizer only;
+                     loading it then needs `import tensorflow_text`)
+"embed_blocks" packs `[CLS] title [SEP] body [SEP]` itself and pads a batch only to its
+longest block, rounded up to `length_multiple`: XLA (`jit_compile`) compiles once per shape,
+so the shapes stay few. `export_attributes` reads the scalars (`snapshot_step`, ...) back and
+`DocEmbedder` runs an export. docs/exports.md has the details.
 """
 import dataclasses
 import os
@@ -157,7 +140,7 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
   """Writes the doc tower of `retriever` as a SavedModel at `path`; returns `path`.
 
   With a `tokenizer` the export also takes strings: the "embed_texts" signature and the
-  `{"titles", "texts"}` form of `__call__` (see the module docstring). With
+  `{"titles", "texts"}` form of `__call__` (docs/exports.md). With
   `compute_dtype="bfloat16"` the export computes in bfloat16 (`models.precision`; weights and
   outputs stay float32). `embed_blocks` pads each batch to a multiple of `length_multiple`;
   `jit_compile=True` XLA-compiles the encoder forward (BENCHMARKS.md §1: 1.3-1.55× per batch
@@ -182,7 +165,7 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
 
 @dataclasses.dataclass(frozen=True)
 class ExportAttributes:
-  """The scalar attributes of a doc-embedder export (see the module docstring)."""
+  """The scalar attributes of a doc-embedder export (docs/exports.md)."""
   embedding_dim: int
   block_length: int
   snapshot_step: int

@@ -1,22 +1,14 @@
 """TF Hub's Reusable SavedModel interface, shared by every export.
 
-Each exported module (a `tf.train.Checkpoint`, as TF Hub's own exporters use, so that these are
-plain attributes the SavedModel keeps) has
-  variables:             every tf.Variable its `__call__` reads
-  trainable_variables:   the model weights among them; `hub.KerasLayer(path, trainable=True)`
-                         trains exactly these
-  regularization_losses: [] (the models have no weight regularizers; weight decay belongs to
-                         the user's optimizer)
-and a `__call__(inputs, training=False)` traced for `training` True and False (dropout on and
-off), which `hub.KerasLayer` calls with the surrounding Keras model's training mode.
+Each exported module is a `tf.train.Checkpoint` (as TF Hub's own exporters use, so that these
+are plain attributes the SavedModel keeps) with `variables`, `trainable_variables` (what
+`hub.KerasLayer(path, trainable=True)` trains), `regularization_losses` ([]: weight decay
+belongs to the user's optimizer) and a `__call__(inputs, training=False)` traced for both
+`training` values, which `hub.KerasLayer` calls with its Keras model's training mode.
 
-The encoder exports (query and doc embedder) answer a dict of ids with TF Hub's Transformer
-encoder outputs (legend: N inputs, L length, H hidden size, D embedding dim), all float32:
-  "pooled_output" [N, H]       the tower's pooling ([CLS] pooler or mean, as it retrieves with)
-  "default" [N, H]             = "pooled_output"
-  "sequence_output" [N, L, H]  the last layer
-  "encoder_outputs"            list of [N, L, H], one per Transformer layer
-  "embeddings" [N, D]          the retrieval embedding (the tower's head on "pooled_output")
+`tower_outputs` gives the encoder exports TF Hub's Transformer-encoder outputs for N inputs of
+length L: "pooled_output" and "default" [N, H] (the tower's own pooling), "sequence_output"
+[N, L, H], "encoder_outputs" (one [N, L, H] per layer), plus the retrieval "embeddings" [N, D].
 """
 import contextlib
 from typing import Any, Callable, Dict, Sequence

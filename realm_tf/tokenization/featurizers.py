@@ -1,20 +1,17 @@
 """REALM input featurizers: evidence blocks, queries and reader inputs.
 
-Dimension legend: B batch, T wordpieces of a segment, L packed length.
-
-- block: `[CLS] title [SEP] body [SEP]`, L = 288, the title has priority (waterfall truncation);
-  types 0 for `[CLS] title [SEP]`, 1 for `body [SEP]`.
+B batch, T wordpieces of a segment, L packed length:
+- block: `[CLS] title [SEP] body [SEP]`, L = 288, the title first (waterfall truncation); types
+  0 for `[CLS] title [SEP]`, 1 for `body [SEP]`.
 - query: `[CLS] x [SEP]`, L = 96 in pre-training (64 for ICT).
-- reader: `[CLS] x [SEP] z_body [SEP]` (the block title is not read), L = 384 = 96 + 288 in
-  pre-training and 320 in fine-tuning. The query has priority (waterfall), so the wordpieces of
-  a query packed at a length <= L - 1 keep their positions and its `masked_lm_positions` stay
-  valid in the reader input; with 96 + 288 the body of a 288-block is never cut either.
+- reader: `[CLS] x [SEP] z_body [SEP]` (the title is not read), L = 384 = 96 + 288 in
+  pre-training, 320 in fine-tuning. The query goes first, so a query packed at a length
+  <= L - 1 keeps its positions and its `masked_lm_positions` stay valid in the reader input.
 
-The three layers run inside `tf.data.Dataset.map`, batched or on single examples.
-`Featurizer` holds one of each with the run's lengths and is what every stage featurizes with
-(ICT and pre-training data, pre-training candidates, fine-tuning, the recall monitor, serving
-and the TF Hub exports): from text or from wordpiece ids, the same features. To read K blocks
-per query, it flattens them to B*K rows and repeats the query ids.
+The layers run inside `tf.data.Dataset.map`, batched or not. `Featurizer` holds one of each at
+the run's lengths and is what every stage featurizes with (training data, candidates,
+fine-tuning, the recall monitor, serving, the TF Hub exports), from text or from wordpiece
+ids alike; to read K blocks per query it flattens them to B*K rows and repeats the query.
 """
 from typing import Dict, Optional
 

@@ -1,23 +1,17 @@
 """Masked-LM masking as graph ops: salient spans (REALM) and the random ablations.
 
-Dimension legend: B batch, L packed length, T wordpieces, M max_predictions.
+Every function takes packed `input_word_ids` [B, L] (or [L]) and returns, for M =
+max_predictions: "input_word_ids" int32 [B, L] (the chosen positions set to `mask_id`: no
+80/10/10 replacement, as in REALM), "masked_lm_positions" int32 [B, M] (ascending) and
+"masked_lm_ids" int32 [B, M] (the original ids), both padded with 0, and "masked_lm_weights"
+float32 [B, M] (1 on real predictions, 0 on padding). Positions whose id is in `special_ids`
+(pass at least [PAD], [CLS], [SEP]) are never masked.
 
-Every masked wordpiece becomes `[MASK]` (no 80/10/10 replacement, as in REALM). All functions
-take packed `input_word_ids` [B, L] (or [L] for one example) and return a dict:
-- "input_word_ids": int32 [B, L], the ids with the chosen positions set to `mask_id`;
-- "masked_lm_positions": int32 [B, M], ascending, padded with 0;
-- "masked_lm_ids": int32 [B, M], the original ids there, padded with 0;
-- "masked_lm_weights": float32 [B, M], 1.0 on real predictions, 0.0 on padding.
-
-A position is maskable when its id is not in `special_ids` (pass at least [PAD], [CLS] and
-[SEP]). A row whose span cannot be masked is left unchanged with all-zero weights instead of
-failing the pipeline; count such rows with `tf.reduce_max(masked_lm_weights, -1) == 0` (a
-Beam counter or a metric) and drop them if wanted. Salient spans are never truncated: masking
-part of an entity would leave its other wordpieces as a clue, so a span longer than M is
-rejected like an invalid one.
-
-Randomised variants are stateless and deterministic given `seed` (int or int [2]); inside
-`tf.data` derive a per-example seed, e.g. from `Dataset.enumerate()`.
+A row whose span cannot be masked comes back unchanged with all-zero weights instead of failing
+the pipeline (count them with `reduce_max(masked_lm_weights, -1) == 0`), and so does a salient
+span longer than M, never truncated: masking part of an entity would leave the rest as a
+clue. The random variants are stateless, deterministic in `seed` (int or int [2]); inside
+`tf.data`, derive a per-example seed, e.g. from `Dataset.enumerate()`.
 """
 from typing import Callable, Dict, Sequence
 

@@ -1,26 +1,17 @@
 """Masked-LM warm-up of a new reader's MLM head on the corpus blocks, before REALM.
 
 A reader whose BERT weights carry no MLM head (all-MiniLM-L6-v2, a sentence embedder) starts
-REALM pre-training with an untrained head: its masked-token predictions are noise, p(y|z,x)
-hardly depends on z and the retriever's gradient is noise too (REALM §3.4's cold start). The
-warm-up trains that head as a plain masked LM on the blocks alone, with no retrieval: each
-block is packed as `[CLS] title [SEP] body [SEP]` (the featurizer's blocks, Lb wordpieces) and
-masked BERT-style (`tokenization.masking.random_token_mask`: 15% of its wordpieces, at most
-M, each one `[MASK]`).
+REALM with an untrained head: p(y|z,x) hardly depends on z and the retriever's gradient is
+noise (REALM §3.4's cold start). The warm-up trains it as a plain masked LM on the blocks
+alone, with no retrieval: B blocks packed as `[CLS] title [SEP] body [SEP]` (Lb wordpieces) and
+masked BERT-style (`masking.random_token_mask`: 15%, at most M, each `[MASK]`). By default
+(`train_encoder=True`) the encoder and the word embeddings the decoder shares train with the
+head, since over MiniLM's frozen encoder the head alone stalls (BENCHMARKS.md §11).
 
-What trains: the head (transform Dense, LayerNorm, output bias), the encoder and the word
-embeddings the decoder shares (`train_encoder=True`, the default). Measured on Wikipedia blocks
-(BENCHMARKS.md §11): over MiniLM's frozen encoder the head alone stalls near 8% held-out
-accuracy whatever its learning rate (its last layer was trained for sentence embeddings, not
-tokens), while training the encoder too reaches 12% at step 100 and 17% at step 300, at about
-3x the step time.
-`train_encoder=False` trains the head alone.
-
-`held_out_blocks` blocks (a seeded draw) are never trained on; the accuracy of the masked
-wordpieces of those blocks (`held_out_mlm_accuracy`, with masks fixed once) is measured before
-the first step, every `eval_every` steps and at the last through `TrainLoop` (`eval.jsonl`,
-`best/`), whose checkpoints, resume and `metrics.jsonl` are the stage's (`model_dir`).
-Legend: B batch, L block length (Lb), M max predictions, V vocabulary.
+`held_out_blocks` blocks (a seeded draw) are never trained on; the accuracy on their masked
+wordpieces (`held_out_mlm_accuracy`, masks fixed once) is measured before the first step,
+every `eval_every` steps and at the last, through `TrainLoop` (`eval.jsonl`, `best/`), whose
+checkpoints, resume and `metrics.jsonl` are the stage's (`model_dir`).
 """
 from typing import Dict, Optional
 

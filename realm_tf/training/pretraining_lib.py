@@ -1,23 +1,17 @@
 """REALM pre-training: backpropagation through retrieval (REALM §3).
 
-Per step:
+B batch, K candidates, M masked positions, D embedding dim. Per step:
   1. replicated: embed the masked queries with the current θ;
   2. host: search the (possibly stale) index, drop the source block, null document first,
      cut to K, pack candidate and reader inputs (`CandidateBuilder`);
   3. replicated: re-embed query and candidates with the current θ (fresh p(z|x) and its
-     gradient), read every (x, z), and minimise the marginal negative log-likelihood over the K
-     candidates (per token, or the paper's per sequence: `task.mlm_loss`); gradients flow into
-     both towers and the reader, the retriever's by p(z|y,x) − p(z|x) (Appendix A).
-The index is swapped between steps by an `IndexRefresher`. With several workers
-(MultiWorkerMirroredStrategy) every worker reads the same global batch, gathers the query
-embeddings of all replicas after step 1, does step 2 on the whole batch, and its replicas take
-their rows in step 3 (`distribute`): the step is the single-worker one. Logged: loss, MLM
-accuracy of the marginal prediction, retrieval utility of the marginal vs the null document
-(`retrieval_utility`) and Appendix D's per-document RU(z|x) of the best-scored retrieved block
-(`top_document_ru`), the null document's prior and posterior share of the retrieval mass
-(`null_prior`, `null_posterior`),
+     gradient), read every (x, z) and minimise the marginal negative log-likelihood over the
+     K (`task.mlm_loss`); the retriever's gradient is p(z|y,x) − p(z|x) (Appendix A).
+The search stays on the host (a TPU cannot run it) and an `IndexRefresher` swaps the index
+between steps. Logged: loss, MLM accuracy of the marginal prediction, `retrieval_utility` of
+the marginal vs the null document, `top_document_ru` (Appendix D's RU(z|x) of the best-scored
+block), `null_prior` and `null_posterior` (the null document's share of the retrieval mass),
 how often the source block is retrieved, index version and staleness, step time.
-Legend: B batch, K candidates, M masked positions, V vocabulary, D embedding dim.
 """
 import os
 from typing import Dict, Optional

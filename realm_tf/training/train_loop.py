@@ -1,32 +1,17 @@
 """The step loop shared by every trainer: resume, checkpoint, summaries, progress with ETA.
 
-Each step's metrics also go to `model_dir/metrics.jsonl` (one JSON object per line, with
-"step"), which `realm_tf.training.plots` turns into the retrieval-utility curve; the lines
-are buffered and appended just before every checkpoint (one write per checkpoint, not per
-step: on `gs://` an append re-uploads the file), so a resumed run has every step's record (a
-step logged again after a resumption keeps its last record for the readers).
-The progress bar shows gauges (`index_staleness`) at their current value and losses and
-accuracies as means over the last `PROGRESS_WINDOW` steps.
+Metrics go to TensorBoard every `summary_every` steps and to `model_dir/metrics.jsonl` every
+step (a JSON object a line; `training.plots` draws the retrieval-utility curve). The lines are
+buffered and appended just before each checkpoint, since on `gs://` an append re-uploads the
+file; a resumed run thus has every step's record (a step logged again keeps its last record).
+An `Evaluation` (e.g. `recall_monitor.RecallMonitor`) runs before the first step and every
+`every_n_steps`: `model_dir/eval.jsonl`, TensorBoard `eval/<name>`, the best checkpoint so far
+(the start included) in `model_dir/best/`, a warning for a stage that ends below its start.
 
-With an `Evaluation` (e.g. `realm_tf.training.recall_monitor.RecallMonitor`'s held-out
-recall), the loop evaluates before the first step and every `every_n_steps`; each result goes
-to `model_dir/eval.jsonl` and TensorBoard (`eval/<name>`), the checkpoint with the best
-`metric` so far (the start included) is kept in `model_dir/best/`, and a stage that ends below
-its start logs a warning (`ended_below_start`). Trainers that write more than checkpoints
-(e.g. Open-QA fine-tuning's `model.json` beside each checkpoint and in `best/`) pass
-`after_save` / `after_best`.
-
-Checkpoints hold whatever the trainer puts in its `tf.train.Checkpoint` plus the step counter;
-the run's structural configuration (`run_config`) is saved beside the first one, and a resume
-checks it (`realm_tf.training.run_config`) and that every variable was restored
-(`realm_tf.checkpoints.tf2_checkpoint`); `CheckpointManager` writes each checkpoint under a
-new name and only then updates its state file, so a `kill -9` at any moment leaves the
-previous checkpoint intact and the next run resumes from it.
-
-Under MultiWorkerMirroredStrategy (`strategy`) every worker runs the loop; the chief writes
-all of the above into `model_dir`, the others the same files into a scratch directory
-(`distribute.output_dir`), and every worker resumes from the chief's checkpoints. A worker that
-dies makes the others fail with `distribute.WorkerLostError`.
+A resume checks the run's structural configuration (`run_config`) and that every variable was
+restored (`checkpoints.tf2_checkpoint`). `CheckpointManager` writes each checkpoint under a new
+name before its state file, so that a `kill -9` at any moment leaves the previous one intact.
+With several workers only the chief's files are kept, and all resume from the chief's.
 """
 import dataclasses
 import json
