@@ -13,7 +13,7 @@ from realm_tf.mips import index_builder
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.index_builder import ScannSettings
 from realm_tf.mips.manifest import IndexManifest
-from realm_tf.mips.mips_index import load_index
+from realm_tf.mips.index_loading import load_index
 from realm_tf.mips.scann_index import ScannIndex
 from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 

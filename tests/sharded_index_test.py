@@ -17,7 +17,7 @@ import tensorflow as tf
 from realm_tf import errors
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
-from realm_tf.mips import mips_index
+from realm_tf.mips import index_loading
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.manifest import IndexCorruptedError
 from realm_tf.mips.manifest import IndexManifest
@@ -110,7 +110,7 @@ def test_saved_and_reloaded_in_a_tf_function(tmp_path):
   docs, queries = _gaussian(3, 30, _DIM), _gaussian(4, 5, _DIM)
   sharded = ShardedIndex([ScannIndex.build(docs[:12]), ScannIndex.build(docs[12:])], 15)
   sharded.save(str(tmp_path))
-  loaded = mips_index.load_index(str(tmp_path))
+  loaded = index_loading.load_index(str(tmp_path))
   assert isinstance(loaded, ShardedIndex) and loaded.row_ranges == [(0, 12), (12, 30)]
   assert (loaded.shard_size, loaded.shard_kind) == (15, "scann")
   search = tf.function(lambda q: loaded.search(q, 14), input_signature=[
@@ -132,7 +132,7 @@ def test_the_manifest_round_trips(tmp_path):
       ("shard-00000-of-00002", 0, 5, 5), ("shard-00001-of-00002", 5, 20, 15)]
   assert (manifest.builder["shard_kind"], manifest.builder["shard_size"]) == (
       "brute_force", None)
-  mips_index.load_index(str(tmp_path / "a")).save(str(tmp_path / "b"))
+  index_loading.load_index(str(tmp_path / "a")).save(str(tmp_path / "b"))
   assert IndexManifest.read(str(tmp_path / "b")) == manifest
 
 
@@ -146,7 +146,7 @@ def saved(tmp_path):
 def test_a_missing_shard_is_refused_naming_it(saved):
   shutil.rmtree(os.path.join(saved, "shard-00001-of-00003"))
   with pytest.raises(IndexCorruptedError, match=r"index/shard-00001-of-00003: .*missing"):
-    mips_index.load_index(saved)
+    index_loading.load_index(saved)
 
 
 def test_a_damaged_shard_file_is_refused_naming_it(saved, tmp_path):
@@ -156,7 +156,7 @@ def test_a_damaged_shard_file_is_refused_naming_it(saved, tmp_path):
     f.seek(-3, os.SEEK_END)
     f.write(b"\x00\x01\x02")
   with pytest.raises(IndexCorruptedError, match="shard-00002-of-00003/embeddings.npy: .*sha256"):
-    mips_index.load_index(saved)
+    index_loading.load_index(saved)
   with pytest.raises(index_publisher.PublishError, match="shard-00002-of-00003/embeddings.npy"):
     index_publisher.publish(lambda d: shutil.copytree(saved, d), root, "step-00000001")
   assert os.listdir(root) == []  # nothing published, nothing left behind
@@ -170,7 +170,7 @@ def test_a_shard_of_another_index_is_refused_naming_it(saved, tmp_path):
   shutil.copytree(os.path.join(other, "shard-00000-of-00003"), shard)
   with pytest.raises(IndexCorruptedError,
                      match="shard-00000-of-00003/manifest.json: .*another index"):
-    mips_index.load_index(saved, verify_checksums=False)
+    index_loading.load_index(saved, verify_checksums=False)
 
 
 def test_a_shard_of_another_size_is_refused_naming_it(saved, tmp_path):
@@ -188,7 +188,7 @@ def test_a_shard_of_another_size_is_refused_naming_it(saved, tmp_path):
   with pytest.raises(IndexCorruptedError,
                      match=r"shard-00001-of-00003/manifest.json: .*12 x 16; the top manifest "
                      r"expects a shard of 10 x 16"):
-    mips_index.load_index(saved)
+    index_loading.load_index(saved)
 
 
 def test_a_shard_list_that_does_not_tile_the_rows_is_refused(saved):
@@ -199,7 +199,7 @@ def test_a_shard_list_that_does_not_tile_the_rows_is_refused(saved):
   with open(top, "w") as f:
     json.dump(data, f)
   with pytest.raises(IndexCorruptedError, match="manifest.json: .*entry 1 .*from row 10"):
-    mips_index.load_index(saved)
+    index_loading.load_index(saved)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
@@ -211,12 +211,12 @@ def test_save_index_from_a_memory_mapped_file_one_shard_at_a_time(tmp_path, dtyp
   index_builder.save_index(mapped, str(tmp_path / "index"), "brute_force", settings)
   assert sorted(os.listdir(tmp_path / "index")) == ["manifest.json"] + [
       f"shard-0000{s}-of-00005" for s in range(5)]
-  loaded = mips_index.load_index(str(tmp_path / "index"))
+  loaded = index_loading.load_index(str(tmp_path / "index"))
   assert [b - a for a, b in loaded.row_ranges] == [8, 8, 8, 8, 9]
   assert loaded.shard_size == 10
   np.testing.assert_array_equal(loaded.document_embeddings(), docs.astype(np.float32))
   checked = []
-  mips_index.check_index(str(tmp_path / "index"),
+  index_loading.check_index(str(tmp_path / "index"),
                          lambda shard, where: checked.append((shard.num_docs, where)))
   assert [os.path.basename(w) for _, w in checked] == [f"shard-0000{s}-of-00005"
                                                         for s in range(5)]
