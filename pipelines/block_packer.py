@@ -22,8 +22,8 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from pipelines import sentence_splitter
 from realm_tf import errors
+from realm_tf.tokenization import sentence_splitter
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 BLOCK_LENGTH = 288
