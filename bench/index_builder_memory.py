@@ -119,10 +119,10 @@ def _builder(path, index_root, shard_size, queue) -> None:
   phases.wrap(scann_index.ScannIndex, "save", "save")
   phases.wrap(index_loading, "check_index", "verify")
   embeddings = np.load(path, mmap_mode="r")
-  settings = index_builder.ScannSettings(shard_size=shard_size)
+  sharding = index_builder.Sharding(shard_size=shard_size)
   start = time.perf_counter()
   published = index_publisher.publish(
-      lambda d: index_builder.save_index(embeddings, d, "scann", settings), index_root,
+      lambda d: index_builder.save_index(embeddings, d, "scann", sharding=sharding), index_root,
       "step-00000001")
   seconds = time.perf_counter() - start
   phases.enter("other")

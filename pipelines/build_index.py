@@ -29,7 +29,7 @@ _INDEX_ROOT = flags.DEFINE_string("index_root", None, "Versioned index directory
 _KIND = flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS,
                           "ScaNN (approximate) or brute force (exact).")
 flags.DEFINE_alias("kind", "index_kind")
-_SCANN = cli.define_scann_flags()
+_INDEX = cli.define_index_flags()
 flags.adopt_module_key_flags(cli)  # the --scann_* and --index_shard_size flags in --help
 _VERSION = flags.DEFINE_string("version", "",
                                "Version to publish; empty: step-<export's snapshot step>.")
@@ -47,12 +47,14 @@ def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
   from pipelines.build_index_lib import build_index  # the builder as a function, for local mode
   from realm_tf.mips.index_builder import ScannSettings
+  from realm_tf.mips.index_builder import Sharding
   result = build_index(
       _CORPUS_DIR.value, _EMBEDDER_DIR.value, _INDEX_ROOT.value, kind=_KIND.value,
       version=_VERSION.value,
       pipeline_options=" ".join([shlex.join(argv[1:]), _PIPELINE_OPTIONS.value]),
       embeddings_dir=_EMBEDDINGS_DIR.value, num_shards=_NUM_SHARDS.value,
-      blocks_per_batch=_BLOCKS_PER_BATCH.value, scann=ScannSettings(**_SCANN.values()))
+      blocks_per_batch=_BLOCKS_PER_BATCH.value, scann=ScannSettings(**_INDEX.scann_values()),
+      sharding=Sharding(**_INDEX.sharding_values()))
   for name, value in sorted(result.counters.items()):
     logging.info("%s: %d", name, value)
     print(f"{name}: {value}")

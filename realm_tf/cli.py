@@ -32,28 +32,44 @@ COMPUTE_DTYPES = ("auto", "float32", "bfloat16")  # auto: `models.precision.best
 DATASETS = ("nq", "wq", "curatedtrec")
 
 
-class ScannFlags(NamedTuple):
-  """The ScaNN settings of every binary that builds an index (`define_scann_flags`)."""
+# {setting: flag} of the index-building settings (`realm_tf.mips.index_builder`'s
+# `ScannSettings` and `Sharding`, each a field of a task config's `scann` / `sharding`).
+INDEX_SETTING_FLAGS = {
+    "scann.num_leaves": "scann_num_leaves",
+    "scann.num_leaves_to_search": "scann_num_leaves_to_search",
+    "scann.dimensions_per_block": "scann_dimensions_per_block",
+    "scann.reorder_k": "scann_reorder_k",
+    "sharding.shard_size": "index_shard_size",
+}
+
+
+class IndexFlags(NamedTuple):
+  """The index settings of every binary that builds an index (`define_index_flags`)."""
   num_leaves: flags.FlagHolder
   num_leaves_to_search: flags.FlagHolder
   dimensions_per_block: flags.FlagHolder
   reorder_k: flags.FlagHolder
   shard_size: flags.FlagHolder
 
-  def values(self) -> Dict[str, int]:
-    """{setting: value}, the keyword arguments of `realm_tf.mips.index_builder.ScannSettings`."""
-    return {name: holder.value for name, holder in self._asdict().items()}
+  def scann_values(self) -> Dict[str, int]:
+    """The keyword arguments of `realm_tf.mips.index_builder.ScannSettings`."""
+    return {name: holder.value for name, holder in self._asdict().items()
+            if name != "shard_size"}
 
-  def names(self) -> Dict[str, str]:
-    """{flag name: setting}, e.g. {"index_shard_size": "shard_size"}."""
-    return {holder.name: name for name, holder in self._asdict().items()}
+  def sharding_values(self) -> Dict[str, int]:
+    """The keyword arguments of `realm_tf.mips.index_builder.Sharding`."""
+    return {"shard_size": self.shard_size.value}
+
+  def settings(self) -> Dict[str, str]:
+    """{flag name: setting}, e.g. {"index_shard_size": "sharding.shard_size"}."""
+    return {flag: setting for setting, flag in INDEX_SETTING_FLAGS.items()}
 
 
-def define_scann_flags() -> ScannFlags:
+def define_index_flags() -> IndexFlags:
   """Defines `--scann_num_leaves`, `--scann_num_leaves_to_search`,
   `--scann_dimensions_per_block`, `--scann_reorder_k` and `--index_shard_size`
   (`realm_tf.mips.index_builder`)."""
-  return ScannFlags(
+  return IndexFlags(
       flags.DEFINE_integer("scann_num_leaves", 0, "ScaNN tree leaves; 0: sqrt(N) from 10k "
                            "blocks (1000 for full Wikipedia, as the reference).", lower_bound=0),
       flags.DEFINE_integer("scann_num_leaves_to_search", 0, "ScaNN leaves searched per query; "
@@ -113,7 +129,7 @@ class ModelFlags(NamedTuple):
   corpus: flags.FlagHolder
   embeddings_dir: flags.FlagHolder
   index_kind: flags.FlagHolder
-  scann: ScannFlags
+  index: IndexFlags
   embedding_dtype: flags.FlagHolder
   released: ReleasedFlags
 
@@ -134,7 +150,7 @@ def define_model_flags() -> ModelFlags:
       flags.DEFINE_enum("index_kind", "", ("",) + INDEX_KINDS,
                         "MIPS index for --corpus, or of a released model's import (default: "
                         "the model's; ScaNN for a released model)."),
-      define_scann_flags(),
+      define_index_flags(),
       define_embedding_dtype_flag(),
       define_released_flags())
   flags.register_multi_flags_validator(

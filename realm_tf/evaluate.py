@@ -27,7 +27,7 @@ flags.declare_key_flag("embedding_dtype")  # in --help
 _INDEX_KIND = flags.DEFINE_enum("index_kind", "", ("",) + cli.INDEX_KINDS,
                                 "MIPS index for --corpus, or of a released model's import "
                                 "(default: the model's; ScaNN for a released model).")
-_SCANN = cli.define_scann_flags()
+_INDEX = cli.define_index_flags()
 _RELEASED = cli.define_released_flags()
 flags.adopt_module_key_flags(cli)
 _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")
@@ -45,6 +45,7 @@ def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   import tensorflow as tf
   from realm_tf.mips.index_builder import ScannSettings
+  from realm_tf.mips.index_builder import Sharding
   from realm_tf.qa import datasets
   from realm_tf.qa import evaluate_lib
   from realm_tf.qa.ask_lib import Asker
@@ -53,7 +54,9 @@ def main(argv):
   examples = datasets.load_examples(_DATA.value, dataset)
   asker = Asker(_MODEL_DIR.value, corpus=_CORPUS.value, embeddings_dir=_EMBEDDINGS.value,
                 k=_K.value, index_kind=_INDEX_KIND.value,
-                scann=ScannSettings(**_SCANN.values()), embedding_dtype=_EMBEDDING_DTYPE.value,
+                scann=ScannSettings(**_INDEX.scann_values()),
+                sharding=Sharding(**_INDEX.sharding_values()),
+                embedding_dtype=_EMBEDDING_DTYPE.value,
                 released=ReleasedSettings(**_RELEASED.values()))
   result = evaluate_lib.evaluate(
       asker.system, examples,

@@ -73,7 +73,7 @@ flags.DEFINE_bool("read_answer_block", False,
                   "answer-bearing block of the top --retriever_top_k instead of "
                   "the k-th (DPR's reader training).")
 flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
-_SCANN = cli.define_scann_flags()
+_INDEX = cli.define_index_flags()
 flags.adopt_module_key_flags(cli)  # the --scann_* flags in --help
 flags.DEFINE_integer("refresh_every", 0,
                      "Refresh the index every N steps (0: frozen index).", lower_bound=0)
@@ -140,7 +140,7 @@ SETTINGS = {
     "retriever_top_k": "task.retriever_top_k", "max_gold_spans": "task.max_gold_spans",
     "read_answer_block": "task.read_answer_block",
     "index_kind": "task.index_kind",
-    **{flag: f"task.scann.{name}" for flag, name in _SCANN.names().items()},
+    **{flag: f"task.{setting}" for flag, setting in _INDEX.settings().items()},
     "refresh_every": "task.index_refresh_steps", "train_doc_tower": "task.train_doc_tower",
     "refresh": "task.refresh", "builder_args": "task.builder_args",
     "max_builder_failures": "task.max_builder_failures", "null_document": "task.null_document",

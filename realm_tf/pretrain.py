@@ -58,7 +58,7 @@ flags.DEFINE_enum("refresh", "async", ["async", "sync"], "Index refresh mode.")
 flags.DEFINE_integer("refresh_every", 500, "Steps between embedder snapshots / rebuilds.",
                      lower_bound=1)
 flags.DEFINE_enum("index_kind", "scann", cli.INDEX_KINDS, "MIPS index.")
-_SCANN = cli.define_scann_flags()
+_INDEX = cli.define_index_flags()
 cli.define_dev_recall_flags(eval_every=500)
 flags.adopt_module_key_flags(cli)  # the --scann_* and --dev_data flags in --help
 flags.DEFINE_list("builder_args", [], "Extra flags for the index builder (e.g. Beam runner).")
@@ -104,7 +104,7 @@ SETTINGS = {
     "query_length": "task.model.query_length",
     "block_length": "task.model.block_length", "refresh": "task.refresh",
     "refresh_every": "task.refresh_every", "index_kind": "task.index_kind",
-    **{flag: f"task.scann.{name}" for flag, name in _SCANN.names().items()},
+    **{flag: f"task.{setting}" for flag, setting in _INDEX.settings().items()},
     "builder_args": "task.builder_args", "max_builder_failures": "task.max_builder_failures",
     "embedding_dtype": "task.embedding_dtype", "compute_dtype": "runtime.compute_dtype",
     "embedding_jit_compile": "task.embedding_jit_compile",

@@ -40,8 +40,7 @@ def test_explicit_settings_are_applied_and_recorded_in_the_manifest(tmp_path):
   index.save(str(tmp_path))
   builder = IndexManifest.read(str(tmp_path)).builder
   assert {k: builder[k] for k in ("num_leaves", "num_leaves_to_search", "dimensions_per_block",
-                                  "reorder_k")} == {
-      k: v for k, v in dataclasses.asdict(settings).items() if k != "shard_size"}
+                                  "reorder_k")} == dataclasses.asdict(settings)
   reloaded = load_index(str(tmp_path))
   assert reloaded.builder == index.builder
   queries = embeddings[:4]
@@ -81,12 +80,13 @@ def test_unknown_kind_is_an_input_error():
 
 def test_the_flags_are_the_settings_and_reach_the_asynchronous_builder():
   fields = [f.name for f in dataclasses.fields(ScannSettings)]
-  assert list(cli.ScannFlags._fields) == fields
+  assert list(cli.IndexFlags._fields) == fields + ["shard_size"]
   assert set(cli.INDEX_KINDS) == set(index_builder.KINDS)
   settings = ScannSettings(num_leaves=1000, num_leaves_to_search=100, reorder_k=200)
-  assert settings.flag_args() == ["--scann_num_leaves=1000", "--scann_num_leaves_to_search=100",
-                                  "--scann_dimensions_per_block=2", "--scann_reorder_k=200",
-                                  "--index_shard_size=0"]
+  sharding = index_builder.Sharding()
+  assert settings.flag_args() + sharding.flag_args() == [
+      "--scann_num_leaves=1000", "--scann_num_leaves_to_search=100",
+      "--scann_dimensions_per_block=2", "--scann_reorder_k=200", "--index_shard_size=0"]
 
   class Store:  # the refresher only keeps the corpus until it builds
     fingerprint = "f"
@@ -95,4 +95,4 @@ def test_the_flags_are_the_settings_and_reach_the_asynchronous_builder():
                                     "/tmp/snapshots", builder_args=["--runner=DirectRunner"],
                                     scann=settings)
   command = refresher.builder_command("/tmp/snapshots/step-00000010")
-  assert command[-6:] == settings.flag_args() + ["--runner=DirectRunner"]
+  assert command[-6:] == settings.flag_args() + sharding.flag_args() + ["--runner=DirectRunner"]

@@ -81,10 +81,10 @@ def test_equal_scores_keep_the_lower_shard_first():
 
 def test_scann_shards_recall_against_exact_search(clustered):
   docs, queries = clustered
-  settings = index_builder.ScannSettings(shard_size=10_000)  # balanced: 3 shards of 8,000
-  assert [len(r) for r in settings.shard_ranges(len(docs))] == [8_000, 8_000, 8_000]
-  wide = index_builder.ScannSettings(shard_size=12_000)  # 2 shards of 12,000: trees
-  index = index_builder.build_index(docs, "scann", wide)
+  sharding = index_builder.Sharding(shard_size=10_000)  # balanced: 3 shards of 8,000
+  assert [len(r) for r in sharding.shard_ranges(len(docs))] == [8_000, 8_000, 8_000]
+  wide = index_builder.Sharding(shard_size=12_000)  # 2 shards of 12,000: trees
+  index = index_builder.build_index(docs, "scann", sharding=wide)
   assert isinstance(index, ShardedIndex) and len(index.shards) == 2
   assert all(s.builder["num_leaves"] == round(np.sqrt(12_000)) for s in index.shards)
   _, true_ids = BruteForceIndex(docs).search(queries, 10)
@@ -95,7 +95,7 @@ def test_scann_shards_recall_against_exact_search(clustered):
 def test_the_automatic_shard_size_is_an_eighth_of_the_corpus_within_bounds():
   """0: N/8 rows within [100k, 1M]: one index up to 100k rows, 8 shards at 1M (the builder
   near the embeddings' size), 1M-row shards beyond 8M (14 for full Wikipedia)."""
-  auto = index_builder.ScannSettings()
+  auto = index_builder.Sharding()
   sizes = {n: [len(r) for r in auto.shard_ranges(n)]
            for n in (12_911, 100_000, 250_000, 1_000_000, 13_353_718)}
   assert sizes[12_911] == [12_911] and sizes[100_000] == [100_000]
@@ -103,7 +103,7 @@ def test_the_automatic_shard_size_is_an_eighth_of_the_corpus_within_bounds():
   assert sizes[1_000_000] == [125_000] * 8
   assert len(sizes[13_353_718]) == 14 and max(sizes[13_353_718]) <= 1_000_000
   assert sum(sizes[13_353_718]) == 13_353_718
-  assert index_builder.ScannSettings(shard_size=300_000).shard_size_for(1_000_000) == 300_000
+  assert index_builder.Sharding(shard_size=300_000).shard_size_for(1_000_000) == 300_000
 
 
 def test_saved_and_reloaded_in_a_tf_function(tmp_path):
@@ -207,8 +207,8 @@ def test_save_index_from_a_memory_mapped_file_one_shard_at_a_time(tmp_path, dtyp
   docs = _gaussian(9, 41, _DIM).astype(dtype)
   np.save(str(tmp_path / "docs.npy"), docs)
   mapped = np.load(str(tmp_path / "docs.npy"), mmap_mode="r").view(dtype)  # bfloat16: '|V2'
-  settings = index_builder.ScannSettings(shard_size=10)
-  index_builder.save_index(mapped, str(tmp_path / "index"), "brute_force", settings)
+  sharding = index_builder.Sharding(shard_size=10)
+  index_builder.save_index(mapped, str(tmp_path / "index"), "brute_force", sharding=sharding)
   assert sorted(os.listdir(tmp_path / "index")) == ["manifest.json"] + [
       f"shard-0000{s}-of-00005" for s in range(5)]
   loaded = index_loading.load_index(str(tmp_path / "index"))
@@ -217,7 +217,7 @@ def test_save_index_from_a_memory_mapped_file_one_shard_at_a_time(tmp_path, dtyp
   np.testing.assert_array_equal(loaded.document_embeddings(), docs.astype(np.float32))
   checked = []
   index_loading.check_index(str(tmp_path / "index"),
-                         lambda shard, where: checked.append((shard.num_docs, where)))
+                            lambda shard, where: checked.append((shard.num_docs, where)))
   assert [os.path.basename(w) for _, w in checked] == [f"shard-0000{s}-of-00005"
                                                         for s in range(5)]
 
@@ -226,16 +226,16 @@ def test_one_shard_is_a_plain_index(tmp_path):
   docs = _gaussian(10, 30, _DIM)
   assert isinstance(index_builder.build_index(docs, "scann"), ScannIndex)
   index_builder.save_index(docs, str(tmp_path), "brute_force",
-                           index_builder.ScannSettings(shard_size=30))
+                           sharding=index_builder.Sharding(shard_size=30))
   assert IndexManifest.read(str(tmp_path)).kind == "brute_force"
 
 
 def test_the_shard_size_is_a_checked_flag():
   with pytest.raises(errors.InputError, match="^--index_shard_size: -1 is not an integer"):
-    index_builder.ScannSettings(shard_size=-1)
-  assert "--index_shard_size=500" in index_builder.ScannSettings(shard_size=500).flag_args()
+    index_builder.Sharding(shard_size=-1)
+  assert "--index_shard_size=500" in index_builder.Sharding(shard_size=500).flag_args()
   with pytest.raises(errors.InputError, match="^--scann_num_leaves: 300 leaves for 250"):
-    index_builder.ScannSettings(num_leaves=300, shard_size=250).check(1_000, _DIM)
+    index_builder.ScannSettings(num_leaves=300).check(1_000, _DIM, index_builder.Sharding(250))
 
 
 def test_a_qa_document_index_reads_a_sharded_index(tmp_path):
