@@ -120,7 +120,7 @@ def test_each_setting_has_its_own_index_built_once_and_the_import_is_shared(
   assert manifest["kind"] == "scann" and manifest["num_blocks"] == len(TEXTS)
   assert released_imports.imported_model(model_dir, "scann", ScannSettings(num_leaves=4),
                                          settings=HEADS).built == ()
-  with pytest.raises(errors.InputError, match="--scann_num_leaves: 50 leaves for 40 documents"):
+  with pytest.raises(errors.InputError, match="ScannSettings.num_leaves: 50 leaves for 40 "):
     released_imports.imported_model(model_dir, "scann", ScannSettings(num_leaves=50),
                                     settings=HEADS)
   shards = released_imports.imported_model(model_dir, "brute_force",

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from realm_tf import cli
 from realm_tf import errors
 from realm_tf.mips import index_builder
-from realm_tf.mips import index_publisher
 from realm_tf.mips import index_loading
+from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.manifest import IndexCorruptedError
 from realm_tf.mips.manifest import IndexManifest
@@ -230,11 +231,12 @@ def test_one_shard_is_a_plain_index(tmp_path):
   assert IndexManifest.read(str(tmp_path)).kind == "brute_force"
 
 
-def test_the_shard_size_is_a_checked_flag():
-  with pytest.raises(errors.InputError, match="^--index_shard_size: -1 is not an integer"):
+def test_the_shard_size_is_a_checked_setting_and_a_flag():
+  with pytest.raises(errors.InputError, match=r"^Sharding\.shard_size: -1 is not an integer"):
     index_builder.Sharding(shard_size=-1)
-  assert "--index_shard_size=500" in index_builder.Sharding(shard_size=500).flag_args()
-  with pytest.raises(errors.InputError, match="^--scann_num_leaves: 300 leaves for 250"):
+  assert "--index_shard_size=500" in cli.index_flag_args(index_builder.ScannSettings(),
+                                                         index_builder.Sharding(500))
+  with pytest.raises(errors.InputError, match=r"^ScannSettings\.num_leaves: 300 leaves for 250"):
     index_builder.ScannSettings(num_leaves=300).check(1_000, _DIM, index_builder.Sharding(250))
 
 

@@ -2,23 +2,24 @@
 
 Legend: N documents, D embedding dimension, L tree leaves, M rows per shard, S shards.
 
-`ScannSettings` (ScaNN's knobs) and `Sharding` (rows per shard, either kind) are what every
-index-building binary exposes as flags (`realm_tf.cli.define_index_flags`: `--scann_*` and
-`--index_shard_size`). The ScaNN defaults are the automatic rule of `ScannIndex.build`:
-L = round(sqrt(N)) leaves from N >= 10,000 documents (exact brute force below), ceil(L / 20) of
-them searched, 2 dimensions per asymmetric-hashing block, 100 candidates re-scored exactly.
-`FULL_WIKIPEDIA` is the reference REALM's setting for its 13.3M blocks: 1000 leaves, 100
-searched. The resolved values are recorded in the index manifest (`manifest.json`, "builder").
+`ScannSettings` (ScaNN's knobs) and `Sharding` (rows per shard, either kind) are the flags of
+every index-building binary (`realm_tf.cli.define_index_flags`: `--scann_*`,
+`--index_shard_size`); errors here name the setting (`ScannSettings.num_leaves`), a binary's
+its flag. ScaNN's defaults are `ScannIndex.build`'s rule: L = round(sqrt(N)) leaves from
+N >= 10,000 documents (exact below), ceil(L / 20) of them searched, 2 dimensions per hashing
+block, 100 candidates re-scored exactly; `FULL_WIKIPEDIA` is the reference REALM's 1000 leaves,
+100 searched, for its 13.3M blocks. The resolved values are in the manifest ("builder").
 
-Sharding: N > M rows (M = `--index_shard_size`; by default ceil(N / 8) rows, at least 100,000
-and at most `DEFAULT_SHARD_SIZE`) make a `ShardedIndex` of S = ceil(N / M) shards of balanced consecutive row ranges, each built with the
-settings above applied to its own row count. `save_index` builds, saves and frees one shard at a
-time, converting only that shard's rows to float32, so memory grows with M, not N; the pages of
-a memory-mapped input (`np.load(..., mmap_mode="r")`) are released after each shard (they stay
-in the page cache), so they do not accumulate in the builder's resident memory either.
-ScaNN's build of a shard peaks near 8.5x the shard's float32 bytes, so the default's eight
-shards keep the builder near the size of the embeddings up to 8M rows, and its 1M-row cap keeps
-it under 8 GiB at any N (the number of shards searched grows past 8M rows).
+Sharding: N > M rows (M = `Sharding.shard_size`; by default ceil(N / 8) rows, at least 100,000
+and at most `DEFAULT_SHARD_SIZE`) make a `ShardedIndex` of S = ceil(N / M) shards of balanced
+consecutive row ranges, each built with the settings above applied to its own row count.
+`save_index` builds, saves and frees one shard at a time, converting only that shard's rows to
+float32, so memory grows with M, not N; the pages of a memory-mapped input (`np.load(...,
+mmap_mode="r")`) are released after each shard (they stay in the page cache), so they do not
+accumulate in the builder's resident memory either. ScaNN's build of a shard peaks near 8.5x
+the shard's float32 bytes, so the default's eight shards keep the builder near the size of the
+embeddings up to 8M rows, and its 1M-row cap keeps it under 8 GiB at any N (the number of
+shards searched grows past 8M rows).
 """
 import dataclasses
 import math
@@ -43,13 +44,18 @@ MIN_AUTO_SHARD_SIZE = 100_000
 _DEFAULT_NUM_NEIGHBORS = 8
 
 
+def _setting(settings: Any, name: str) -> str:
+  """How errors name field `name` of a settings dataclass, e.g. "ScannSettings.num_leaves"."""
+  return f"{type(settings).__name__}.{name}"
+
+
 def _check_integers(settings: Any, least: Dict[str, int]) -> None:
   """Raises InputError unless each field of `settings` named in `least` is an int >= least."""
   for name, minimum in least.items():
     value = getattr(settings, name)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
       raise errors.InputError(errors.describe(
-          _flag(name), f"{value!r} is not an integer >= {minimum}", _fix(name)))
+          _setting(settings, name), f"{value!r} is not an integer >= {minimum}", _fix(name)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +72,6 @@ class Sharding:
 
   def __post_init__(self):
     _check_integers(self, {"shard_size": 0})
-
-  def flag_args(self) -> List[str]:
-    """The shard size as the flag of an index-builder binary."""
-    return [f"{_flag('shard_size')}={self.shard_size}"]
 
   def shard_size_for(self, num_docs: int) -> int:
     """M for N rows: `shard_size`, or ceil(N / `AUTO_SHARDS`) within [`MIN_AUTO_SHARD_SIZE`,
@@ -111,12 +113,9 @@ class ScannSettings:
                            "dimensions_per_block": 1, "reorder_k": 1})
     if self.num_leaves and self.num_leaves_to_search > self.num_leaves:
       raise errors.InputError(errors.describe(
-          "--scann_num_leaves_to_search", f"{self.num_leaves_to_search} leaves to search, but "
-          f"--scann_num_leaves={self.num_leaves}", "Search at most as many leaves as the tree has"))
-
-  def flag_args(self) -> List[str]:
-    """These settings as the flags of an index-builder binary."""
-    return [f"{_flag(f.name)}={getattr(self, f.name)}" for f in dataclasses.fields(self)]
+          _setting(self, "num_leaves_to_search"), f"{self.num_leaves_to_search} leaves to "
+          f"search, but {_setting(self, 'num_leaves')}={self.num_leaves}",
+          "Search at most as many leaves as the tree has"))
 
   def check(self, num_docs: int, dim: int, sharding: Sharding) -> None:
     """Raises InputError (as `build_args`) unless the settings fit every shard of N rows that
@@ -135,17 +134,17 @@ class ScannSettings:
                                  if num_docs >= MIN_DOCS_FOR_PARTITIONING else 1)
     if leaves > num_docs:
       raise errors.InputError(errors.describe(
-          "--scann_num_leaves", f"{leaves} leaves for {num_docs} documents",
+          _setting(self, "num_leaves"), f"{leaves} leaves for {num_docs} documents",
           "Pass at most one leaf per document, or 0 for the sqrt(N) rule"))
     if leaves > 1 and self.num_leaves_to_search > leaves:
       raise errors.InputError(errors.describe(
-          "--scann_num_leaves_to_search", f"{self.num_leaves_to_search} leaves to search, but "
-          f"the tree over {num_docs} documents has {leaves}",
-          "Pass fewer, or set --scann_num_leaves"))
+          _setting(self, "num_leaves_to_search"), f"{self.num_leaves_to_search} leaves to "
+          f"search, but the tree over {num_docs} documents has {leaves}",
+          f"Pass fewer, or set {_setting(self, 'num_leaves')}"))
     if leaves > 1 and self.dimensions_per_block > dim:
       raise errors.InputError(errors.describe(
-          "--scann_dimensions_per_block", f"{self.dimensions_per_block} dimensions per block, "
-          f"but the embeddings have {dim}", "Pass at most the embedding dimension"))
+          _setting(self, "dimensions_per_block"), f"{self.dimensions_per_block} dimensions per "
+          f"block, but the embeddings have {dim}", "Pass at most the embedding dimension"))
     return dict(num_neighbors=min(_DEFAULT_NUM_NEIGHBORS, self.reorder_k), num_leaves=leaves,
                 num_leaves_to_search=self.num_leaves_to_search or None,
                 dimensions_per_block=self.dimensions_per_block, reorder_k=self.reorder_k)
@@ -153,10 +152,6 @@ class ScannSettings:
 
 # The reference REALM's index over its 13,353,718 Wikipedia blocks.
 FULL_WIKIPEDIA = ScannSettings(num_leaves=1000, num_leaves_to_search=100)
-
-
-def _flag(name: str) -> str:
-  return "--index_shard_size" if name == "shard_size" else f"--scann_{name}"
 
 
 def _fix(name: str) -> str:
@@ -172,7 +167,7 @@ def check_kind(kind: str) -> None:
   """Raises InputError unless `kind` is one of `KINDS`."""
   if kind not in KINDS:
     raise errors.InputError(errors.describe(
-        "--index_kind", f"{kind!r} is not an index kind", f"Pass one of {', '.join(KINDS)}"))
+        "index_kind", f"{kind!r} is not an index kind", f"Pass one of {', '.join(KINDS)}"))
 
 
 def _file_mapping(array: Any) -> Optional[mmap.mmap]:

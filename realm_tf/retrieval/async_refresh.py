@@ -33,6 +33,7 @@ from typing import List, Optional, Sequence, Set
 
 from absl import logging
 
+from realm_tf import cli
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.models.retriever import Retriever
@@ -99,8 +100,8 @@ class AsynchronousRefresher(IndexRefresher):
   def builder_command(self, snapshot_dir: str) -> List[str]:
     return [sys.executable, "-m", "pipelines.build_index", f"--corpus={self.corpus_dir}",
             f"--embedder_dir={snapshot_dir}", f"--index_root={self.index_root}",
-            f"--index_kind={self.kind}"] + self.scann.flag_args() + self.sharding.flag_args(
-            ) + self.builder_args
+            f"--index_kind={self.kind}",
+            *cli.index_flag_args(self.scann, self.sharding)] + self.builder_args
 
   def _log_path(self, version: str) -> str:
     directory = self.snapshot_root
