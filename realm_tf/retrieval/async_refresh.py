@@ -65,8 +65,8 @@ class AsynchronousRefresher(IndexRefresher):
                jit_compile: bool = False, max_builder_failures: int = 2,
                keep_versions: int = 3,
                scann: index_builder.ScannSettings = index_builder.ScannSettings(),
-               tokenizer: Optional[WordpieceTokenizer] = None,
-               sharding: index_builder.Sharding = index_builder.Sharding()):
+               sharding: index_builder.Sharding = index_builder.Sharding(),
+               tokenizer: Optional[WordpieceTokenizer] = None):
     super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length,
                      compute_dtype, jit_compile, keep_versions, scann, sharding,
                      snapshot_root, tokenizer=tokenizer)
