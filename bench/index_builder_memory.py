@@ -105,20 +105,20 @@ def _builder(path, index_root, shard_size, queue) -> None:
   """The measured process: publish a sharded ScaNN index of the memory-mapped embeddings."""
   # pylint: disable=g-import-not-at-top
   from realm_tf.mips import index_builder
+  from realm_tf.mips import index_loading
   from realm_tf.mips import index_publisher
-  from realm_tf.mips import mips_index
   from realm_tf.mips import scann_index
   before = _rss_bytes()
   phases = _PhasePeaks()
   phases.wrap(index_builder, "_shard_rows", "rows to float32")
   phases.wrap(scann_index.ScannIndex, "build", "ScaNN build")
   phases.wrap(scann_index.ScannIndex, "save", "save")
-  phases.wrap(mips_index, "check_index", "verify")
+  phases.wrap(index_loading, "check_index", "verify")
   embeddings = np.load(path, mmap_mode="r")
-  settings = index_builder.ScannSettings(shard_size=shard_size)
+  sharding = index_builder.Sharding(shard_size=shard_size)
   start = time.perf_counter()
   published = index_publisher.publish(
-      lambda d: index_builder.save_index(embeddings, d, "scann", settings), index_root,
+      lambda d: index_builder.save_index(embeddings, d, "scann", sharding=sharding), index_root,
       "step-00000001")
   seconds = time.perf_counter() - start
   phases.enter("other")

@@ -21,7 +21,7 @@ from scann import scann_ops_pybind
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.mips.index_builder import build_index  # pylint: disable=g-import-not-at-top
-from realm_tf.mips.mips_index import load_index  # pylint: disable=g-import-not-at-top
+from realm_tf.mips.index_loading import load_index  # pylint: disable=g-import-not-at-top
 
 _NUM_DOCS = flags.DEFINE_integer("num_docs", 1_000_000, "N documents.")
 _DIM = flags.DEFINE_integer("dim", 128, "D.")

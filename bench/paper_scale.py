@@ -134,12 +134,14 @@ def stage_index(n: int, paths) -> dict:
   fingerprint = Corpus.load(paths["corpus"]).fingerprint
   shutil.rmtree(paths["index_root"], ignore_errors=True)
   embeddings = np.load(paths["embeddings"], mmap_mode="r")
-  settings = index_builder.ScannSettings(shard_size=_SHARD_SIZE.value, num_leaves=_LEAVES.value,
+  settings = index_builder.ScannSettings(num_leaves=_LEAVES.value,
                                          num_leaves_to_search=_SEARCHED.value)
+  sharding = index_builder.Sharding(shard_size=_SHARD_SIZE.value)
   before = _rss()
   started = time.perf_counter()
   index_publisher.publish(
-      lambda directory: index_builder.save_index(embeddings, directory, "scann", settings),
+      lambda directory: index_builder.save_index(embeddings, directory, "scann", settings,
+                                                 sharding),
       paths["index_root"], index_publisher.version_for_step(0),
       {"corpus_fingerprint": fingerprint, "snapshot_step": 0})
   seconds = time.perf_counter() - started
@@ -148,7 +150,7 @@ def stage_index(n: int, paths) -> dict:
   return {"index_build_publish_s": seconds, "index_peak_rss": _peak(), "index_rss_before": before,
           "index_peak_over_embeddings": (_peak() - before) / (n * data.DIM * 4),
           "index_bytes_per_block": size / n,
-          "index_shards": len(settings.shard_ranges(n)),
+          "index_shards": len(sharding.shard_ranges(n)),
           "scann_leaves_searched": f"{_SEARCHED.value or 'auto'}/{_LEAVES.value or 'auto'}"}
 
 

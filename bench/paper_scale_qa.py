@@ -27,7 +27,8 @@ import numpy as np
 from bench import paper_scale_data as data
 
 STORAGE = "float16"
-SCANN = {"shard_size": 1_000_000, "num_leaves": 1000, "num_leaves_to_search": 200}
+SCANN = {"num_leaves": 1000, "num_leaves_to_search": 200}
+SHARD_SIZE = 1_000_000
 _FINETUNE_STEPS = 4
 _CHECKED_ROWS = 4  # IndexRefresher.matches_doc_tower's default sample
 _TOP_K = (5, 2, 1)  # realm-serve's default --k first
@@ -92,10 +93,11 @@ def stage_qa_index(n: int, paths) -> dict:
   metadata = {"snapshot_step": 0, "corpus_fingerprint": corpus.fingerprint,
               "embedding_dtype": "float32", **embedding_file.metadata(path, STORAGE)}
   settings = index_builder.ScannSettings(**SCANN)
+  sharding = index_builder.Sharding(SHARD_SIZE)
 
   def write(directory: str) -> None:
     embedding_file.move_into(path, directory)
-    index_builder.save_index(embeddings, directory, "scann", settings)
+    index_builder.save_index(embeddings, directory, "scann", settings, sharding)
 
   index_publisher.publish(write, index_root, version, metadata)
   export_doc_embedder(retriever, os.path.join(model_dir, index_snapshots.EMBEDDER_ROOT, version),
@@ -131,8 +133,8 @@ def stage_finetune(n: int, paths) -> dict:
              f"--num_steps={_FINETUNE_STEPS}", "--batch_size=4", "--retriever_top_k=5000",
              "--embedding_dtype=float32", f"--embedding_storage_dtype={STORAGE}",
              "--checkpoint_every=100000", "--eval_every=100000"]
-  command += [f"--scann_{key}={value}" for key, value in SCANN.items() if key != "shard_size"]
-  command += [f"--index_shard_size={SCANN['shard_size']}"]
+  command += [f"--scann_{key}={value}" for key, value in SCANN.items()]
+  command += [f"--index_shard_size={SHARD_SIZE}"]
   started = time.perf_counter()
   process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)

@@ -34,13 +34,13 @@ from pipelines import build_index_lib  # pylint: disable=wrong-import-position
 from pipelines import dump_reader  # pylint: disable=wrong-import-position
 from pipelines import pretraining_examples_lib  # pylint: disable=wrong-import-position
 from pipelines import salient_span_tagger  # pylint: disable=wrong-import-position
-from pipelines import sentence_splitter  # pylint: disable=wrong-import-position
 from pipelines import wikipedia_to_blocks_lib  # pylint: disable=wrong-import-position
 from pipelines import wikitext_cleaner  # pylint: disable=wrong-import-position
 from realm_tf import configs  # pylint: disable=wrong-import-position
 from realm_tf import pretrained  # pylint: disable=wrong-import-position
 from realm_tf.signatures.doc_embedder import DocEmbedder  # pylint: disable=wrong-import-position
 from realm_tf.signatures.doc_embedder import export_doc_embedder  # pylint: disable=C0413
+from realm_tf.tokenization import sentence_splitter  # pylint: disable=wrong-import-position
 
 _STAGES = flags.DEFINE_list("stages", ["stages", "runners"],
                             "What to run: 'stages' (per worker) and/or 'runners' (DirectRunner).")

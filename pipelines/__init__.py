@@ -5,7 +5,7 @@
 3. `build_index`: blocks + doc-embedder export -> embeddings -> published MIPS index.
 
 Each binary is thin over its `_lib` module (`run_pipeline(pipeline, config)`); the shared
-pieces are `dump_reader`, `wikitext_cleaner`, `sentence_splitter`, `block_packer`,
-`salient_span_tagger`, `document_sources`, `block_records`, `dead_letter`, `beam_runner`,
-`dask_runner`.
+pieces are `dump_reader`, `wikitext_cleaner`, `block_packer`, `salient_span_tagger`,
+`document_sources`, `block_records`, `dead_letter`, `beam_runner`, `dask_runner` (sentences
+are split by `realm_tf.tokenization.sentence_splitter`, which ICT shares).
 """

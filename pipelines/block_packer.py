@@ -17,9 +17,9 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from pipelines import sentence_splitter
 from realm_tf import errors
 from realm_tf.data.block_length import BLOCK_LENGTH
+from realm_tf.tokenization import sentence_splitter
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _NUM_SPECIALS = 3  # [CLS], [SEP], [SEP]

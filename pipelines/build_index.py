@@ -29,7 +29,8 @@ _INDEX_ROOT = flags.DEFINE_string("index_root", None, "Versioned index directory
                                   required=True)
 _KIND = index.index_kind("ScaNN (approximate) or brute force (exact).", default="scann",
                          alias=True)
-_SCANN = cli.define_scann_flags()
+_INDEX = cli.define_index_flags()
+flags.adopt_module_key_flags(cli)  # the --scann_* and --index_shard_size flags in --help
 _VERSION = flags.DEFINE_string("version", "",
                                "Version to publish; empty: step-<export's snapshot step>.")
 _EMBEDDINGS_DIR = paths.embeddings_dir("Keep the embedding shards here; empty: temporary.")
@@ -45,12 +46,14 @@ def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
   from pipelines.build_index_lib import build_index  # the builder as a function, for local mode
   from realm_tf.mips.index_builder import ScannSettings
+  from realm_tf.mips.index_builder import Sharding
   result = build_index(
       _CORPUS_DIR.value, _EMBEDDER_DIR.value, _INDEX_ROOT.value, kind=_KIND.value,
       version=_VERSION.value,
       pipeline_options=" ".join([shlex.join(argv[1:]), _PIPELINE_OPTIONS.value]),
       embeddings_dir=_EMBEDDINGS_DIR.value, num_shards=_NUM_SHARDS.value,
-      blocks_per_batch=_BLOCKS_PER_BATCH.value, scann=ScannSettings(**_SCANN.values()))
+      blocks_per_batch=_BLOCKS_PER_BATCH.value, scann=ScannSettings(**_INDEX.scann_values()),
+      sharding=Sharding(**_INDEX.sharding_values()))
   for name, value in sorted(result.counters.items()):
     logging.info("%s: %d", name, value)
     print(f"{name}: {value}")

@@ -235,6 +235,7 @@ def publish_embeddings(embeddings_dir: str, num_shards: int, corpus_ids: np.ndar
                        index_root: str, version: str, metadata: Dict[str, object],
                        kind: str = "scann",
                        scann: index_builder.ScannSettings = index_builder.ScannSettings(),
+                       sharding: index_builder.Sharding = index_builder.Sharding(),
                        options: Optional[PipelineOptions] = None) -> str:
   """The launching process's part after the pipeline: checks the S embedding shards against
   the corpus ids [N] in one streaming pass (`EmbeddingRows.check`), builds the index one
@@ -247,8 +248,9 @@ def publish_embeddings(embeddings_dir: str, num_shards: int, corpus_ids: np.ndar
   if options is not None and (options.view_as(StandardOptions).runner !=
                               beam_runner.LOCAL_RUNNER):
     build_shards = functools.partial(embedding_rows.build_shards_on_workers, options, rows,
-                                     kind, scann)
-  write = lambda directory: index_builder.save_index(rows, directory, kind, scann, build_shards)
+                                     kind, scann, sharding)
+  write = lambda directory: index_builder.save_index(rows, directory, kind, scann, sharding,
+                                                     build_shards)
   return index_publisher.publish(write, index_root, version, metadata)
 
 
@@ -283,8 +285,8 @@ def run_pipeline(pipeline: beam.Pipeline, corpus_dir: str, embedder_dir: str,
 def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str = "scann",
                 version: str = "", pipeline_options: str = "", embeddings_dir: str = "",
                 num_shards: int = 0, blocks_per_batch: int = 128,
-                scann: index_builder.ScannSettings = index_builder.ScannSettings()
-                ) -> IndexBuild:
+                scann: index_builder.ScannSettings = index_builder.ScannSettings(),
+                sharding: index_builder.Sharding = index_builder.Sharding()) -> IndexBuild:
   """Embeds every block of `corpus_dir`, builds the index and publishes it.
 
   Args:
@@ -299,6 +301,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
     num_shards: S; 0 = one per `BLOCKS_PER_SHARD` blocks.
     blocks_per_batch: blocks per embedder call.
     scann: the ScaNN settings (kind "scann"), checked against the corpus before embedding.
+    sharding: the index's shard size (either kind).
 
   Returns:
     the `IndexBuild`.
@@ -321,7 +324,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
   attributes = export_attributes(embedder_dir)
   snapshot_step, dim = attributes.snapshot_step, attributes.embedding_dim
   if kind == "scann":
-    scann.check(len(corpus_ids), dim)  # bad settings fail now, not after embedding
+    scann.check(len(corpus_ids), dim, sharding)  # bad settings fail now, not after embedding
   version = version or index_publisher.version_for_step(max(0, snapshot_step))
   if tf.io.gfile.exists(os.path.join(index_root, version)):
     raise FileExistsError(f"index version {version} exists already in {index_root}")
@@ -339,7 +342,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
                 "snapshot_step": snapshot_step, "embedder_dir": embedder_dir,
                 "num_blocks": int(len(corpus_ids))}
     directory = publish_embeddings(work_dir, num_shards, corpus_ids, dim, index_root, version,
-                                   metadata, kind, scann, options)
+                                   metadata, kind, scann, sharding, options)
   finally:
     if not embeddings_dir and tf.io.gfile.exists(work_dir):
       tf.io.gfile.rmtree(work_dir)

@@ -153,20 +153,22 @@ def _check_batch(ids: np.ndarray, vectors: np.ndarray, corpus_ids: np.ndarray, r
 
 
 def _build_shard(job, rows: EmbeddingRows, directory: str, kind: str,
-                 scann: index_builder.ScannSettings) -> str:
+                 scann: index_builder.ScannSettings, sharding: index_builder.Sharding) -> str:
   """Builds and saves one index shard on a worker: job = (start, stop, sub-directory)."""
   start, stop, name = job
-  index_builder.save_index(rows[start:stop], os.path.join(directory, name), kind, scann)
+  index_builder.save_index(rows[start:stop], os.path.join(directory, name), kind, scann,
+                           sharding)
   return name
 
 
 def build_shards_on_workers(options, rows: EmbeddingRows, kind: str,
-                            scann: index_builder.ScannSettings, directory: str,
+                            scann: index_builder.ScannSettings,
+                            sharding: index_builder.Sharding, directory: str,
                             ranges: Sequence[range], names: Sequence[str]) -> None:
   """`index_builder.save_index`'s `build_shards` on Beam workers (`options`): one `beam.Map`
   per index shard reads its rows and writes `directory/names[s]`."""
   pipeline = beam.Pipeline(options=options)
   _ = (pipeline
        | "IndexShards" >> beam.Create([(r.start, r.stop, n) for r, n in zip(ranges, names)])
-       | "BuildShard" >> beam.Map(_build_shard, rows, directory, kind, scann))
+       | "BuildShard" >> beam.Map(_build_shard, rows, directory, kind, scann, sharding))
   pipeline_io.run(pipeline)

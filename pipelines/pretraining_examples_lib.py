@@ -28,11 +28,11 @@ from pipelines import block_records
 from pipelines import dead_letter
 from pipelines import pipeline_io
 from pipelines import salient_span_tagger
-from pipelines import sentence_splitter
 from pipelines import wikipedia_to_blocks_lib
 from realm_tf.data import formats
 from realm_tf.data import shards
 from realm_tf.tokenization import masking
+from realm_tf.tokenization import sentence_splitter
 
 EXAMPLES_PREFIX = "examples"
 MASKINGS = ("salient_span", "random_span", "random_token")

@@ -32,12 +32,14 @@ for group in (cli, index, paths, qa_model):
 def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   from realm_tf.mips.index_builder import ScannSettings
+  from realm_tf.mips.index_builder import Sharding
   from realm_tf.qa import ask_lib
   from realm_tf.qa.released_imports import ReleasedSettings
   questions = ask_lib.command_line_questions(_QUESTION.value, argv[1:])
   asker = ask_lib.get_asker(_MODEL.model_dir.value, _MODEL.corpus.value,
                             _MODEL.embeddings_dir.value, _K.value, _MODEL.index_kind.value,
-                            ScannSettings(**_MODEL.scann.values()),
+                            ScannSettings(**_MODEL.index.scann_values()),
+                            Sharding(**_MODEL.index.sharding_values()),
                             _MODEL.embedding_dtype.value,
                             ReleasedSettings(**_MODEL.released.values()))
   ask_lib.answer_or_interact(asker, questions, sys.stdin,

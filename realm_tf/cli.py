@@ -5,17 +5,18 @@
     imported (binaries import TensorFlow inside `main`, after flag parsing);
   * TensorFlow's C++ logging is quiet (its info, warnings and CUDA-probe errors hidden)
     unless the user sets `TF_CPP_MIN_LOG_LEVEL` or passes `--verbosity=1` or higher;
-  * bad input ends as one line `<name>: <message>` and exit status 2 (`realm_tf.errors`),
-    a flag outside its domain too (every numeric flag has bounds; a few flag pairs have
-    validators).
+  * bad input ends as one line `<name>: <message>` and exit status 2 (`realm_tf.errors`;
+    the index settings named by their flags, `in_flag_names`), a flag outside its domain too
+    (every numeric flag has bounds; a few flag pairs have validators).
 
 The choices below are the flag vocabulary shared by the binaries (the libraries validate the
 same values; `tests/cli_test.py` keeps both in step). README's "Command line" table is
 generated from the binaries' flags by `tools/cli_table.py`.
 """
 import os
+import re
 import sys
-from typing import Callable, Dict, NamedTuple, Sequence
+from typing import Callable, Container, Dict, List, NamedTuple, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -31,28 +32,67 @@ COMPUTE_DTYPES = ("auto", "float32", "bfloat16")  # auto: `models.precision.best
 DATASETS = ("nq", "wq", "curatedtrec")
 
 
-class ScannFlags(NamedTuple):
-  """The ScaNN settings of every binary that builds an index (`define_scann_flags`)."""
+# {setting: flag} of the index-building settings, as `realm_tf.mips.index_builder`'s errors
+# name them (fields of its `ScannSettings` and `Sharding`, a task config's `scann`, `sharding`).
+INDEX_SETTING_FLAGS = {
+    "ScannSettings.num_leaves": "scann_num_leaves",
+    "ScannSettings.num_leaves_to_search": "scann_num_leaves_to_search",
+    "ScannSettings.dimensions_per_block": "scann_dimensions_per_block",
+    "ScannSettings.reorder_k": "scann_reorder_k",
+    "Sharding.shard_size": "index_shard_size",
+}
+_TASK_FIELDS = {"ScannSettings": "scann", "Sharding": "sharding"}
+
+
+class IndexFlags(NamedTuple):
+  """The index settings of every binary that builds an index (`define_index_flags`)."""
   num_leaves: flags.FlagHolder
   num_leaves_to_search: flags.FlagHolder
   dimensions_per_block: flags.FlagHolder
   reorder_k: flags.FlagHolder
   shard_size: flags.FlagHolder
 
-  def values(self) -> Dict[str, int]:
-    """{setting: value}, the keyword arguments of `realm_tf.mips.index_builder.ScannSettings`."""
-    return {name: holder.value for name, holder in self._asdict().items()}
+  def scann_values(self) -> Dict[str, int]:
+    """The keyword arguments of `realm_tf.mips.index_builder.ScannSettings`."""
+    return {name: holder.value for name, holder in self._asdict().items()
+            if name != "shard_size"}
 
-  def names(self) -> Dict[str, str]:
-    """{flag name: setting}, e.g. {"index_shard_size": "shard_size"}."""
-    return {holder.name: name for name, holder in self._asdict().items()}
+  def sharding_values(self) -> Dict[str, int]:
+    """The keyword arguments of `realm_tf.mips.index_builder.Sharding`."""
+    return {"shard_size": self.shard_size.value}
+
+  def settings(self) -> Dict[str, str]:
+    """{flag name: task config setting}, e.g. {"index_shard_size": "sharding.shard_size"}."""
+    return {flag: f"{_TASK_FIELDS[setting.split('.')[0]]}.{setting.split('.')[1]}"
+            for setting, flag in INDEX_SETTING_FLAGS.items()}
 
 
-def define_scann_flags() -> ScannFlags:
+def index_flag_args(scann, sharding) -> List[str]:
+  """`ScannSettings` and `Sharding` as the flags of an index-building binary
+  (`define_index_flags`), e.g. ["--scann_num_leaves=0", ..., "--index_shard_size=0"]."""
+  values = {"ScannSettings": scann, "Sharding": sharding}
+  return [f"--{flag}={getattr(values[setting.split('.')[0]], setting.split('.')[1])}"
+          for setting, flag in INDEX_SETTING_FLAGS.items()]
+
+
+def in_flag_names(message: str, defined: Optional[Container[str]] = None) -> str:
+  """`message` with each setting of `INDEX_SETTING_FLAGS` whose flag is `defined` (default:
+  defined in this process) written as that flag: "ScannSettings.num_leaves: 9 leaves for 4
+  documents" -> "--scann_num_leaves: 9 leaves for 4 documents"."""
+  defined = flags.FLAGS if defined is None else defined
+  names = {setting: f"--{flag}" for setting, flag in INDEX_SETTING_FLAGS.items()
+           if flag in defined}
+  if not names:
+    return message
+  pattern = "|".join(re.escape(s) for s in sorted(names, key=len, reverse=True))
+  return re.sub(rf"(?<![\w.])({pattern})(?!\w)", lambda m: names[m.group(1)], message)
+
+
+def define_index_flags() -> IndexFlags:
   """Defines `--scann_num_leaves`, `--scann_num_leaves_to_search`,
   `--scann_dimensions_per_block`, `--scann_reorder_k` and `--index_shard_size`
   (`realm_tf.mips.index_builder`)."""
-  return ScannFlags(
+  return IndexFlags(
       flags.DEFINE_integer("scann_num_leaves", 0, "ScaNN tree leaves; 0: sqrt(N) from 10k "
                            "blocks (1000 for full Wikipedia, as the reference).", lower_bound=0),
       flags.DEFINE_integer("scann_num_leaves_to_search", 0, "ScaNN leaves searched per query; "
@@ -126,7 +166,7 @@ def run(name: str, main: Callable[[Sequence[str]], None], beam_pipeline: bool = 
     entry.__doc__ = module.__doc__
     for flag in flags.FLAGS.get_key_flags_for_module(module.__name__):
       flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-  app.run(errors.run_main(name, main),
+  app.run(errors.run_main(name, main, in_flag_names),
           flags_parser=lambda argv: _parse_flags(name, argv, known_only=beam_pipeline))
 
 

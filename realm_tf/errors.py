@@ -68,8 +68,11 @@ def _user_error_types() -> tuple:
   return tuple(types)
 
 
-def run_main(name: str, main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
-  """`main` for `absl.app.run`, turning user-fixable errors into `<name>: <message>`, exit 2."""
+def run_main(name: str, main: Callable[[Sequence[str]], None],
+             wording: Callable[[str], str] = lambda message: message
+             ) -> Callable[[Sequence[str]], None]:
+  """`main` for `absl.app.run`, turning user-fixable errors into `<name>: <message>`, exit 2;
+  `wording` rewrites the message (the binaries name settings by their flags, `cli.run`)."""
 
   def wrapped(argv: Sequence[str]) -> None:
     try:
@@ -80,7 +83,7 @@ def run_main(name: str, main: Callable[[Sequence[str]], None]) -> Callable[[Sequ
       from absl import logging  # pylint: disable=g-import-not-at-top
       if logging.get_verbosity() >= 1:
         traceback.print_exc()
-      print(f"{name}: {one_line(e)}", file=sys.stderr, flush=True)
+      print(f"{name}: {wording(one_line(e))}", file=sys.stderr, flush=True)
       sys.exit(EXIT_BAD_INPUT)
 
   return wrapped

@@ -26,7 +26,7 @@ _EMBEDDINGS = paths.embeddings_dir(qa_model.EMBEDDINGS_HELP)
 _EMBEDDING_DTYPE = index.embedding_dtype(default="auto")
 _INDEX_KIND = index.index_kind(qa_model.INDEX_KIND_HELP, default="",
                                choices=("",) + cli.INDEX_KINDS)
-_SCANN = cli.define_scann_flags()
+_INDEX = cli.define_index_flags()
 _RELEASED = cli.define_released_flags()
 _PREDICTIONS = flags.DEFINE_string("predictions", "", "Predictions JSONL to write.")
 _METRICS = flags.DEFINE_string("metrics_output", "", "Metrics JSON to write.")
@@ -45,6 +45,7 @@ def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   import tensorflow as tf
   from realm_tf.mips.index_builder import ScannSettings
+  from realm_tf.mips.index_builder import Sharding
   from realm_tf.qa import datasets
   from realm_tf.qa import evaluate_lib
   from realm_tf.qa.ask_lib import Asker
@@ -53,7 +54,9 @@ def main(argv):
   examples = datasets.load_examples(_DATA.value, dataset)
   asker = Asker(_MODEL_DIR.value, corpus=_CORPUS.value, embeddings_dir=_EMBEDDINGS.value,
                 k=_K.value, index_kind=_INDEX_KIND.value,
-                scann=ScannSettings(**_SCANN.values()), embedding_dtype=_EMBEDDING_DTYPE.value,
+                scann=ScannSettings(**_INDEX.scann_values()),
+                sharding=Sharding(**_INDEX.sharding_values()),
+                embedding_dtype=_EMBEDDING_DTYPE.value,
                 released=ReleasedSettings(**_RELEASED.values()))
   result = evaluate_lib.evaluate(
       asker.system, examples,

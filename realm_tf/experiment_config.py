@@ -17,6 +17,7 @@ from typing import Optional, Tuple, Union
 from realm_tf.evaluation.qa_example import dataset_spec
 from realm_tf.losses.mlm_marginal_likelihood import MLM_LOSS_FORMS
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.presets import InitConfig
 from realm_tf.presets import ModelConfig
 from realm_tf.retrieval.embedding_file import check_storage_dtype
@@ -154,7 +155,7 @@ class PretrainTaskConfig:
       weights with a head (Google BERT, REALM); 0: never.
     refresh: "async" (a background index builder) or "sync".
     refresh_every: steps between doc-embedder snapshots / index rebuilds.
-    index_kind, scann: the MIPS index and its ScaNN settings.
+    index_kind, scann, sharding: the MIPS index, its ScaNN settings and its shard size.
     builder_args: extra flags for the asynchronous index builder (e.g. a Beam runner).
     max_builder_failures: index builds that may fail in a row before training stops.
     keep_indexes: index versions kept.
@@ -184,6 +185,7 @@ class PretrainTaskConfig:
   refresh_every: int = 500
   index_kind: str = "scann"
   scann: ScannSettings = ScannSettings()
+  sharding: Sharding = Sharding()
   builder_args: Tuple[str, ...] = ()
   max_builder_failures: int = 2
   keep_indexes: int = 3
@@ -217,7 +219,8 @@ class OpenQATaskConfig:
     read_answer_block: in training, when none of the top k holds an answer, the reader reads
       the best answer-bearing block of the top K instead of the k-th (DPR's reader training:
       supervision for every question the top K answers; False: REALM's and ORQA's top k).
-    index_kind, scann: the document index ("scann" or "brute_force") and ScaNN's settings.
+    index_kind, scann, sharding: the document index ("scann" or "brute_force"), ScaNN's
+      settings and the index's shard size.
     index_refresh_steps: refresh the index every that many steps (0: frozen). Without
       `train_doc_tower` the doc tower becomes a copy of the query tower first (what shared
       towers would hold; needs a pre-trained retriever with shared towers).
@@ -255,6 +258,7 @@ class OpenQATaskConfig:
   read_answer_block: bool = False
   index_kind: str = "scann"
   scann: ScannSettings = ScannSettings()
+  sharding: Sharding = Sharding()
   index_refresh_steps: int = 0
   train_doc_tower: bool = False
   refresh: str = "sync"

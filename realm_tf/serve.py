@@ -46,6 +46,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   # Imported here so that `--help` does not import TensorFlow.
   from realm_tf.mips.index_builder import ScannSettings  # pylint: disable=g-import-not-at-top
+  from realm_tf.mips.index_builder import Sharding  # pylint: disable=g-import-not-at-top
   from realm_tf.qa import ask_lib  # pylint: disable=g-import-not-at-top
   from realm_tf.qa.released_imports import ReleasedSettings  # pylint: disable=g-import-not-at-top
   from realm_tf.serving import server  # pylint: disable=g-import-not-at-top
@@ -60,7 +61,8 @@ def main(argv):
                             f"--model_dir=<fine-tuned model> or set ${ask_lib.MODEL_ENV}"))
   service = AskService.load(model_dir, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
                             _MODEL.index_kind.value, batch_size=_MAX_BATCH.value,
-                            scann=ScannSettings(**_MODEL.scann.values()),
+                            scann=ScannSettings(**_MODEL.index.scann_values()),
+                            sharding=Sharding(**_MODEL.index.sharding_values()),
                             embedding_dtype=_MODEL.embedding_dtype.value,
                             released=ReleasedSettings(**_MODEL.released.values()))
   service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions

@@ -10,7 +10,7 @@ from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
-from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.mips.sharded_index import ShardedIndex
 from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 
@@ -70,7 +70,7 @@ def test_async_refresh_swaps_without_waiting_and_survives_a_killed_builder(tmp_p
 def test_async_refresh_publishes_and_swaps_in_a_sharded_index(tmp_path, monkeypatch):
   monkeypatch.setenv("PYTHONPATH", ROOT)
   refresher, retriever = _tiny_refresher(tmp_path, AsynchronousRefresher,
-                                         scann=ScannSettings(shard_size=10))
+                                         sharding=Sharding(shard_size=10))
   num_blocks = len(refresher.store)
   shards = -(-num_blocks // 10)
   assert shards >= 2
@@ -80,7 +80,7 @@ def test_async_refresh_publishes_and_swaps_in_a_sharded_index(tmp_path, monkeypa
   assert refresher.maybe_refresh(6, retriever)
   index = refresher.index
   assert refresher.version == "step-00000005" and isinstance(index, ShardedIndex)
-  assert [b - a for a, b in index.row_ranges] == [len(r) for r in ScannSettings(
+  assert [b - a for a, b in index.row_ranges] == [len(r) for r in Sharding(
       shard_size=10).shard_ranges(num_blocks)]
   queries = index.document_embeddings()[:4]
   scores, _ = index.search(queries, num_blocks // 2)  # k > a shard: merged across shards

@@ -47,6 +47,16 @@ def test_overrides_parse_typed_values_in_order():
   assert typed.trainer.batch_size == 4 and typed.trainer.learning_rate == 1.0
 
 
+def test_an_older_experiment_files_shard_size_is_read_where_it_moved(tmp_path):
+  """task.scann.shard_size (before the shard size left the ScaNN settings) sets
+  task.sharding.shard_size, so an earlier run's experiment.json still loads."""
+  path = tmp_path / EXPERIMENT_FILE
+  path.write_text(json.dumps({"task": {"scann": {"num_leaves": 4, "shard_size": 25}}}))
+  config = overrides.override(registry.get("pretrain"), overrides.read_file(str(path)))
+  assert (config.task.scann.num_leaves, config.task.sharding.shard_size) == (4, 25)
+  assert overrides.override(config, "task.sharding.shard_size=7").task.sharding.shard_size == 7
+
+
 @pytest.mark.parametrize("text,message", [
     ("trainer.num_stepz=1", "trainer.num_stepz: not a setting of TrainerConfig. Known: "
                             "trainer.model_dir, trainer.num_steps"),

@@ -1,7 +1,7 @@
 """ICT splits block text into sentences with the corpus pipelines' splitter."""
 import pytest
 
-from pipelines import sentence_splitter
+from realm_tf.tokenization import sentence_splitter
 from realm_tf.training import ict_data
 
 

@@ -26,6 +26,7 @@ from realm_tf.data import formats
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.mips.manifest import IndexManifest
 from realm_tf.mips.sharded_index import ShardedIndex
 from realm_tf.retrieval.corpus import Corpus
@@ -211,7 +212,8 @@ def test_publish_embeddings_builds_index_shards_in_turn_or_on_workers(tmp_path, 
   _write_embeddings(embeddings_dir, ids, vectors, 4)
   directory = build_index_lib.publish_embeddings(
       embeddings_dir, 4, ids, 8, str(tmp_path / "index"), "step-00000001", {"num_blocks": 60},
-      "brute_force", ScannSettings(shard_size=25), beam_runner.pipeline_options(runner))
+      "brute_force", ScannSettings(), Sharding(shard_size=25),
+      beam_runner.pipeline_options(runner))
   manifest = IndexManifest.read(directory)
   assert manifest.kind == "sharded" and manifest.builder["shard_size"] == 25
   assert [e["num_docs"] for e in manifest.builder["shards"]] == [20, 20, 20]

@@ -1,10 +1,10 @@
-"""Tests for pipelines.wikitext_cleaner and pipelines.sentence_splitter."""
+"""Tests for pipelines.wikitext_cleaner and realm_tf.tokenization.sentence_splitter."""
 import re
 
 import pytest
 
-from pipelines import sentence_splitter
 from pipelines import wikitext_cleaner
+from realm_tf.tokenization import sentence_splitter
 
 ARTICLE = (
     '{{Infobox city|name=Paris|population=2,102,650}}\n'

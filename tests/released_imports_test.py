@@ -19,6 +19,7 @@ from realm_tf import configs
 from realm_tf import errors
 from realm_tf.checkpoints import released_embeddings
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.presets import ModelConfig
 from realm_tf.qa import released_imports
 from realm_tf.qa import released_model
@@ -91,41 +92,42 @@ def _mtime(path):
 def test_each_setting_has_its_own_index_built_once_and_the_import_is_shared(
     bundle, tmp_path, logs):
   model_dir = _copy(bundle, tmp_path)
-  exact = released_imports.imported_model(model_dir, "brute_force", ScannSettings(), HEADS)
+  exact = released_imports.imported_model(model_dir, "brute_force", settings=HEADS)
   assert exact.built == ("import", "index") and exact.directory == model_dir + ".realm_tf"
   assert exact.doc_index.endswith(os.path.join("index", "brute_force-shard_auto-float32"))
   assert "index/brute_force-shard_auto-float32 (built now)" in logs.text
   weights = os.path.join(exact.directory, "ckpt-1.index")
   stamps = {"import": _mtime(weights)}
 
-  scann = released_imports.imported_model(model_dir, "scann", ScannSettings(), HEADS)
+  scann = released_imports.imported_model(model_dir, "scann", settings=HEADS)
   assert scann.built == ("index",) and scann.doc_index != exact.doc_index
   assert DocIndex.read_info(scann.doc_index)["kind"] == "scann"
   stamps.update({exact.doc_index: _mtime(os.path.join(exact.doc_index, "manifest.json")),
                  scann.doc_index: _mtime(os.path.join(scann.doc_index, "manifest.json"))})
 
   logs.clear()  # realm-evaluate (exact) and realm-ask (ScaNN) in turn: nothing rebuilt
-  again = released_imports.imported_model(model_dir, "brute_force", ScannSettings(), HEADS)
+  again = released_imports.imported_model(model_dir, "brute_force", settings=HEADS)
   assert again.built == () and again.doc_index == exact.doc_index
-  assert released_imports.imported_model(model_dir, "scann", ScannSettings(), HEADS).built == ()
+  assert released_imports.imported_model(model_dir, "scann", settings=HEADS).built == ()
   assert "(reused), index index/scann-leaves_auto-search_auto-dims_2-reorder_100-shard_auto-" \
          "float32 (reused)" in logs.text
   assert "verified on 8 of 40 rows" in logs.text
 
   leaves = released_imports.imported_model(model_dir, "scann", ScannSettings(num_leaves=4),
-                                           HEADS)
+                                           settings=HEADS)
   assert leaves.built == ("index",) and "leaves_4" in leaves.doc_index
   manifest = DocIndex.read_info(leaves.doc_index)
   assert manifest["kind"] == "scann" and manifest["num_blocks"] == len(TEXTS)
   assert released_imports.imported_model(model_dir, "scann", ScannSettings(num_leaves=4),
-                                         HEADS).built == ()
-  with pytest.raises(errors.InputError, match="--scann_num_leaves: 50 leaves for 40 documents"):
-    released_imports.imported_model(model_dir, "scann", ScannSettings(num_leaves=50), HEADS)
+                                         settings=HEADS).built == ()
+  with pytest.raises(errors.InputError, match="ScannSettings.num_leaves: 50 leaves for 40 "):
+    released_imports.imported_model(model_dir, "scann", ScannSettings(num_leaves=50),
+                                    settings=HEADS)
   shards = released_imports.imported_model(model_dir, "brute_force",
-                                           ScannSettings(shard_size=20), HEADS)
+                                           sharding=Sharding(shard_size=20), settings=HEADS)
   assert shards.built == ("index",) and "shard_20" in shards.doc_index
   half = released_imports.imported_model(
-      model_dir, "brute_force", ScannSettings(), ReleasedSettings(2, 2, "float16"))
+      model_dir, "brute_force", settings=ReleasedSettings(2, 2, "float16"))
   assert half.built == ("index",) and half.doc_index.endswith("shard_auto-float16")
   assert DocIndex.read_info(half.doc_index)["embedding_storage_dtype"] == "float16"
 

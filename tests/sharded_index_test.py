@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from realm_tf import cli
 from realm_tf import errors
 from realm_tf.mips import index_builder
+from realm_tf.mips import index_loading
 from realm_tf.mips import index_publisher
-from realm_tf.mips import mips_index
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.manifest import IndexCorruptedError
 from realm_tf.mips.manifest import IndexManifest
@@ -81,10 +82,10 @@ def test_equal_scores_keep_the_lower_shard_first():
 
 def test_scann_shards_recall_against_exact_search(clustered):
   docs, queries = clustered
-  settings = index_builder.ScannSettings(shard_size=10_000)  # balanced: 3 shards of 8,000
-  assert [len(r) for r in settings.shard_ranges(len(docs))] == [8_000, 8_000, 8_000]
-  wide = index_builder.ScannSettings(shard_size=12_000)  # 2 shards of 12,000: trees
-  index = index_builder.build_index(docs, "scann", wide)
+  sharding = index_builder.Sharding(shard_size=10_000)  # balanced: 3 shards of 8,000
+  assert [len(r) for r in sharding.shard_ranges(len(docs))] == [8_000, 8_000, 8_000]
+  wide = index_builder.Sharding(shard_size=12_000)  # 2 shards of 12,000: trees
+  index = index_builder.build_index(docs, "scann", sharding=wide)
   assert isinstance(index, ShardedIndex) and len(index.shards) == 2
   assert all(s.builder["num_leaves"] == round(np.sqrt(12_000)) for s in index.shards)
   _, true_ids = BruteForceIndex(docs).search(queries, 10)
@@ -95,7 +96,7 @@ def test_scann_shards_recall_against_exact_search(clustered):
 def test_the_automatic_shard_size_is_an_eighth_of_the_corpus_within_bounds():
   """0: N/8 rows within [100k, 1M]: one index up to 100k rows, 8 shards at 1M (the builder
   near the embeddings' size), 1M-row shards beyond 8M (14 for full Wikipedia)."""
-  auto = index_builder.ScannSettings()
+  auto = index_builder.Sharding()
   sizes = {n: [len(r) for r in auto.shard_ranges(n)]
            for n in (12_911, 100_000, 250_000, 1_000_000, 13_353_718)}
   assert sizes[12_911] == [12_911] and sizes[100_000] == [100_000]
@@ -103,14 +104,14 @@ def test_the_automatic_shard_size_is_an_eighth_of_the_corpus_within_bounds():
   assert sizes[1_000_000] == [125_000] * 8
   assert len(sizes[13_353_718]) == 14 and max(sizes[13_353_718]) <= 1_000_000
   assert sum(sizes[13_353_718]) == 13_353_718
-  assert index_builder.ScannSettings(shard_size=300_000).shard_size_for(1_000_000) == 300_000
+  assert index_builder.Sharding(shard_size=300_000).shard_size_for(1_000_000) == 300_000
 
 
 def test_saved_and_reloaded_in_a_tf_function(tmp_path):
   docs, queries = _gaussian(3, 30, _DIM), _gaussian(4, 5, _DIM)
   sharded = ShardedIndex([ScannIndex.build(docs[:12]), ScannIndex.build(docs[12:])], 15)
   sharded.save(str(tmp_path))
-  loaded = mips_index.load_index(str(tmp_path))
+  loaded = index_loading.load_index(str(tmp_path))
   assert isinstance(loaded, ShardedIndex) and loaded.row_ranges == [(0, 12), (12, 30)]
   assert (loaded.shard_size, loaded.shard_kind) == (15, "scann")
   search = tf.function(lambda q: loaded.search(q, 14), input_signature=[
@@ -132,7 +133,7 @@ def test_the_manifest_round_trips(tmp_path):
       ("shard-00000-of-00002", 0, 5, 5), ("shard-00001-of-00002", 5, 20, 15)]
   assert (manifest.builder["shard_kind"], manifest.builder["shard_size"]) == (
       "brute_force", None)
-  mips_index.load_index(str(tmp_path / "a")).save(str(tmp_path / "b"))
+  index_loading.load_index(str(tmp_path / "a")).save(str(tmp_path / "b"))
   assert IndexManifest.read(str(tmp_path / "b")) == manifest
 
 
@@ -146,7 +147,7 @@ def saved(tmp_path):
 def test_a_missing_shard_is_refused_naming_it(saved):
   shutil.rmtree(os.path.join(saved, "shard-00001-of-00003"))
   with pytest.raises(IndexCorruptedError, match=r"index/shard-00001-of-00003: .*missing"):
-    mips_index.load_index(saved)
+    index_loading.load_index(saved)
 
 
 def test_a_damaged_shard_file_is_refused_naming_it(saved, tmp_path):
@@ -156,7 +157,7 @@ def test_a_damaged_shard_file_is_refused_naming_it(saved, tmp_path):
     f.seek(-3, os.SEEK_END)
     f.write(b"\x00\x01\x02")
   with pytest.raises(IndexCorruptedError, match="shard-00002-of-00003/embeddings.npy: .*sha256"):
-    mips_index.load_index(saved)
+    index_loading.load_index(saved)
   with pytest.raises(index_publisher.PublishError, match="shard-00002-of-00003/embeddings.npy"):
     index_publisher.publish(lambda d: shutil.copytree(saved, d), root, "step-00000001")
   assert os.listdir(root) == []  # nothing published, nothing left behind
@@ -170,7 +171,7 @@ def test_a_shard_of_another_index_is_refused_naming_it(saved, tmp_path):
   shutil.copytree(os.path.join(other, "shard-00000-of-00003"), shard)
   with pytest.raises(IndexCorruptedError,
                      match="shard-00000-of-00003/manifest.json: .*another index"):
-    mips_index.load_index(saved, verify_checksums=False)
+    index_loading.load_index(saved, verify_checksums=False)
 
 
 def test_a_shard_of_another_size_is_refused_naming_it(saved, tmp_path):
@@ -188,7 +189,7 @@ def test_a_shard_of_another_size_is_refused_naming_it(saved, tmp_path):
   with pytest.raises(IndexCorruptedError,
                      match=r"shard-00001-of-00003/manifest.json: .*12 x 16; the top manifest "
                      r"expects a shard of 10 x 16"):
-    mips_index.load_index(saved)
+    index_loading.load_index(saved)
 
 
 def test_a_shard_list_that_does_not_tile_the_rows_is_refused(saved):
@@ -199,7 +200,7 @@ def test_a_shard_list_that_does_not_tile_the_rows_is_refused(saved):
   with open(top, "w") as f:
     json.dump(data, f)
   with pytest.raises(IndexCorruptedError, match="manifest.json: .*entry 1 .*from row 10"):
-    mips_index.load_index(saved)
+    index_loading.load_index(saved)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
@@ -207,17 +208,17 @@ def test_save_index_from_a_memory_mapped_file_one_shard_at_a_time(tmp_path, dtyp
   docs = _gaussian(9, 41, _DIM).astype(dtype)
   np.save(str(tmp_path / "docs.npy"), docs)
   mapped = np.load(str(tmp_path / "docs.npy"), mmap_mode="r").view(dtype)  # bfloat16: '|V2'
-  settings = index_builder.ScannSettings(shard_size=10)
-  index_builder.save_index(mapped, str(tmp_path / "index"), "brute_force", settings)
+  sharding = index_builder.Sharding(shard_size=10)
+  index_builder.save_index(mapped, str(tmp_path / "index"), "brute_force", sharding=sharding)
   assert sorted(os.listdir(tmp_path / "index")) == ["manifest.json"] + [
       f"shard-0000{s}-of-00005" for s in range(5)]
-  loaded = mips_index.load_index(str(tmp_path / "index"))
+  loaded = index_loading.load_index(str(tmp_path / "index"))
   assert [b - a for a, b in loaded.row_ranges] == [8, 8, 8, 8, 9]
   assert loaded.shard_size == 10
   np.testing.assert_array_equal(loaded.document_embeddings(), docs.astype(np.float32))
   checked = []
-  mips_index.check_index(str(tmp_path / "index"),
-                         lambda shard, where: checked.append((shard.num_docs, where)))
+  index_loading.check_index(str(tmp_path / "index"),
+                            lambda shard, where: checked.append((shard.num_docs, where)))
   assert [os.path.basename(w) for _, w in checked] == [f"shard-0000{s}-of-00005"
                                                         for s in range(5)]
 
@@ -226,16 +227,17 @@ def test_one_shard_is_a_plain_index(tmp_path):
   docs = _gaussian(10, 30, _DIM)
   assert isinstance(index_builder.build_index(docs, "scann"), ScannIndex)
   index_builder.save_index(docs, str(tmp_path), "brute_force",
-                           index_builder.ScannSettings(shard_size=30))
+                           sharding=index_builder.Sharding(shard_size=30))
   assert IndexManifest.read(str(tmp_path)).kind == "brute_force"
 
 
-def test_the_shard_size_is_a_checked_flag():
-  with pytest.raises(errors.InputError, match="^--index_shard_size: -1 is not an integer"):
-    index_builder.ScannSettings(shard_size=-1)
-  assert "--index_shard_size=500" in index_builder.ScannSettings(shard_size=500).flag_args()
-  with pytest.raises(errors.InputError, match="^--scann_num_leaves: 300 leaves for 250"):
-    index_builder.ScannSettings(num_leaves=300, shard_size=250).check(1_000, _DIM)
+def test_the_shard_size_is_a_checked_setting_and_a_flag():
+  with pytest.raises(errors.InputError, match=r"^Sharding\.shard_size: -1 is not an integer"):
+    index_builder.Sharding(shard_size=-1)
+  assert "--index_shard_size=500" in cli.index_flag_args(index_builder.ScannSettings(),
+                                                         index_builder.Sharding(500))
+  with pytest.raises(errors.InputError, match=r"^ScannSettings\.num_leaves: 300 leaves for 250"):
+    index_builder.ScannSettings(num_leaves=300).check(1_000, _DIM, index_builder.Sharding(250))
 
 
 def test_a_qa_document_index_reads_a_sharded_index(tmp_path):

@@ -131,6 +131,8 @@ def _convert(key: str, kind, value: Any, current: Any) -> Any:
 
 
 _UNSET = object()
+# Settings that moved, under their older keys (experiment.json files of earlier runs use them).
+_MOVED = {"task.scann.shard_size": "task.sharding.shard_size"}
 
 
 @dataclasses.dataclass
@@ -166,11 +168,13 @@ def _apply(config: Any, node: _Node, prefix: str) -> Any:
 
 def override(config: Any, values: Union[str, Mapping[str, Any]]) -> Any:
   """`config` with `values` ({dotted key: value} or a "k1=v1,k2=v2" string) applied; a preset
-  (`task.model.encoder=tiny`) comes before its fields' settings."""
+  (`task.model.encoder=tiny`) comes before its fields' settings. A key of `_MOVED` sets the
+  setting it moved to."""
   if isinstance(values, str):
     values = parse(values)
   root = _Node()
   for key, value in values.items():
+    key = _MOVED.get(key, key)
     node = root
     for part in key.split("."):
       node = node.children.setdefault(part, _Node())

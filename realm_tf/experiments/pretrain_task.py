@@ -139,7 +139,7 @@ class PretrainTask(Task):
     special = (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id)
     index_root = os.path.join(model_dir, "index")
     shared = dict(compute_dtype=task.embedding_dtype, jit_compile=task.embedding_jit_compile,
-                  keep_versions=task.keep_indexes, scann=task.scann)
+                  keep_versions=task.keep_indexes, scann=task.scann, sharding=task.sharding)
     if task.refresh == "sync":
       return SynchronousRefresher(index_root, task.refresh_every, store, special,
                                   task.index_kind, task.model.block_length,
@@ -167,7 +167,7 @@ class PretrainTask(Task):
       initial_index.publish_initial_index(
           os.path.join(self.config.trainer.model_dir, "index"), store, self.tokenizer,
           retriever, self.task.init.index, block_length=self.task.model.block_length,
-          kind=self.task.index_kind, scann=self.task.scann,
+          kind=self.task.index_kind, scann=self.task.scann, sharding=self.task.sharding,
           embedding_dtype=self.task.embedding_dtype)
     distribute.barrier(self.strategy)
 

@@ -34,14 +34,15 @@ def embedding_dtype(default: Optional[str] = None) -> flags.FlagHolder:
 
 
 def define_index_flags(config: ConfigFlags, open_qa: bool = False) -> None:
-  """Binds `--index_kind`, the ScaNN flags (`cli.define_scann_flags`), `--refresh`,
+  """Binds `--index_kind`, the ScaNN and shard-size flags (`cli.define_index_flags`), `--refresh`,
   `--refresh_every`, `--builder_args`, `--max_builder_failures` and `--embedding_dtype` to
   `task`; pre-training adds `--keep_indexes` and `--embedding_jit_compile`, `open_qa`
   `--embedding_storage_dtype` and `--refresh_every`'s earlier name `--index_refresh_steps`."""
   config.bind(index_kind("MIPS index."), "task.index_kind")
-  scann = cli.define_scann_flags()
-  for setting in scann.names().values():
-    config.bind(getattr(scann, setting), f"task.scann.{setting}")
+  index_flags = cli.define_index_flags()
+  settings = index_flags.settings()
+  for holder in index_flags:
+    config.bind(holder, f"task.{settings[holder.name]}")
   config.bind(flags.DEFINE_enum(
       "refresh", None, ["async", "sync"], "Index refresh by the trainer itself (sync) or by "
       "the index-builder process while training goes on (async; fine-tuning: needs "

@@ -34,7 +34,7 @@ class QAModelFlags(NamedTuple):
   corpus: flags.FlagHolder
   embeddings_dir: flags.FlagHolder
   index_kind: flags.FlagHolder
-  scann: cli.ScannFlags
+  index: cli.IndexFlags
   embedding_dtype: flags.FlagHolder
   released: cli.ReleasedFlags
 
@@ -50,7 +50,7 @@ def define_qa_model_flags() -> QAModelFlags:
       paths.corpus(CORPUS_HELP, default=""),
       paths.embeddings_dir(EMBEDDINGS_HELP),
       index.index_kind(INDEX_KIND_HELP, default="", choices=("",) + cli.INDEX_KINDS),
-      cli.define_scann_flags(),
+      cli.define_index_flags(),
       index.embedding_dtype(default="auto"),
       cli.define_released_flags())
   flags.register_multi_flags_validator(

@@ -8,7 +8,7 @@ in-graph, save to a directory with a checksummed `manifest.json`, and load back 
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.manifest import IndexCorruptedError
 from realm_tf.mips.manifest import IndexManifest
-from realm_tf.mips.mips_index import load_index
+from realm_tf.mips.index_loading import load_index
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.mips.scann_index import ScannIndex
 from realm_tf.mips.sharded_index import ShardedIndex

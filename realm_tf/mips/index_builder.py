@@ -2,24 +2,24 @@
 
 Legend: N documents, D embedding dimension, L tree leaves, M rows per shard, S shards.
 
-`ScannSettings` are the knobs every index-building binary exposes as flags
-(`realm_tf.cli.define_scann_flags`: `--scann_num_leaves`, `--scann_num_leaves_to_search`,
-`--scann_dimensions_per_block`, `--scann_reorder_k`, and `--index_shard_size`). The defaults are
-the automatic rule of `ScannIndex.build`: L = round(sqrt(N)) leaves from N >= 10,000 documents
-(exact brute force below), ceil(L / 20) of them searched, 2 dimensions per asymmetric-hashing
-block, 100 candidates re-scored exactly. `FULL_WIKIPEDIA` is the reference REALM's setting for
-its 13.3M blocks: 1000 leaves, 100 searched. The resolved values are recorded in the index
-manifest (`manifest.json`, "builder").
+`ScannSettings` (ScaNN's knobs) and `Sharding` (rows per shard, either kind) are the flags of
+every index-building binary (`realm_tf.cli.define_index_flags`: `--scann_*`,
+`--index_shard_size`); errors here name the setting (`ScannSettings.num_leaves`), a binary's
+its flag. ScaNN's defaults are `ScannIndex.build`'s rule: L = round(sqrt(N)) leaves from
+N >= 10,000 documents (exact below), ceil(L / 20) of them searched, 2 dimensions per hashing
+block, 100 candidates re-scored exactly; `FULL_WIKIPEDIA` is the reference REALM's 1000 leaves,
+100 searched, for its 13.3M blocks. The resolved values are in the manifest ("builder").
 
-Sharding: N > M rows (M = `--index_shard_size`; by default ceil(N / 8) rows, at least 100,000
-and at most `DEFAULT_SHARD_SIZE`) make a `ShardedIndex` of S = ceil(N / M) shards of balanced consecutive row ranges, each built with the
-settings above applied to its own row count. `save_index` builds, saves and frees one shard at a
-time, converting only that shard's rows to float32, so memory grows with M, not N; the pages of
-a memory-mapped input (`np.load(..., mmap_mode="r")`) are released after each shard (they stay
-in the page cache), so they do not accumulate in the builder's resident memory either.
-ScaNN's build of a shard peaks near 8.5x the shard's float32 bytes, so the default's eight
-shards keep the builder near the size of the embeddings up to 8M rows, and its 1M-row cap keeps
-it under 8 GiB at any N (the number of shards searched grows past 8M rows).
+Sharding: N > M rows (M = `Sharding.shard_size`; by default ceil(N / 8) rows, at least 100,000
+and at most `DEFAULT_SHARD_SIZE`) make a `ShardedIndex` of S = ceil(N / M) shards of balanced
+consecutive row ranges, each built with the settings above applied to its own row count.
+`save_index` builds, saves and frees one shard at a time, converting only that shard's rows to
+float32, so memory grows with M, not N; the pages of a memory-mapped input (`np.load(...,
+mmap_mode="r")`) are released after each shard (they stay in the page cache), so they do not
+accumulate in the builder's resident memory either. ScaNN's build of a shard peaks near 8.5x
+the shard's float32 bytes, so the default's eight shards keep the builder near the size of the
+embeddings up to 8M rows, and its 1M-row cap keeps it under 8 GiB at any N (the number of
+shards searched grows past 8M rows).
 """
 import dataclasses
 import math
@@ -44,44 +44,34 @@ MIN_AUTO_SHARD_SIZE = 100_000
 _DEFAULT_NUM_NEIGHBORS = 8
 
 
+def _setting(settings: Any, name: str) -> str:
+  """How errors name field `name` of a settings dataclass, e.g. "ScannSettings.num_leaves"."""
+  return f"{type(settings).__name__}.{name}"
+
+
+def _check_integers(settings: Any, least: Dict[str, int]) -> None:
+  """Raises InputError unless each field of `settings` named in `least` is an int >= least."""
+  for name, minimum in least.items():
+    value = getattr(settings, name)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+      raise errors.InputError(errors.describe(
+          _setting(settings, name), f"{value!r} is not an integer >= {minimum}", _fix(name)))
+
+
 @dataclasses.dataclass(frozen=True)
-class ScannSettings:
-  """ScaNN build settings and the shard size; 0 means the automatic rule (module docstring).
+class Sharding:
+  """How the N rows of an index of either kind are split into shards (module docstring).
 
   Attributes:
-    num_leaves: L, k-means tree leaves of each shard; 1: no tree (exact scoring); 0: sqrt(n)
-      for a shard of n >= 10k rows.
-    num_leaves_to_search: leaves probed per query, at most L; 0: ceil(L / 20).
-    dimensions_per_block: dimensions per asymmetric-hashing block, at most D.
-    reorder_k: candidates re-scored exactly per query (a search for more takes k).
-    shard_size: M, the most rows per shard (ScaNN or exact); 0: the automatic rule
-      (`shard_size_for`).
+    shard_size: M, the most rows per shard; 0: the automatic rule (`shard_size_for`).
 
   Raises:
-    InputError: a negative value, a zero block size or reorder size, or more leaves to search
-      than leaves.
+    InputError: a negative or non-integer shard size.
   """
-  num_leaves: int = 0
-  num_leaves_to_search: int = 0
-  dimensions_per_block: int = 2
-  reorder_k: int = 100
   shard_size: int = 0
 
   def __post_init__(self):
-    for name, least in (("num_leaves", 0), ("num_leaves_to_search", 0),
-                        ("dimensions_per_block", 1), ("reorder_k", 1), ("shard_size", 0)):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise errors.InputError(errors.describe(
-            _flag(name), f"{value!r} is not an integer >= {least}", _fix(name)))
-    if self.num_leaves and self.num_leaves_to_search > self.num_leaves:
-      raise errors.InputError(errors.describe(
-          "--scann_num_leaves_to_search", f"{self.num_leaves_to_search} leaves to search, but "
-          f"--scann_num_leaves={self.num_leaves}", "Search at most as many leaves as the tree has"))
-
-  def flag_args(self) -> List[str]:
-    """These settings as the flags of an index-builder binary."""
-    return [f"{_flag(f.name)}={getattr(self, f.name)}" for f in dataclasses.fields(self)]
+    _check_integers(self, {"shard_size": 0})
 
   def shard_size_for(self, num_docs: int) -> int:
     """M for N rows: `shard_size`, or ceil(N / `AUTO_SHARDS`) within [`MIN_AUTO_SHARD_SIZE`,
@@ -97,9 +87,40 @@ class ScannSettings:
     bounds = [num_docs * s // num_shards for s in range(num_shards + 1)]
     return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
-  def check(self, num_docs: int, dim: int) -> None:
-    """Raises InputError (as `build_args`) unless the settings fit every shard of N rows."""
-    for size in sorted({len(r) for r in self.shard_ranges(num_docs)}):
+
+@dataclasses.dataclass(frozen=True)
+class ScannSettings:
+  """ScaNN build settings of each shard; 0 means the automatic rule (module docstring).
+
+  Attributes:
+    num_leaves: L, k-means tree leaves of each shard; 1: no tree (exact scoring); 0: sqrt(n)
+      for a shard of n >= 10k rows.
+    num_leaves_to_search: leaves probed per query, at most L; 0: ceil(L / 20).
+    dimensions_per_block: dimensions per asymmetric-hashing block, at most D.
+    reorder_k: candidates re-scored exactly per query (a search for more takes k).
+
+  Raises:
+    InputError: a negative value, a zero block size or reorder size, or more leaves to search
+      than leaves.
+  """
+  num_leaves: int = 0
+  num_leaves_to_search: int = 0
+  dimensions_per_block: int = 2
+  reorder_k: int = 100
+
+  def __post_init__(self):
+    _check_integers(self, {"num_leaves": 0, "num_leaves_to_search": 0,
+                           "dimensions_per_block": 1, "reorder_k": 1})
+    if self.num_leaves and self.num_leaves_to_search > self.num_leaves:
+      raise errors.InputError(errors.describe(
+          _setting(self, "num_leaves_to_search"), f"{self.num_leaves_to_search} leaves to "
+          f"search, but {_setting(self, 'num_leaves')}={self.num_leaves}",
+          "Search at most as many leaves as the tree has"))
+
+  def check(self, num_docs: int, dim: int, sharding: Sharding) -> None:
+    """Raises InputError (as `build_args`) unless the settings fit every shard of N rows that
+    `sharding` makes."""
+    for size in sorted({len(r) for r in sharding.shard_ranges(num_docs)}):
       self.build_args(size, dim)
 
   def build_args(self, num_docs: int, dim: int) -> Dict[str, Any]:
@@ -113,17 +134,17 @@ class ScannSettings:
                                  if num_docs >= MIN_DOCS_FOR_PARTITIONING else 1)
     if leaves > num_docs:
       raise errors.InputError(errors.describe(
-          "--scann_num_leaves", f"{leaves} leaves for {num_docs} documents",
+          _setting(self, "num_leaves"), f"{leaves} leaves for {num_docs} documents",
           "Pass at most one leaf per document, or 0 for the sqrt(N) rule"))
     if leaves > 1 and self.num_leaves_to_search > leaves:
       raise errors.InputError(errors.describe(
-          "--scann_num_leaves_to_search", f"{self.num_leaves_to_search} leaves to search, but "
-          f"the tree over {num_docs} documents has {leaves}",
-          "Pass fewer, or set --scann_num_leaves"))
+          _setting(self, "num_leaves_to_search"), f"{self.num_leaves_to_search} leaves to "
+          f"search, but the tree over {num_docs} documents has {leaves}",
+          f"Pass fewer, or set {_setting(self, 'num_leaves')}"))
     if leaves > 1 and self.dimensions_per_block > dim:
       raise errors.InputError(errors.describe(
-          "--scann_dimensions_per_block", f"{self.dimensions_per_block} dimensions per block, "
-          f"but the embeddings have {dim}", "Pass at most the embedding dimension"))
+          _setting(self, "dimensions_per_block"), f"{self.dimensions_per_block} dimensions per "
+          f"block, but the embeddings have {dim}", "Pass at most the embedding dimension"))
     return dict(num_neighbors=min(_DEFAULT_NUM_NEIGHBORS, self.reorder_k), num_leaves=leaves,
                 num_leaves_to_search=self.num_leaves_to_search or None,
                 dimensions_per_block=self.dimensions_per_block, reorder_k=self.reorder_k)
@@ -131,10 +152,6 @@ class ScannSettings:
 
 # The reference REALM's index over its 13,353,718 Wikipedia blocks.
 FULL_WIKIPEDIA = ScannSettings(num_leaves=1000, num_leaves_to_search=100)
-
-
-def _flag(name: str) -> str:
-  return "--index_shard_size" if name == "shard_size" else f"--scann_{name}"
 
 
 def _fix(name: str) -> str:
@@ -150,7 +167,7 @@ def check_kind(kind: str) -> None:
   """Raises InputError unless `kind` is one of `KINDS`."""
   if kind not in KINDS:
     raise errors.InputError(errors.describe(
-        "--index_kind", f"{kind!r} is not an index kind", f"Pass one of {', '.join(KINDS)}"))
+        "index_kind", f"{kind!r} is not an index kind", f"Pass one of {', '.join(KINDS)}"))
 
 
 def _file_mapping(array: Any) -> Optional[mmap.mmap]:
@@ -188,32 +205,34 @@ def _checked_shape(embeddings: Any, kind: str):
   return shape
 
 
-def _shard_plan(embeddings: Any, kind: str, scann: ScannSettings) -> List[range]:
+def _shard_plan(embeddings: Any, kind: str, scann: ScannSettings,
+                sharding: Sharding) -> List[range]:
   """The shards' row ranges, after checking the embeddings' shape and the settings."""
   num_docs, dim = _checked_shape(embeddings, kind)
   if kind == "scann":
-    scann.check(num_docs, dim)
-  return scann.shard_ranges(num_docs)
+    scann.check(num_docs, dim, sharding)
+  return sharding.shard_ranges(num_docs)
 
 
-def build_index(embeddings: Any, kind: str, scann: ScannSettings = ScannSettings()) -> MipsIndex:
+def build_index(embeddings: Any, kind: str, scann: ScannSettings = ScannSettings(),
+                sharding: Sharding = Sharding()) -> MipsIndex:
   """A `ScannIndex` ("scann", built with `scann`) or `BruteForceIndex` ("brute_force") over
   [N, D] embeddings (float32, float16 or bfloat16, converted to float32), in memory; a
-  `ShardedIndex` of such indexes when N exceeds the shard size.
+  `ShardedIndex` of such indexes when N exceeds the shard size of `sharding`.
 
   Raises:
     InputError: an unknown kind, or ScaNN settings that do not fit the shards and D.
     ValueError: embeddings are not a non-empty [N, D] matrix.
   """
-  ranges = _shard_plan(embeddings, kind, scann)
+  ranges = _shard_plan(embeddings, kind, scann, sharding)
   shards = [_build_one(_shard_rows(embeddings, rows), kind, scann) for rows in ranges]
   if len(shards) == 1:
     return shards[0]
-  return ShardedIndex(shards, scann.shard_size_for(np.shape(embeddings)[0]))
+  return ShardedIndex(shards, sharding.shard_size_for(np.shape(embeddings)[0]))
 
 
 def save_index(embeddings: Any, directory: str, kind: str,
-               scann: ScannSettings = ScannSettings(),
+               scann: ScannSettings = ScannSettings(), sharding: Sharding = Sharding(),
                build_shards: Optional[Callable[[str, List[range], List[str]], None]] = None
                ) -> None:
   """Builds the index of `build_index` and saves it into `directory`, one shard at a time:
@@ -223,7 +242,8 @@ def save_index(embeddings: Any, directory: str, kind: str,
     embeddings: [N, D] array-like (np.ndarray, a memmap; float32, float16 or bfloat16).
     directory: the index directory to write (created).
     kind: "scann" or "brute_force".
-    scann: the ScaNN settings of each shard, and the shard size.
+    scann: the ScaNN settings of each shard (kind "scann").
+    sharding: the shard size (either kind).
     build_shards: with several shards, called as `build_shards(directory, ranges, names)` to
       build and save shard s of rows `ranges[s]` into `directory/names[s]` (e.g. on Beam
       workers) instead of doing so here, in turn; the top manifest is written after it.
@@ -232,7 +252,7 @@ def save_index(embeddings: Any, directory: str, kind: str,
     InputError: an unknown kind, or ScaNN settings that do not fit the shards and D.
     ValueError: embeddings are not a non-empty [N, D] matrix.
   """
-  ranges = _shard_plan(embeddings, kind, scann)
+  ranges = _shard_plan(embeddings, kind, scann, sharding)
   if len(ranges) == 1:
     _build_one(_shard_rows(embeddings, ranges[0]), kind, scann).save(directory)
     return
@@ -245,7 +265,7 @@ def save_index(embeddings: Any, directory: str, kind: str,
       shard = _build_one(_shard_rows(embeddings, rows), kind, scann)
       shard.save(os.path.join(directory, name))
       del shard  # ScaNN's copy of the shard goes before the next shard's rows are read
-  ShardedIndex.write_manifest(directory, names, scann.shard_size_for(np.shape(embeddings)[0]))
+  ShardedIndex.write_manifest(directory, names, sharding.shard_size_for(np.shape(embeddings)[0]))
 
 
 def kind_of(index: MipsIndex) -> str:

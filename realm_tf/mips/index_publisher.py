@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.mips import index_loading
 from realm_tf.mips import manifest as manifest_lib
 from realm_tf.mips import mips_index
 
@@ -168,7 +169,7 @@ def read_index(directory: str, verify_checksums: bool = True
     IndexCorruptedError: the index does not verify.
   """
   manifest = read_manifest(directory)
-  return mips_index.load_index(directory, verify_checksums), metadata_of(manifest)
+  return index_loading.load_index(directory, verify_checksums), metadata_of(manifest)
 
 
 def _write_atomically(path: str, content: str) -> None:
@@ -206,7 +207,7 @@ def publish(index: Union[mips_index.MipsIndex, Callable[[str], None]], index_roo
   try:
     write_index(index, tmp, metadata)
     try:
-      mips_index.check_index(tmp, _sanity_check)
+      index_loading.check_index(tmp, _sanity_check)
     except manifest_lib.IndexCorruptedError as e:
       raise PublishError(f"index written to {tmp} does not verify: {e}") from e
     tf.io.gfile.rename(tmp, final)
@@ -307,7 +308,7 @@ def load_latest(index_root: str) -> Tuple[str, mips_index.MipsIndex, Dict[str, A
 def load_version(index_root: str, version: str,
                  verify_checksums: bool = True) -> mips_index.MipsIndex:
   """Loads version `version` of `index_root`, published or not; `verify_checksums`: see
-  `mips_index.load_index` (`publish` verified every published version once already)."""
+  `index_loading.load_index` (`publish` verified every published version once already)."""
   check_version(version)
   return read_index(os.path.join(index_root, version), verify_checksums)[0]
 

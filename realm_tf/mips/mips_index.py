@@ -1,4 +1,4 @@
-"""The maximum inner product search interface, and `load_index` for any saved index.
+"""The maximum inner product search interface (`index_loading.load_index` loads any saved one).
 
 Dimension legend: Q queries, N documents, D embedding dimension, k results per query.
 
@@ -6,7 +6,7 @@ Every index returns the k documents with the largest inner product <query, doc>,
 as TF ops, so `search` runs eagerly and inside a `tf.function`. Building and loading are eager.
 """
 import abc
-from typing import Callable, Tuple, Union
+from typing import Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -79,56 +79,9 @@ class MipsIndex(abc.ABC):
                      manifest: manifest_lib.IndexManifest) -> "MipsIndex":
     """Rebuilds the index from `directory`, whose `manifest` has been read and verified.
 
-    `load_index` is the entry point; it checks the manifest and checksums first.
+    `index_loading.load_index` is the entry point; it checks the manifest and checksums first.
 
     Raises:
       IndexCorruptedError: a stored array disagrees with the manifest.
     """
 
-
-def load_index(directory: str, verify_checksums: bool = True) -> MipsIndex:
-  """Loads the index saved in `directory` by any `MipsIndex.save`.
-
-  Reads `manifest.json`, recomputes every file's sha256 (unless `verify_checksums` is False:
-  for an index its publisher verified already), and dispatches on the manifest's kind to the
-  implementation, which checks the stored shapes against num_docs and dim.
-
-  Args:
-    directory: a directory written by `save` (local path or any `tf.io.gfile` URL).
-    verify_checksums: recompute the files' sha256 (the whole index is read once more).
-
-  Returns:
-    The index, a `BruteForceIndex`, a `ScannIndex` or a `ShardedIndex` of either (whose
-    shards' checksums `verify_checksums` covers too).
-
-  Raises:
-    IndexCorruptedError: the manifest is missing or invalid, a file is missing or fails its
-      checksum, or the stored arrays disagree with the manifest.
-  """
-  # The implementations import this module, so they are imported when first needed.
-  from realm_tf.mips import brute_force_index  # pylint: disable=g-import-not-at-top
-  from realm_tf.mips import scann_index  # pylint: disable=g-import-not-at-top
-  from realm_tf.mips import sharded_index  # pylint: disable=g-import-not-at-top
-  implementations = {cls.KIND: cls for cls in (brute_force_index.BruteForceIndex,
-                                                scann_index.ScannIndex)}
-  manifest = manifest_lib.IndexManifest.read(directory)
-  manifest.verify(directory, checksums=verify_checksums)
-  if manifest.kind == sharded_index.ShardedIndex.KIND:  # its shards are indexes of their own
-    return sharded_index.ShardedIndex.from_directory(directory, manifest, verify_checksums)
-  return implementations[manifest.kind].from_directory(directory, manifest)
-
-
-def check_index(directory: str, check: Callable[[MipsIndex, str], None]) -> None:
-  """Loads the index in `directory` (checksums verified) and calls `check(index, directory)`;
-  a `ShardedIndex` shard by shard, each dropped before the next is loaded, so that verifying
-  an index written shard by shard never needs all of it in memory.
-
-  Raises:
-    IndexCorruptedError: as `load_index`.
-  """
-  from realm_tf.mips import sharded_index  # pylint: disable=g-import-not-at-top
-  manifest = manifest_lib.IndexManifest.read(directory)
-  if manifest.kind == sharded_index.ShardedIndex.KIND:
-    sharded_index.ShardedIndex.check_shards(directory, manifest, check)
-  else:
-    check(load_index(directory), directory)

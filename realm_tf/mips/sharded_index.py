@@ -25,6 +25,9 @@ import tensorflow as tf
 from realm_tf.mips import manifest as manifest_lib
 from realm_tf.mips import mips_index
 
+# Loads the (unsharded) index saved in a directory: (directory, verify_checksums) -> index.
+ShardLoader = Callable[[str, bool], mips_index.MipsIndex]
+
 _SHARDS = "shards"
 _SHARD_KIND = "shard_kind"
 _SHARD_SIZE = "shard_size"
@@ -60,8 +63,8 @@ def _shard_table(directory: str, manifest: manifest_lib.IndexManifest) -> List[D
   return table
 
 
-def _load_shard(directory: str, entry: Mapping[str, Any], dim: int,
-                verify_checksums: bool) -> mips_index.MipsIndex:
+def _load_shard(directory: str, entry: Mapping[str, Any], dim: int, verify_checksums: bool,
+                load_shard: ShardLoader) -> mips_index.MipsIndex:
   """Loads one shard after checking it is the one the top manifest lists."""
   name = entry["directory"]
   shard_dir = os.path.join(directory, name)
@@ -76,7 +79,7 @@ def _load_shard(directory: str, entry: Mapping[str, Any], dim: int,
     raise manifest_lib.IndexCorruptedError(
         directory, shard_manifest, f"sha256 {sha} differs from {entry['manifest_sha256']} in "
         f"the top {manifest_lib.MANIFEST_NAME}: a shard of another index, or damaged")
-  shard = mips_index.load_index(shard_dir, verify_checksums)
+  shard = load_shard(shard_dir, verify_checksums)
   if shard.num_docs != entry["num_docs"] or shard.dim != dim or isinstance(shard, ShardedIndex):
     raise manifest_lib.IndexCorruptedError(
         directory, shard_manifest, f"a {shard.KIND} index of {shard.num_docs} x {shard.dim}; "
@@ -198,22 +201,25 @@ class ShardedIndex(mips_index.MipsIndex):
 
   @classmethod
   def check_shards(cls, directory: str, manifest: manifest_lib.IndexManifest,
-                   check: Callable[[mips_index.MipsIndex, str], None]) -> None:
-    """Loads each shard in turn (checksums verified), calls `check(shard, shard_directory)`
-    and drops it before the next: at most one shard is held.
+                   check: Callable[[mips_index.MipsIndex, str], None], *,
+                   load_shard: ShardLoader) -> None:
+    """Loads each shard in turn with `load_shard` (checksums verified), calls
+    `check(shard, shard_directory)` and drops it before the next: at most one shard is held.
 
     Raises:
       IndexCorruptedError: a shard is missing, damaged, or not the one listed.
     """
     for entry in _shard_table(directory, manifest):
-      shard = _load_shard(directory, entry, manifest.dim, verify_checksums=True)
+      shard = _load_shard(directory, entry, manifest.dim, True, load_shard)
       check(shard, os.path.join(directory, entry["directory"]))
       del shard
 
   @classmethod
   def from_directory(cls, directory: str, manifest: manifest_lib.IndexManifest,
-                     verify_checksums: bool = True) -> "ShardedIndex":
-    """See `MipsIndex.from_directory`; `verify_checksums` applies to the shards' files."""
-    shards = [_load_shard(directory, entry, manifest.dim, verify_checksums)
+                     verify_checksums: bool = True, *,
+                     load_shard: ShardLoader) -> "ShardedIndex":
+    """See `MipsIndex.from_directory`; each shard is loaded by `load_shard`, and
+    `verify_checksums` applies to the shards' files."""
+    shards = [_load_shard(directory, entry, manifest.dim, verify_checksums, load_shard)
               for entry in _shard_table(directory, manifest)]
     return cls(shards, manifest.builder_param(directory, _SHARD_SIZE, (int, type(None))))

@@ -16,6 +16,7 @@ from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
 from realm_tf import errors
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.qa import datasets
 from realm_tf.qa import released_imports
 from realm_tf.qa.released_imports import ReleasedSettings
@@ -39,6 +40,7 @@ class Asker:
     index_kind: with `corpus`, "scann" or "brute_force" (default: the model's); the index of
       a released model's import (default "scann").
     scann: with `corpus` or a released model, the ScaNN settings of a "scann" index.
+    sharding: with `corpus` or a released model, the shard size of the index.
     embedding_dtype: with `corpus`, the precision it is embedded in ("float32", "bfloat16",
       "auto"; `QAModel.load`).
     released: how a released model directory is imported (`ReleasedSettings`).
@@ -46,13 +48,13 @@ class Asker:
 
   def __init__(self, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
                index_kind: str = "", scann: ScannSettings = ScannSettings(),
-               embedding_dtype: str = "float32",
+               sharding: Sharding = Sharding(), embedding_dtype: str = "float32",
                released: ReleasedSettings = ReleasedSettings()):
     model_dir, doc_index = released_imports.model_directory(model_dir, index_kind, scann,
-                                                            released)
+                                                            sharding, released)
     self.model = QAModel.load(find_model_dir(model_dir), corpus=corpus,
                               embeddings_dir=embeddings_dir, index_kind=index_kind,
-                              scann=scann, embedding_dtype=embedding_dtype,
+                              scann=scann, sharding=sharding, embedding_dtype=embedding_dtype,
                               doc_index=doc_index)
     self.system = self.model.system(k=k)
 
@@ -83,11 +85,11 @@ def _model_dir(model_dir: str) -> str:
 
 def get_asker(model_dir: str = "", corpus: str = "", embeddings_dir: str = "", k: int = 5,
               index_kind: str = "", scann: ScannSettings = ScannSettings(),
-              embedding_dtype: str = "float32",
+              sharding: Sharding = Sharding(), embedding_dtype: str = "float32",
               released: ReleasedSettings = ReleasedSettings()) -> Asker:
   """The cached `Asker` of a configuration (loaded on first use)."""
   key = (os.path.abspath(_model_dir(model_dir)), corpus, embeddings_dir, k, index_kind, scann,
-         embedding_dtype, released)
+         sharding, embedding_dtype, released)
   if key not in _ASKERS:
     _ASKERS[key] = Asker(*key)
   return _ASKERS[key]

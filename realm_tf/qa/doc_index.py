@@ -29,6 +29,7 @@ from realm_tf.mips import index_publisher
 from realm_tf.mips.index_builder import build_index
 from realm_tf.mips.index_builder import kind_of
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.qa.embedding_check import verify_embeddings
 from realm_tf.retrieval.corpus import Corpus
@@ -141,7 +142,7 @@ class DocIndex:
   def build(cls, doc_embedder: DocEmbedder, corpus: Corpus, kind: str = "scann",
             snapshot_step: int = 0, batch_size: int = 64,
             progress: Optional[Callable[[int], None]] = None,
-            scann: ScannSettings = ScannSettings(),
+            scann: ScannSettings = ScannSettings(), sharding: Sharding = Sharding(),
             embedding_dtype: str = "float32", storage_dtype: str = "float32") -> "DocIndex":
     """Embeds `corpus` with `doc_embedder` (an export computing in `embedding_dtype`) over its
     wordpieces in the export's vocabulary into an embeddings file in `storage_dtype` (in a
@@ -154,16 +155,16 @@ class DocIndex:
                            out=out)
     out.flush()
     del out
-    return cls.from_file(path, corpus, kind, scann, snapshot_step, embedding_dtype,
+    return cls.from_file(path, corpus, kind, scann, sharding, snapshot_step, embedding_dtype,
                          storage_dtype, staging)
 
   @classmethod
   def from_file(cls, path: str, corpus: Corpus, kind: str, scann: ScannSettings,
-                snapshot_step: int, embedding_dtype: str, storage_dtype: str,
+                sharding: Sharding, snapshot_step: int, embedding_dtype: str, storage_dtype: str,
                 staging: Optional[tempfile.TemporaryDirectory] = None) -> "DocIndex":
     """The `DocIndex` of `corpus` over the embeddings file at `path`, indexed here."""
     embeddings = embedding_file.open_embeddings(path, storage_dtype, len(corpus))
-    index = build_index(embeddings, kind, scann)  # converted to float32 a shard at a time
+    index = build_index(embeddings, kind, scann, sharding)  # to float32 a shard at a time
     return cls(embeddings, index, corpus.fingerprint, snapshot_step, kind, embedding_dtype,
                storage_dtype, staging)
 
@@ -257,7 +258,7 @@ class DocIndex:
 def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str = "",
                  kind: str = "scann", batch_size: int = 64,
                  progress: Optional[Callable[[int], None]] = None,
-                 scann: ScannSettings = ScannSettings(),
+                 scann: ScannSettings = ScannSettings(), sharding: Sharding = Sharding(),
                  embedding_dtype: str = "float32",
                  storage_dtype: str = "float32") -> DocIndex:
   """The `DocIndex` of a (possibly new) knowledge corpus for a model's doc embedder.
@@ -271,7 +272,7 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
       verified against the doc embedder. Empty: embed the corpus now.
     kind: the MIPS index to build ("scann" or "brute_force") when none is loaded.
     batch_size, progress: for embedding.
-    scann: the ScaNN settings of a "scann" index built here.
+    scann, sharding: the ScaNN settings of a "scann" index built here, and its shard size.
     embedding_dtype: the precision `doc_embedder` computes in ("float32" / "bfloat16"); a
       `DocIndex` directory records its own, pipeline shards are taken to be in this one.
     storage_dtype: the dtype embeddings made or read here are stored in (a `DocIndex`
@@ -282,7 +283,7 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
   """
   if not embeddings_dir:
     return DocIndex.build(doc_embedder, corpus, kind, batch_size=batch_size, progress=progress,
-                          scann=scann, embedding_dtype=embedding_dtype,
+                          scann=scann, sharding=sharding, embedding_dtype=embedding_dtype,
                           storage_dtype=storage_dtype)
   source = f"embeddings in {embeddings_dir}"
   if DocIndex.exists(embeddings_dir):
@@ -299,5 +300,5 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
     embeddings = load_pipeline_embeddings(embeddings_dir, corpus, path, storage_dtype)
   verify_embeddings(doc_embedder, corpus, embeddings, source, (embedding_dtype, storage_dtype))
   del embeddings
-  return DocIndex.from_file(path, corpus, kind, scann, 0, embedding_dtype, storage_dtype,
-                            staging)
+  return DocIndex.from_file(path, corpus, kind, scann, sharding, 0, embedding_dtype,
+                            storage_dtype, staging)

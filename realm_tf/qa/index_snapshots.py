@@ -55,7 +55,7 @@ def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenize
   version is kept besides the pinned ones and the one in use."""
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   shared = dict(compute_dtype=precision.resolve(task.embedding_dtype), keep_versions=1,
-                scann=task.scann, tokenizer=tokenizer)
+                scann=task.scann, sharding=task.sharding, tokenizer=tokenizer)
   index_root, embedder_root = (os.path.join(directory, INDEX_ROOT),
                                os.path.join(directory, EMBEDDER_ROOT))
   if task.refresh == "async":
@@ -89,7 +89,8 @@ def publish_initial_index(directory: str, corpus: Corpus, tokenizer: WordpieceTo
   initial_index.publish_initial_index(
       os.path.join(directory, INDEX_ROOT), corpus, tokenizer, retriever, embeddings_path,
       block_length=task.model.block_length, kind=task.index_kind, scann=task.scann,
-      embedding_dtype=task.embedding_dtype, storage_dtype=task.embedding_storage_dtype,
+      sharding=task.sharding, embedding_dtype=task.embedding_dtype,
+      storage_dtype=task.embedding_storage_dtype,
       embedder_dir=os.path.join(directory, embedder_dir))
 
 

@@ -24,6 +24,7 @@ import tensorflow as tf
 from realm_tf import errors
 from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.models import precision
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
@@ -232,7 +233,8 @@ class QAModel:
   @classmethod
   def load(cls, directory: str, corpus: str = "", embeddings_dir: str = "",
            index_kind: str = "", scann: ScannSettings = ScannSettings(),
-           embedding_dtype: str = "float32", doc_index: str = "") -> "QAModel":
+           sharding: Sharding = Sharding(), embedding_dtype: str = "float32",
+           doc_index: str = "") -> "QAModel":
     """Loads a model directory (or its `best/`) and its latest checkpoint, checked (see the
     module docstring).
 
@@ -245,7 +247,7 @@ class QAModel:
         Embeddings made or read for `corpus` are stored (memory-mapped, in a temporary
         directory) in the dtype of the model's own index.
       index_kind: with `corpus`, the MIPS index to build (default: the model's own kind).
-      scann: with `corpus`, the ScaNN settings of a "scann" index.
+      scann, sharding: with `corpus`, the ScaNN settings of a "scann" index, and its shard size.
       embedding_dtype: with `corpus`, the precision it is embedded in ("float32", "bfloat16"
         or "auto": `models.precision`); where the model's own doc index was embedded in
         another, `doc_embedder` becomes a copy of the model's doc-embedder export computing in
@@ -286,7 +288,8 @@ class QAModel:
       if dtype != own.get("embedding_dtype", "float32"):
         model._export_doc_embedder(dtype)  # pylint: disable=protected-access
       model.doc_index = index_corpus(model.doc_embedder, model.corpus, embeddings_dir,
-                                     kind=kind, scann=scann, embedding_dtype=dtype,
+                                     kind=kind, scann=scann, sharding=sharding,
+                                     embedding_dtype=dtype,
                                      storage_dtype=own[embedding_file.STORAGE_KEY])
     else:
       model.corpus = Corpus.load(paths["corpus"])

@@ -25,6 +25,7 @@ import tensorflow as tf
 from realm_tf import errors
 from realm_tf.checkpoints import released_embeddings
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.qa import embedding_check
 from realm_tf.qa import model as model_lib
 from realm_tf.qa import released_indexes
@@ -140,7 +141,7 @@ def _verify_more(target: str, record: Dict[str, Any], inputs: Dict[str, str],
 
 
 def imported_model(directory: str, index_kind: str = "scann",
-                   scann: ScannSettings = ScannSettings(),
+                   scann: ScannSettings = ScannSettings(), sharding: Sharding = Sharding(),
                    settings: ReleasedSettings = ReleasedSettings()) -> ImportedModel:
   """The import of released `directory` for these settings: imported now, or before and
   reused (module docstring).
@@ -166,7 +167,8 @@ def imported_model(directory: str, index_kind: str = "scann",
     os.makedirs(os.path.dirname(target), exist_ok=True)
     verified = released_model.import_released(
         checkpoint, inputs["retriever_module_path"], inputs["block_records_path"], target,
-        index_kind=index_kind, scann=scann, storage_dtype=settings.storage_dtype,
+        index_kind=index_kind, scann=scann, sharding=sharding,
+        storage_dtype=settings.storage_dtype,
         num_attention_heads=0 if heads.inferred else heads.count,
         verify_blocks=settings.verify_blocks)
     info = model_lib.ModelInfo.read(target)
@@ -182,7 +184,7 @@ def imported_model(directory: str, index_kind: str = "scann",
     released_indexes.write_embeddings(target, array, settings.storage_dtype)
   info = model_lib.ModelInfo.read(target)
   doc_index, new = released_indexes.add_index(target, info.corpus_fingerprint, index_kind,
-                                              scann, settings.storage_dtype)
+                                              scann, sharding, settings.storage_dtype)
   if new or built:  # an import builds the index of its first setting
     built.append("index")
   imported = ImportedModel(target, os.path.join(target, doc_index), tuple(built),
@@ -198,11 +200,12 @@ def imported_model(directory: str, index_kind: str = "scann",
 
 
 def model_directory(directory: str, index_kind: str = "", scann: ScannSettings = ScannSettings(),
+                    sharding: Sharding = Sharding(),
                     settings: ReleasedSettings = ReleasedSettings()) -> Tuple[str, str]:
   """(the QA model directory, the `DocIndex` directory to use or "" for its own): `directory`
-  itself, or for a released ORQA model directory its import for `index_kind` (default ScaNN)
-  and `scann` (`imported_model`)."""
+  itself, or for a released ORQA model directory its import for `index_kind` (default ScaNN),
+  `scann` and `sharding` (`imported_model`)."""
   if not released_model.is_released_dir(directory):
     return directory, ""
-  imported = imported_model(directory, index_kind or "scann", scann, settings)
+  imported = imported_model(directory, index_kind or "scann", scann, sharding, settings)
   return imported.directory, imported.doc_index

@@ -22,13 +22,14 @@ import numpy as np
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.retrieval import embedding_file
 
 EMBEDDINGS = "embeddings"
 INDEX = "index"
 
 
-def index_name(kind: str, scann: ScannSettings, storage_dtype: str) -> str:
+def index_name(kind: str, scann: ScannSettings, sharding: Sharding, storage_dtype: str) -> str:
   """The directory name of the index of these settings (0 settings spelled "auto")."""
   index_builder.check_kind(kind)
   spell = lambda value: str(value) if value else "auto"
@@ -36,7 +37,7 @@ def index_name(kind: str, scann: ScannSettings, storage_dtype: str) -> str:
   if kind == "scann":
     parts += [f"leaves_{spell(scann.num_leaves)}", f"search_{spell(scann.num_leaves_to_search)}",
               f"dims_{scann.dimensions_per_block}", f"reorder_{scann.reorder_k}"]
-  parts += [f"shard_{spell(scann.shard_size)}",
+  parts += [f"shard_{spell(sharding.shard_size)}",
             embedding_file.check_storage_dtype(storage_dtype)]
   return "-".join(parts)
 
@@ -65,7 +66,7 @@ def _link(source: str, target: str) -> None:
 
 
 def add_index(import_dir: str, corpus_fingerprint: str, kind: str, scann: ScannSettings,
-              storage_dtype: str) -> Tuple[str, bool]:
+              sharding: Sharding, storage_dtype: str) -> Tuple[str, bool]:
   """(the index directory of these settings, relative to `import_dir`; whether it was built
   now). An index there already is reused; a new one is built beside it and renamed into place,
   so a killed build leaves no index.
@@ -74,7 +75,7 @@ def add_index(import_dir: str, corpus_fingerprint: str, kind: str, scann: ScannS
     FileNotFoundError: no shared embeddings file of `storage_dtype` (`write_embeddings`).
     InputError: ScaNN settings that do not fit the embeddings (`index_builder`).
   """
-  relative = os.path.join(INDEX, index_name(kind, scann, storage_dtype))
+  relative = os.path.join(INDEX, index_name(kind, scann, sharding, storage_dtype))
   target = os.path.join(import_dir, relative)
   if index_publisher.is_index(target):
     return relative, False
@@ -90,7 +91,7 @@ def add_index(import_dir: str, corpus_fingerprint: str, kind: str, scann: ScannS
     metadata = {"corpus_fingerprint": corpus_fingerprint, "snapshot_step": 0,
                 "embedding_dtype": "float32", **embedding_file.metadata(path, storage_dtype)}
     index_publisher.write_index(
-        lambda d: index_builder.save_index(embeddings, d, kind, scann), work, metadata)
+        lambda d: index_builder.save_index(embeddings, d, kind, scann, sharding), work, metadata)
     del embeddings
     if index_publisher.is_index(target):  # another run built it meanwhile
       shutil.rmtree(work)

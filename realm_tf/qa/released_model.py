@@ -29,6 +29,7 @@ from realm_tf import configs
 from realm_tf import errors
 from realm_tf.checkpoints import released_embeddings
 from realm_tf.mips.index_builder import ScannSettings
+from realm_tf.mips.index_builder import Sharding
 from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
 from realm_tf.qa import embedding_check
@@ -203,7 +204,8 @@ def verify_block_emb(doc_embedder: DocEmbedder, corpus: Corpus, embeddings: str,
 
 def import_released(orqa_checkpoint: str, embedder_dir: str, blocks: str, output_dir: str,
                     embeddings: str = "", index_kind: str = "scann",
-                    scann: ScannSettings = ScannSettings(), storage_dtype: str = "float32",
+                    scann: ScannSettings = ScannSettings(), sharding: Sharding = Sharding(),
+                    storage_dtype: str = "float32",
                     num_attention_heads: int = 0,
                     verify_blocks: embedding_check.Rows = embedding_check.DEFAULT_ROWS) -> int:
   """Writes the QA model directory of a released ORQA model at `output_dir` (written aside,
@@ -216,8 +218,8 @@ def import_released(orqa_checkpoint: str, embedder_dir: str, blocks: str, output
     blocks: the released `blocks.tfr` (`Corpus.load`).
     embeddings: the block embeddings (default `block_emb_path(embedder_dir)`), checked
       against the embedder's doc tower on `verify_blocks` rows (a number or "all").
-    index_kind, scann, storage_dtype: the first index (`qa.released_indexes`) and the dtype
-      the embeddings are stored in.
+    index_kind, scann, sharding, storage_dtype: the first index (`qa.released_indexes`) and
+      the dtype the embeddings are stored in.
     num_attention_heads: 0: inferred (`HEAD_SIZE` dimensions per head).
 
   Raises:
@@ -238,7 +240,7 @@ def import_released(orqa_checkpoint: str, embedder_dir: str, blocks: str, output
                                   doc_tower_only=True)
   corpus = Corpus.load(blocks)
   if index_kind == "scann":  # settings that cannot fit fail before the work
-    scann.check(len(corpus), config.projection_size)
+    scann.check(len(corpus), config.projection_size, sharding)
   work = f"{output_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
   os.makedirs(work)
   try:
@@ -254,7 +256,7 @@ def import_released(orqa_checkpoint: str, embedder_dir: str, blocks: str, output
     released_indexes.write_embeddings(work, array, storage_dtype)
     del array
     doc_index, _ = released_indexes.add_index(work, corpus.fingerprint, index_kind, scann,
-                                              storage_dtype)
+                                              sharding, storage_dtype)
     model_lib.model_checkpoint(retriever, reader).write(os.path.join(work, "ckpt-1"))
     with tf.io.gfile.GFile(os.path.join(work, "checkpoint"), "w") as f:
       f.write('model_checkpoint_path: "ckpt-1"\nall_model_checkpoint_paths: "ckpt-1"\n')

@@ -23,6 +23,7 @@ from typing import List, Optional, Sequence, Set
 
 from absl import logging
 
+from realm_tf import cli
 from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
@@ -55,10 +56,11 @@ class AsynchronousRefresher(IndexRefresher):
                jit_compile: bool = False, max_builder_failures: int = 2,
                keep_versions: int = 3,
                scann: index_builder.ScannSettings = index_builder.ScannSettings(),
+               sharding: index_builder.Sharding = index_builder.Sharding(),
                tokenizer: Optional[WordpieceTokenizer] = None):
     super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length,
-                     compute_dtype, jit_compile, keep_versions, scann, snapshot_root,
-                     tokenizer=tokenizer)
+                     compute_dtype, jit_compile, keep_versions, scann, sharding,
+                     snapshot_root, tokenizer=tokenizer)
     if max_builder_failures < 1:
       raise ValueError(f"max_builder_failures must be >= 1, got {max_builder_failures}")
     self.corpus_dir = corpus_dir
@@ -89,7 +91,8 @@ class AsynchronousRefresher(IndexRefresher):
   def builder_command(self, snapshot_dir: str) -> List[str]:
     return [sys.executable, "-m", "pipelines.build_index", f"--corpus={self.corpus_dir}",
             f"--embedder_dir={snapshot_dir}", f"--index_root={self.index_root}",
-            f"--index_kind={self.kind}"] + self.scann.flag_args() + self.builder_args
+            f"--index_kind={self.kind}",
+            *cli.index_flag_args(self.scann, self.sharding)] + self.builder_args
 
   def _log_path(self, version: str) -> str:
     directory = self.snapshot_root

@@ -63,6 +63,7 @@ class IndexRefresher(abc.ABC):
       builder's doc-embedder export).
     keep_versions: index versions kept after each swap (>= 1).
     scann: the ScaNN settings of every index built (kind "scann").
+    sharding: the shard size of every index built (either kind).
     snapshot_root: where doc-embedder snapshots are exported ("": none, synchronous only).
     tokenizer: the doc tower's wordpieces: the corpus is embedded as
       `store.wordpieces(tokenizer)` (a JSONL corpus is tokenized) and the snapshots carry it
@@ -79,6 +80,7 @@ class IndexRefresher(abc.ABC):
                compute_dtype: str = "float32",
                jit_compile: bool = False, keep_versions: int = 3,
                scann: index_builder.ScannSettings = index_builder.ScannSettings(),
+               sharding: index_builder.Sharding = index_builder.Sharding(),
                snapshot_root: str = "", tokenizer: Optional[WordpieceTokenizer] = None,
                embedding_storage_dtype: str = ""):
     index_builder.check_kind(kind)
@@ -91,6 +93,7 @@ class IndexRefresher(abc.ABC):
     self.special_ids, self.kind, self.block_length = tuple(special_ids), kind, block_length
     self.compute_dtype, self.jit_compile = compute_dtype, jit_compile
     self.scann, self.snapshot_root, self.tokenizer = scann, snapshot_root, tokenizer
+    self.sharding = sharding
     self.embedding_storage_dtype = embedding_storage_dtype
     self.index: Optional[MipsIndex] = None
     self.embeddings: Optional[np.ndarray] = None  # the version's embeddings file, mapped
@@ -240,7 +243,8 @@ class IndexRefresher(abc.ABC):
     def write(directory: str) -> None:
       if path is not None:  # the embeddings file first, so a published version is complete
         embedding_file.move_into(path, directory)
-      index_builder.save_index(embeddings, directory, self.kind, self.scann)  # shard by shard
+      index_builder.save_index(embeddings, directory, self.kind, self.scann,  # shard by shard
+                               self.sharding)
 
     index_publisher.publish(write, self.index_root, version, metadata)
     self._load(version)

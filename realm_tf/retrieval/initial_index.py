@@ -58,6 +58,7 @@ def check_embeddings(embeddings: np.ndarray, source: str, corpus: Corpus,
 def publish_initial_index(index_root: str, corpus: Corpus, tokenizer: WordpieceTokenizer,
                           retriever, embeddings_path: str, *, block_length: int,
                           kind: str, scann: index_builder.ScannSettings,
+                          sharding: index_builder.Sharding = index_builder.Sharding(),
                           embedding_dtype: str = "auto", storage_dtype: str = "float32",
                           embedder_dir: Optional[str] = None) -> str:
   """Publishes the embeddings at `embeddings_path` of `corpus` (in `tokenizer`'s wordpieces)
@@ -91,7 +92,7 @@ def publish_initial_index(index_root: str, corpus: Corpus, tokenizer: WordpieceT
 
   def write(version_dir: str) -> None:
     embedding_file.move_into(path, version_dir)
-    index_builder.save_index(out, version_dir, kind, scann)
+    index_builder.save_index(out, version_dir, kind, scann, sharding)
 
   index_publisher.publish(write, index_root, version, metadata)
   if embedder_dir:

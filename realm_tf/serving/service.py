@@ -27,21 +27,23 @@ class AskService:
   @classmethod
   def load(cls, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
            index_kind: str = "", batch_size: int = 16, scann=None,
-           embedding_dtype: str = "float32", released=None) -> "AskService":
-    """Loads a model directory as `realm-ask` does; `scann`: the `ScannSettings` of an index
-    built for `corpus` (default: the automatic rule); `embedding_dtype`: the precision `corpus`
-    is embedded in; `released`: the `ReleasedSettings` of a released model's import.
+           embedding_dtype: str = "float32", released=None, sharding=None) -> "AskService":
+    """Loads a model directory as `realm-ask` does; `scann`, `sharding`: the `ScannSettings`
+    and `Sharding` of an index built for `corpus` (default: the automatic rules);
+    `embedding_dtype`: the precision `corpus` is embedded in; `released`: the
+    `ReleasedSettings` of a released model's import.
 
     Raises:
       InputError: the directory (or the corpus) does not load; the message says why.
     """
     # pylint: disable=g-import-not-at-top (TensorFlow)
     from realm_tf.mips.index_builder import ScannSettings
+    from realm_tf.mips.index_builder import Sharding
     from realm_tf.qa import ask_lib
     from realm_tf.qa.released_imports import ReleasedSettings
     try:
       asker = ask_lib.Asker(model_dir, corpus, embeddings_dir, k, index_kind,
-                            scann or ScannSettings(), embedding_dtype,
+                            scann or ScannSettings(), sharding or Sharding(), embedding_dtype,
                             released or ReleasedSettings())
     except Exception as e:  # pylint: disable=broad-except
       problem = f"does not load as a QA model ({one_line(e).rstrip('.')})"

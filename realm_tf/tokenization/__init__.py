@@ -1,5 +1,6 @@
 """Tokenization and input featurization: Keras layers over tensorflow-text that run inside
-`tf.data.Dataset.map`, and masked-LM masking as graph ops."""
+`tf.data.Dataset.map`, masked-LM masking as graph ops, and rule-based sentence splitting
+(`sentence_splitter`, shared by the corpus pipelines and ICT)."""
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.featurizers import BlockFeaturizer
 from realm_tf.tokenization.featurizers import Featurizer

@@ -3,7 +3,7 @@
 A pseudo-query is one sentence of a block; with probability `remove_prob` (0.9) it is removed
 from the block, otherwise the block is left whole, so the retriever learns both lexical and
 semantic matching. Sentences come from the block text, split by the corpus pipelines' own
-splitter (`pipelines.sentence_splitter`: abbreviations, dotted abbreviations and initials do
+splitter (`tokenization.sentence_splitter`: abbreviations, dotted abbreviations and initials do
 not end a sentence), and are tokenized separately; their concatenation is the block body.
 Legend: B batch, Lq query length (64), Lb block length (288).
 """
@@ -12,10 +12,10 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
-from pipelines import sentence_splitter
 from realm_tf import graph_functions
 from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.retrieval.corpus import Corpus
+from realm_tf.tokenization import sentence_splitter
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
