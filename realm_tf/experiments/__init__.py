@@ -1,16 +1,14 @@
 """Experiments: one config tree per training task and one entry point (`realm-train`).
 
     overrides.py     "trainer.num_steps=10,task.model.encoder=tiny" and JSON config files
-    registry.py      the registered experiments `ict`, `pretrain`, `open_qa` (the binaries'
-                     defaults) and `build(name, config_file, params_override)`
+    registry.py      the registered experiments `ict`, `pretrain`, `open_qa`: every training
+                     default, and `build(name, config_file, params_override)`
     base_task.py     Task: build_model / initialize / run; a previous stage's run
     ict_task.py, pretrain_task.py, open_qa_task.py
                      the tasks, through `training.ict_lib`, `training.pretraining_lib` and
                      `qa.finetune_lib` (one `training.train_loop.TrainLoop`)
     train_lib.py     run_experiment(config)
 
-ICT -> pre-training -> Open-QA chain through `task.init.checkpoint`, each pointing at the
-previous stage's `trainer.model_dir`. The config tree, `ExperimentConfig(task, trainer,
-runtime)` and the three task configs, is `realm_tf.experiment_config`, outside this package:
-the libraries the tasks run take it too.
+Stages chain through `task.init.checkpoint` (the previous stage's `trainer.model_dir`). The
+config tree itself is `realm_tf.experiment_config`, which the libraries take too.
 """

@@ -4,16 +4,11 @@ pre-training and Open-QA fine-tuning, run by the one loop (`training.train_loop.
     task = IctTask(config, strategy)
     task.run()   # build_inputs(), initialize(build_model()), the task's trainer
 
-`build_model()` builds the towers of `task.model` (presets) inside the strategy's scope and
-the runtime's precision (pre-training loads the previous stage's saved towers whole there: an
-ICT run's `retriever/`); `initialize(model)` loads the initial weights: the previous stage's
-checkpoint (Open-QA from a pre-training run or from an Open-QA model directory, `previous_run`)
-or BERT weights;
-`build_inputs()` (ICT, pre-training) loads the corpus (Open-QA's fine-tuner loads its
-questions and corpus itself); `run()` trains through the task's library (`ict_lib`,
-`pretraining_lib`, `finetune_lib`), which takes the experiment config itself (Open-QA's with
-the values the task resolves, `OpenQATask.resolved`) and whose steps, checkpoints, resume,
-summaries, periodic validation and best checkpoint are the loop's.
+`build_model()` builds the towers of `task.model` inside the strategy's scope and the runtime's
+precision (pre-training loads an ICT run's saved `retriever/` whole); `initialize(model)` loads
+the previous stage's checkpoint (`previous_run`) or BERT weights; `build_inputs()` loads the
+corpus (ICT, pre-training); `run()` trains through the task's library, whose steps,
+checkpoints, resume, summaries, validation and best checkpoint are the loop's.
 """
 import abc
 import contextlib

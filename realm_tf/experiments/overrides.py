@@ -5,14 +5,11 @@
     override(config, read_file("experiment.json"))
     from_flags(config, {"num_steps": "trainer.num_steps"})  # a binary's absl flags
 
-A key is a dotted path of dataclass fields; a string value is parsed for the field's type
-(bool: true/false, int, float, str, None: none/null for an Optional field, a tuple: a list
-`[a,b]`, JSON or bare words), a typed value is checked against it; a nested config given a
-string is a preset (`task.model.encoder=tiny`: `presets.encoder_config`, keeping the
-vocabulary size). Every changed dataclass is rebuilt once with `dataclasses.replace`, so
-its own checks see all its changes. An unknown key, an ill-typed value or a value its config
-refuses raises `errors.InputError` naming the key. `write_file` writes the tree as JSON,
-`read_file` reads such a file back.
+A key is a dotted path of dataclass fields; a string is parsed for the field's type (true/false,
+numbers, none/null, `[a,b]` lists, JSON or bare words) and a nested config given a string is a
+preset (`task.model.encoder=tiny`). Each changed dataclass is rebuilt once with
+`dataclasses.replace`, so its own checks see all its changes; an unknown key, an ill-typed value
+or a refused value raises `errors.InputError` naming the key.
 """
 import dataclasses
 import json

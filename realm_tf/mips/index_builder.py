@@ -2,24 +2,16 @@
 
 Legend: N documents, D embedding dimension, L tree leaves, M rows per shard, S shards.
 
-`ScannSettings` (ScaNN's knobs) and `Sharding` (rows per shard, either kind) are the flags of
-every index-building binary (`realm_tf.cli.define_index_flags`: `--scann_*`,
-`--index_shard_size`); errors here name the setting (`ScannSettings.num_leaves`), a binary's
-its flag. ScaNN's defaults are `ScannIndex.build`'s rule: L = round(sqrt(N)) leaves from
-N >= 10,000 documents (exact below), ceil(L / 20) of them searched, 2 dimensions per hashing
-block, 100 candidates re-scored exactly; `FULL_WIKIPEDIA` is the reference REALM's 1000 leaves,
-100 searched, for its 13.3M blocks. The resolved values are in the manifest ("builder").
+`ScannSettings` (ScaNN's knobs) and `Sharding` (rows per shard, either kind) are the settings of
+every index-building binary (`realm_tf.cli.define_index_flags`); errors here name the setting
+(`ScannSettings.num_leaves`), a binary its flag. ScaNN's defaults: L = round(sqrt(N)) leaves
+from N >= 10,000 documents (exact below), ceil(L / 20) searched, 2 dimensions per hashing block,
+100 candidates re-scored; `FULL_WIKIPEDIA` is the reference REALM's 1000 leaves, 100 searched.
 
-Sharding: N > M rows (M = `Sharding.shard_size`; by default ceil(N / 8) rows, at least 100,000
-and at most `DEFAULT_SHARD_SIZE`) make a `ShardedIndex` of S = ceil(N / M) shards of balanced
-consecutive row ranges, each built with the settings above applied to its own row count.
-`save_index` builds, saves and frees one shard at a time, converting only that shard's rows to
-float32, so memory grows with M, not N; the pages of a memory-mapped input (`np.load(...,
-mmap_mode="r")`) are released after each shard (they stay in the page cache), so they do not
-accumulate in the builder's resident memory either. ScaNN's build of a shard peaks near 8.5x
-the shard's float32 bytes, so the default's eight shards keep the builder near the size of the
-embeddings up to 8M rows, and its 1M-row cap keeps it under 8 GiB at any N (the number of
-shards searched grows past 8M rows).
+N > M rows make a `ShardedIndex` of S = ceil(N / M) consecutive row ranges (M by default
+ceil(N / 8) within [100,000, `DEFAULT_SHARD_SIZE`]). `save_index` builds, saves and frees one
+shard at a time, so the builder's memory grows with M, not N: ScaNN's build of a shard peaks
+near 8.5x its float32 bytes (docs/pipelines.md, BENCHMARKS.md §9).
 """
 import dataclasses
 import math

@@ -1,35 +1,16 @@
 """Versioned MIPS index directories, published atomically for the asynchronous refresh.
 
-Layout of an index root (local path or any `tf.io.gfile` URL):
-
     <index_root>/step-00001200/            a complete, verified index (manifest + files)
-    <index_root>/step-00002400/
     <index_root>/step-00003600.tmp-<uuid>/ being written (or left by a killed builder)
     <index_root>/LATEST                    "step-00002400\\n": the published version
 
-`publish` writes the index into `<version>.tmp-<uuid>/`, verifies it (`check_index`: the
-manifest, every checksum, a search sanity check; shard by shard), renames it to
-`<version>/`, and only then replaces `LATEST` (written to a temporary file and renamed over
-the old one, atomic on POSIX and on object stores). A reader goes through `LATEST`
-(`load_latest`), so it never sees a half-written index: a builder killed at any point leaves
-at most a `*.tmp-*` directory (`cleanup_partial` removes it) or a complete but unpublished
-version directory.
-
-Versions are named so that they sort by snapshot step: `version_for_step(step)` gives
-"step-%08d". `LATEST` names the most recently published version. It is read only through
-`latest_version` (and `load_latest`), which accept only the name of a version directory inside
-the root (no path separators, no "..", not absolute: `InputError`, a ValueError, otherwise)
-that exists (FileNotFoundError otherwise); both errors name the `LATEST` file and how to fix
-it, e.g. the newest complete earlier version to write into it, or `repoint_latest`. Metadata
-(`corpus_fingerprint`, `snapshot_step`, ...) is merged into the manifest's `builder`
-parameters (its keys listed under `METADATA_KEYS`), so it lives with the checksummed index and
-`load_latest` returns exactly what `publish` was given.
-
-This is the one on-disk index format: the pre-training refresher and the index builder publish
-it, and a fine-tuned QA model's document index is such a version directory too
-(`realm_tf.qa.doc_index`), so either loads the other's. `write_index` writes one directory (what
-`publish` verifies and renames), `read_index` reads one; a directory in the older document-index
-layout (`info.json`, `embeddings.npy`, `index/`) is an `InputError` saying to rebuild it.
+`publish` writes into `<version>.tmp-<uuid>/`, verifies it (`check_index`, shard by shard),
+renames it to `<version>/` and only then replaces `LATEST` by an atomic rename, so a reader
+going through `LATEST` (`load_latest`) never sees a half-written index. `LATEST` must name a
+version directory inside the root (`InputError` naming the file and the fix otherwise).
+Metadata (`METADATA_KEYS`) is merged into the checksummed manifest's `builder` parameters.
+This is the one on-disk index format: the pre-training refresher, the index builder and a QA
+model's document index (`realm_tf.qa.doc_index`) all write and read it.
 """
 import dataclasses
 import os

@@ -1,20 +1,16 @@
 """A MIPS index split into S shards over contiguous row ranges, searched as one.
 
-Dimension legend: Q queries, N documents, D embedding dimension, k results, S shards, n_s
-documents of shard s.
+Legend: Q queries, N documents, D embedding dimension, k results, S shards, n_s rows of shard s.
 
-Shard s is a complete index (`ScannIndex` or `BruteForceIndex`) over rows [start_s, end_s) of
-the N rows, start_0 = 0, start_{s+1} = end_s, end_{S-1} = N. `search` asks every shard for its
-top min(k, n_s), adds the shard's row offset and keeps the global top k (TF ops: eager and in a
-`tf.function`). Equal scores keep the lower shard first.
+Shard s is a complete index (`ScannIndex` or `BruteForceIndex`) over rows [start_s, end_s).
+`search` asks every shard for its top min(k, n_s), adds the shard's row offset and keeps the
+global top k (TF ops, eager or traced); equal scores keep the lower shard first.
 
-Saved as one index directory: each shard in its own sub-directory `shard-SSSSS-of-SSSSS/` with
-its own manifest, and a top `manifest.json` of kind "sharded" whose builder parameters list the
-shards: sub-directory, row range, count and the sha256 of the shard's `manifest.json` (which
-holds the sha256 of each of its files), so every byte is checksummed from the top and a shard
-of another index is refused. Shards are built, saved and verified one at a time
-(`realm_tf.mips.index_builder.save_index`, `index_publisher.publish`), so no process needs more
-than one shard's embeddings to build or publish a sharded index.
+Saved as `shard-SSSSS-of-SSSSS/` sub-directories, each with its own manifest, under a top
+`manifest.json` of kind "sharded" listing each shard's row range, count and the sha256 of its
+manifest: every byte is checksummed from the top, and a shard of another index is refused.
+Loading takes the factory's shard loader (`index_loading`), so this module imports no
+implementation.
 """
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
