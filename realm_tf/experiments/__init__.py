@@ -8,6 +8,7 @@
                      the tasks, through `training.ict_lib`, `training.pretraining_lib` and
                      `qa.finetune_lib` (one `training.train_loop.TrainLoop`)
     train_lib.py     run_experiment(config)
+    chain.py         a chain's stages (the demo, the ablations, the real-data chain)
 
 Stages chain through `task.init.checkpoint` (the previous stage's `trainer.model_dir`). The
 config tree itself is `realm_tf.experiment_config`, which the libraries take too.

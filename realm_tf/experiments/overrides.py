@@ -6,10 +6,10 @@
     from_flags(config, {"num_steps": "trainer.num_steps"})  # a binary's absl flags
 
 A key is a dotted path of dataclass fields; a string is parsed for the field's type (true/false,
-numbers, none/null, `[a,b]` lists, JSON or bare words) and a nested config given a string is a
-preset (`task.model.encoder=tiny`). Each changed dataclass is rebuilt once with
-`dataclasses.replace`, so its own checks see all its changes; an unknown key, an ill-typed value
-or a refused value raises `errors.InputError` naming the key.
+numbers, none/null, `[a,b]` lists, JSON or bare words); a nested config given a string is a
+preset (`task.model.encoder=tiny`), given a config of its type is that config. Each changed
+dataclass is rebuilt once with `dataclasses.replace`, so its own checks see all its changes; an
+unknown key, an ill-typed value or a refused value raises `errors.InputError` naming the key.
 """
 import dataclasses
 import json
@@ -101,6 +101,8 @@ def _convert(key: str, kind, value: Any, current: Any) -> Any:
       raise _fail(key, f"expects a list, got {value!r}")
     return tuple(_convert(key, args[0], v, None) for v in value)
   if dataclasses.is_dataclass(kind):
+    if isinstance(value, kind):  # a whole config (`task.model`: a `ModelConfig`)
+      return value
     if isinstance(value, str) and kind in _PRESETS:
       try:
         return _PRESETS[kind](value, current)
