@@ -98,10 +98,10 @@ def run_variant(base: DemoConfig, changes: Dict, run_dir: str) -> Dict:
       super().__init__(config, log=lambda line: print(line, flush=True))
       self.open_qa = open_qa
 
-    def _experiment(self, name, directory, settings):
+    def _experiment(self, name, directory, stage, settings):
       if name == "open_qa":
         settings = dict(settings, **self.open_qa)
-      return super()._experiment(name, directory, settings)
+      return super()._experiment(name, directory, stage, settings)
 
   cloze = {k: changes.get(k, v) for k, v in CLOZE_SETTINGS.items()}
   changes = {k: v for k, v in changes.items() if k not in CLOZE_SETTINGS}

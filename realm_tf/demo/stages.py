@@ -1,38 +1,17 @@
-"""The demo chain on real data, one resumable stage after another.
+"""The demo chain on real data (`realm-demo`), one resumable stage after another.
 
-    data, corpus, examples, questions
-               Wikipedia articles -> blocks -> pre-training examples, and the NQ-open dev
-               questions the blocks answer (`data_stages`)
-    ict        ICT warm-start of the retriever (the `ict` experiment) -> ict/
-    pretrain   REALM pre-training from ict/, after the MLM-head warm-up of the MiniLM
-               reader (realm/mlm_warmup/), asynchronous index refresh (the `pretrain`
-               experiment) -> realm/
-    evaluate_before, evaluate_after
-               exact match and recall@k on the dev questions (`qa.evaluate_lib`), before and
-               after fine-tuning -> eval/{before,after}_predictions.jsonl
-    finetune   Open-QA fine-tuning from realm/ (the `open_qa` experiment) -> qa/
-    export     TF Hub SavedModels (`export.export_hub_lib`) -> hub/
-    ask        answers with their evidence (`qa.ask_lib`) -> answers.txt
+    data, corpus, examples, questions  Wikipedia blocks, pre-training examples and the NQ-open
+                                       dev questions they answer (`data_stages`)
+    baselines                          BM25's dev recall over the same blocks
+    ict, pretrain, finetune            the registered experiments, one chain
+                                       (`experiments.chain`) -> ict/, realm/, qa/
+    evaluate_before, evaluate_after    dev exact match and recall@k around fine-tuning -> eval/
+    export, ask                        TF Hub SavedModels -> hub/; answers -> answers.txt
 
-The training stages are the registered experiments of `realm_tf.experiments` with the demo's
-settings over them (`Demo._experiment`); each writes its `experiment.json`.
-
-Every stage writes `stages/<stage>.json` (its figures and wall time) when it completes; a
-re-run reuses completed stages, and an interrupted training stage resumes from its last
-checkpoint (the trainers do that themselves). A Beam stage that did not complete starts over
-on a clean output directory. `config.json` records the settings: a re-run with other settings
-is refused (start over with `overwrite=True`), except for the questions asked, which only
-re-run the `ask` stage.
-
-`evaluate_before` measures the fine-tuning run's step-0 state: the `FineTuner` it builds
-(pre-trained towers, the frozen document index of the pre-trained doc tower) is the one that
-`finetune` then trains, so both evaluations share one frozen document index (a re-run that
-resumes at `finetune` builds the same step-0 state again from the same checkpoint and index).
-Dev takes no part in training or model selection (the fine-tuned model is the last step's).
-Default sizes were measured on 2 CPU cores (13.1 min in all on an earlier machine; 17.1 min
-on a Zen 3, float32): a REALM step reads K = 8 blocks per masked sentence (5-10 s for 2
-sentences with MiniLM), so pre-training gets few steps and fine-tuning, which the dev figures
-measure, most of the budget.
+Each stage writes `stages/<stage>.json` when it completes: a re-run reuses completed stages, an
+interrupted training stage resumes from its last checkpoint, and `config.json` refuses a re-run
+with other settings but the questions asked. `evaluate_before` measures the step-0 state of the
+`FineTuner` that `finetune` trains, so both evaluations share one frozen document index.
 """
 import dataclasses
 import json
@@ -61,8 +40,8 @@ from realm_tf.demo.step_logs import read_step_log
 from realm_tf.demo.step_logs import trends
 from realm_tf.demo.step_logs import write_json
 from realm_tf.evaluation.bm25 import Bm25Index
-from realm_tf.experiments import overrides
-from realm_tf.experiments import registry
+from realm_tf.experiments.chain import Stage
+from realm_tf.experiments.chain import stage_experiment
 from realm_tf.experiments.open_qa_task import OpenQATask
 from realm_tf.experiments.pretrain_task import WARMUP_DIR
 from realm_tf.experiments.train_lib import run_experiment
@@ -155,24 +134,21 @@ class Demo(DataStages):
     rows, _ = bm25.search([e.question for e in monitor.examples], k=min(20, len(self.store)))
     return {f"bm25_{name}": value for name, value in monitor.recall_of_rows(rows).items()}
 
-  def _experiment(self, name: str, directory: str, settings: Dict[str, Any]):
-    """The registered experiment `name` (`realm_tf.experiments`) on the demo's corpus, encoder
-    and lengths, training into `directory`, with `settings` (dotted keys) over it."""
+  def _experiment(self, name: str, directory: str, stage: Stage, settings: Dict[str, Any]):
+    """The registered experiment `name` of `stage` training into `directory`, on the demo's
+    corpus, encoder, lengths and seed, with `settings` (dotted keys) over it."""
     config = self.config
-    shared = {"trainer.model_dir": self.path(directory), "task.corpus": self.path("corpus"),
-              "task.vocab_file": self.vocab_file, "task.model.encoder": config.encoder,
+    shared = {"task.corpus": self.path("corpus"), "task.vocab_file": self.vocab_file,
+              "task.model.encoder": config.encoder,
               "task.init.bert_weights": self.init_weights,
               "task.model.query_length": config.query_length,
               "task.model.block_length": config.block_length, "runtime.seed": config.seed,
               "runtime.compute_dtype": "float32"}
-    return overrides.override(registry.get(name), dict(shared, **settings))
+    return stage_experiment(name, self.path(directory), stage, shared, settings)
 
   def ict(self) -> Dict[str, Any]:
     config = self.config
-    experiment = self._experiment("ict", "ict", {
-        "trainer.num_steps": config.ict_steps, "trainer.batch_size": config.ict_batch_size,
-        "trainer.learning_rate": config.ict_learning_rate,
-        "trainer.checkpoint_every": _checkpoint_every(config.ict_steps)})
+    experiment = self._experiment("ict", "ict", Stage.of(config, "ict"), {})
     model_dir = experiment.trainer.model_dir
     with LogProgress(os.path.join(model_dir, "metrics.jsonl"), config.ict_steps, "ICT",
                      keys=("loss", "accuracy")):
@@ -186,12 +162,8 @@ class Demo(DataStages):
   def pretrain(self) -> Dict[str, Any]:
     """From the ICT run's retriever and the encoder's BERT weights in the reader."""
     config = self.config
-    experiment = self._experiment("pretrain", "realm", {
+    experiment = self._experiment("pretrain", "realm", Stage.of(config, "pretrain"), {
         "task.examples_dir": self.path("examples"), "task.init.checkpoint": self.path("ict"),
-        "trainer.num_steps": config.pretrain_steps,
-        "trainer.batch_size": config.pretrain_batch_size,
-        "trainer.learning_rate": config.pretrain_learning_rate,
-        "trainer.checkpoint_every": _checkpoint_every(config.pretrain_steps),
         "task.num_candidates": config.num_candidates, "task.refresh_every": config.refresh_every,
         "task.mlm_warmup_steps": config.mlm_warmup_steps, "task.embedding_dtype": "float32"})
     model_dir = experiment.trainer.model_dir
@@ -220,19 +192,15 @@ class Demo(DataStages):
     resumed."""
     if self._tuner is None:
       config = self.config
-      experiment = self._experiment("open_qa", "qa", {
+      experiment = self._experiment("open_qa", "qa", Stage.of(config, "finetune"), {
           "task.train_data": self.path("questions", "train.jsonl"),
           "task.model.reader_length": config.query_length + config.block_length,
           "task.init.checkpoint": self.path("realm"), "task.init.bert_weights": "",
-          "trainer.batch_size": config.finetune_batch_size,
-          "trainer.num_steps": config.finetune_steps,
-          "trainer.learning_rate": config.finetune_learning_rate,
           "trainer.retriever_learning_rate": config.finetune_retriever_learning_rate,
           "trainer.warmup_steps": max(1, config.finetune_steps // 10),
           "task.reader_top_k": config.finetune_reader_top_k or config.k,
           "task.retriever_top_k": config.retriever_top_k,
           "task.read_answer_block": config.read_answer_block,
-          "trainer.checkpoint_every": _checkpoint_every(config.finetune_steps),
           "trainer.keep_checkpoints": 1, "trainer.log_every": 1,
           "task.embedding_dtype": "float32"})
       task = OpenQATask(experiment, tf.distribute.get_strategy())
@@ -250,11 +218,14 @@ class Demo(DataStages):
                 predictions=os.path.relpath(predictions, self.config.output_dir))
 
   def evaluate_before(self) -> Dict[str, Any]:
-    """The fine-tuning run before its first step (see the module docstring)."""
+    """The fine-tuning run before its first step: the pre-trained towers and the frozen index
+    of the pre-trained doc tower, which `finetune` then trains (a re-run that resumes at
+    `finetune` builds the same step-0 state again from the same checkpoint and index)."""
     tuner = self._finetuner()
     return self._evaluate("before", tuner.system(k=self.config.k), int(tuner.step.numpy()))
 
   def finetune(self) -> Dict[str, Any]:
+    """Dev takes no part: the fine-tuned model is the last step's."""
     config = self.config
     log_path = self.path("qa", "metrics.jsonl")
     with LogProgress(log_path, config.finetune_steps, "Open-QA fine-tuning",
@@ -314,6 +285,7 @@ class Demo(DataStages):
     result = self._completed(name)
     if result is None:
       self.log(f"{number} {name} ...")
+      # A Beam stage that did not complete starts over on a clean output directory.
       if name in ("corpus", "examples") and os.path.exists(self.path(name)):
         shutil.rmtree(self.path(name))
       started = time.perf_counter()
@@ -331,12 +303,6 @@ class Demo(DataStages):
     report = DemoReport(self.config, stages, time.perf_counter() - started)
     write_json(self.path("summary.json"), dataclasses.asdict(report))
     return report
-
-
-def _checkpoint_every(num_steps: int) -> int:
-  """Checkpoint cadence: half-way and at the end (MiniLM checkpoints with their optimizer
-  slots weigh 0.3-0.6 GB each; an interrupted stage loses at most half its steps)."""
-  return max(1, num_steps // 2)
 
 
 def run_demo(config: DemoConfig, overwrite: bool = False,

@@ -1,65 +1,15 @@
 """The knowledge-world ablation benchmark's settings: REALM Table 2 (and Figure 4) in miniature.
 
 One seed writes a knowledge world (`writer.write_world`), trains one ICT warm-start, the
-readers' masked-LM pre-training ("BERT"), the REALM pre-training variants, fine-tunes each
-system on the world's Open-QA questions and reports
+readers' masked-LM pre-training ("bert": the X sentences alone; "bert_pairs": each X sentence
+paired with the block ICT ranks first) and the REALM pre-training runs (`PRETRAINING_RUNS`),
+fine-tunes each system (`VARIANTS`: a retriever and a reader, `SYSTEMS`) on the world's
+Open-QA questions and reports exact match (test), zero-shot recall@5 (test), recall@5 after
+fine-tuning, pre-training's MLM accuracy, retrieval utility and null-document share, and time.
+What each row is, the tiny towers' settings and why they are so: docs/ablations.md.
 
-  exact match (test) | zero-shot retrieval recall@5 (test) | recall@5 after fine-tuning |
-  pre-training MLM accuracy, retrieval utility and null-document share | time
-
-for these systems (the rows of the paper's Table 2, every stage the library's own code; a
-system is a retriever and a reader, fine-tuned together):
-
-  no_retrieval            BERT reader, fine-tuned and evaluated reading only the null
-                          document: an extractive reader with nothing to read (the floor).
-  orqa                    ICT retriever + BERT reader (ORQA: retrieval learnt by ICT and
-                          fine-tuning only).
-  realm_retriever_bert_reader   the REALM-pre-trained retriever + the BERT reader (Table 2's
-                          "REALM retriever + Baseline encoder").
-  ict_retriever_realm_reader    the ICT retriever + the REALM-pre-trained reader ("Baseline
-                          retriever + REALM encoder").
-  realm                   ICT retriever + BERT-pairs reader -> REALM pre-training (salient
-                          spans, synchronous index refresh every `refresh_every` steps).
-  realm_random_token      REALM with BERT-style random-token masks.
-  realm_random_span       REALM with random-span masks.
-  realm_stale_index       REALM with the index refreshed `stale_factor` (30) times less often.
-  realm_sequence_mlm      REALM pre-trained with the paper's per-example marginal
-                          log Σ_z p(z|x) Π_j p(y_j|z,x) (`mlm_loss="sequence"`), not the
-                          released code's per-token one.
-  realm_per_document_spans  the REALM system fine-tuned with the patent's per-document span
-                          softmax (eq. 9), not ORQA's one softmax over (block, span) pairs.
-  realm_train_doc_tower   the REALM system fine-tuned with its doc tower trained too and the
-                          index refreshed from it every `refresh_every` * 5 steps.
-  realm_null_document     the REALM system fine-tuned with the null document among the blocks
-                          scored and read.
-
-The readers. "BERT" (`bert`) is a plain masked-LM pre-training of the reader on the X
-sentences alone (random-token masks, the null document as its only candidate, so it learns X's
-language and nothing about reading a second segment). REALM starts from "BERT-pairs"
-(`bert_pairs`): the same masked-LM pre-training over sentence pairs, as BERT reads them, each X
-sentence paired with the one block the ICT retriever ranks first for it (K = 1, no null
-document, so the retriever gets no gradient) -- a related block when ICT is right, an unrelated
-one otherwise, like BERT's next-sentence pairs. A reader trained on single sentences reads a
-block worse than nothing when REALM starts, and REALM's gradient then erodes the ICT retriever
-before the reader learns to copy (docs/ablations.md). Both use random tokens,
-not salient spans, so that they learn the language without memorising the facts.
-
-The seeds run by `ablation_runner`, their statistics in `ablation_stats`, the report by
+The seeds are run by `ablation_runner`, their statistics in `ablation_stats`, the report by
 `ablation_report`.
-
-Choices for tiny towers trained from scratch (docs/ablations.md, "Tiny towers from scratch"):
-every BERT uses `initializer_range=0.2` (at 0.02 a random tiny BERT gives nearly the same [CLS]
-vector for every input and ICT cannot start; the reader also learns to copy from a block far
-faster at 0.2), no dropout (the world is small and the runs short), learning rates well above
-BERT-base's (ICT 3e-3, pre-training 1e-3, fine-tuning 3e-3 with 10% warm-up; pre-training at
-3e-3 lets the retriever drift away from ICT's) and a 32-d retrieval projection. X is a corpus of
-its own (X != Z), so pre-training does not exclude the "source" block: the block an X example
-names is the Z block stating its fact, exactly the block worth retrieving, and the
-`source_retrieved` metric then says how often it was among the candidates. Fine-tuning keeps the
-paper's shape: the index is frozen, the reader reads the top `reader_top_k` blocks and the
-retriever loss covers the top `retriever_top_k` (40, a sixth of the full world's 240 blocks:
-with every block in it, fine-tuning made every retriever near perfect and erased the differences
-Table 2 is about; with 10, too few questions had an answer among them to fine-tune on).
 """
 import dataclasses
 import os
@@ -101,11 +51,12 @@ DESCRIPTIONS = {
     "realm_train_doc_tower": "REALM, fine-tuned with the doc tower trained",
     "realm_null_document": "REALM, fine-tuned with the null document",
 }
-# variant -> its fine-tuning's `OpenQATaskConfig` settings besides the benchmark's ("model":
-# `ModelConfig` settings); the doc-tower variant's refresh period is `refresh_every` * 5.
-FINETUNE_SETTINGS = {"realm_per_document_spans": {"model": {"span_normalization": "per_document"}},
-                     "realm_train_doc_tower": {"train_doc_tower": True},
-                     "realm_null_document": {"null_document": True}}
+# variant -> its fine-tuning's settings besides the benchmark's (dotted keys of the `open_qa`
+# experiment); the doc-tower variant's refresh period is `refresh_every` * 5.
+FINETUNE_SETTINGS = {
+    "realm_per_document_spans": {"task.model.span_normalization": "per_document"},
+    "realm_train_doc_tower": {"task.train_doc_tower": True},
+    "realm_null_document": {"task.null_document": True}}
 # pre-training run -> (masking, reader it starts from: None = fresh)
 PRETRAINING_RUNS = {"bert": ("random_token", None), "bert_pairs": ("random_token", None),
                      "realm": ("salient_span", "bert_pairs"),

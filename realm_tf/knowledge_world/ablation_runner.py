@@ -6,7 +6,7 @@ each), reusing a seed whose directory holds a finished result with the same sett
 (`ablation_result`).
 
 Every stage is a registered experiment (`ict`, `pretrain`, `open_qa`) with the seed's world,
-towers and schedule (`dataclasses.replace`), run by `run_experiment` in float32. Pre-training
+towers and schedule over it (`experiments.chain`), run by `run_experiment` in float32. Pre-training
 sync-refreshes a brute-force index, from the ICT retriever (`task.retriever_dir`) and the
 previous run's reader (`task.reader_dir`) or, K = 1 ("bert", "bert_pairs"), a new reader from
 `task.reader_seed` = seed + 1 (one initialisation for every run); fine-tuning from a checkpoint
@@ -24,8 +24,8 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.experiment_config import ExperimentConfig
-from realm_tf.experiments import registry
+from realm_tf.experiments.chain import Stage
+from realm_tf.experiments.chain import stage_experiment
 from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.knowledge_world.ablation_config import DESCRIPTIONS
 from realm_tf.knowledge_world.ablation_config import FINETUNE_SETTINGS
@@ -120,26 +120,20 @@ class AblationRunner:
                             self.config.recall_k, self.lengths["qa_query"],
                             self.lengths["block"])
 
-  def _experiment(self, name: str, model_dir: str, trainer: Dict[str, object],
-                  **task) -> ExperimentConfig:
-    """The registered experiment `name` training into `model_dir` on this seed's world, with
-    the `trainer` settings and the `task` settings (`ExperimentConfig`'s fields)."""
-    base = registry.get(name)
-    return dataclasses.replace(
-        base, task=dataclasses.replace(base.task, vocab_file=self.files.vocab_file, **task),
-        trainer=dataclasses.replace(base.trainer, model_dir=model_dir, **trainer),
-        runtime=dataclasses.replace(base.runtime, seed=self.config.seed,
-                                    compute_dtype="float32"))
+  def _experiment(self, name: str, model_dir: str, stage: Stage,
+                  settings: Dict[str, object]):
+    """The registered experiment `name` of `stage` training into `model_dir` on this seed's
+    world (the pre-training corpus, ICT's and pre-training's towers), `settings` over it."""
+    return stage_experiment(name, model_dir, stage, {
+        "task.corpus": self.files.directory, "task.vocab_file": self.files.vocab_file,
+        "task.model": self.pretrain_model, "task.init": InitConfig(),
+        "runtime.seed": self.config.seed, "runtime.compute_dtype": "float32"}, settings)
 
   def train_ict(self) -> float:
     """ICT warm-start; returns its zero-shot recall@k."""
     config = self.config
     run_experiment(self._experiment(
-        "ict", self._path("ict"), dict(num_steps=config.ict_steps,
-                                       batch_size=config.ict_batch_size,
-                                       learning_rate=config.ict_learning_rate,
-                                       checkpoint_every=config.ict_steps),
-        corpus=self.files.directory, model=self.pretrain_model, init=InitConfig()),
+        "ict", self._path("ict"), Stage.of(config, "ict", checkpoint_every=config.ict_steps), {}),
         verbose=False)
     self.ict_recall = self._recall(self._path("ict", "retriever"))
     self.log(f"[seed {config.seed}] ICT zero-shot recall@{config.recall_k}: "
@@ -153,26 +147,25 @@ class AblationRunner:
     bert = start is None
     if bert:  # K = 1: the null document ("bert") or the ICT top block; never refreshed
       steps = config.bert_steps
-      settings = dict(reader_seed=config.seed + 1, num_candidates=1,
-                      null_document=run == "bert", refresh_every=steps + 1)
+      settings = {"task.reader_seed": config.seed + 1, "task.num_candidates": 1,
+                  "task.null_document": run == "bert", "task.refresh_every": steps + 1}
     else:
       steps = config.pretrain_steps
-      settings = dict(reader_dir=self._path("pretrain", start, "reader"),
-                      num_candidates=config.num_candidates, null_document=True,
-                      refresh_every=config.refresh_every * (
-                          config.stale_factor if run == "realm_stale_index" else 1),
-                      reader_warmup_steps=config.reader_warmup_steps)
+      settings = {"task.reader_dir": self._path("pretrain", start, "reader"),
+                  "task.num_candidates": config.num_candidates, "task.null_document": True,
+                  "task.refresh_every": config.refresh_every * (
+                      config.stale_factor if run == "realm_stale_index" else 1),
+                  "task.reader_warmup_steps": config.reader_warmup_steps}
     model_dir = self._path("pretrain", run)
     run_experiment(self._experiment(
-        "pretrain", model_dir, dict(num_steps=steps, batch_size=config.pretrain_batch_size,
-                                    learning_rate=config.pretrain_learning_rate,
-                                    checkpoint_every=steps),
-        corpus=self.files.directory, examples_dir=self.files.directory,
-        model=self.pretrain_model, init=InitConfig(),
-        retriever_dir=self._path("ict", "retriever"), exclude_source=False, masking=masking,
-        mlm_loss="sequence" if run in SEQUENCE_MLM_RUNS else "token",
-        refresh="sync", index_kind="brute_force", embedding_dtype="float32", **settings),
-        verbose=False)
+        "pretrain", model_dir, Stage.of(config, "pretrain", steps=steps, checkpoint_every=steps),
+        dict(settings, **{
+            "task.examples_dir": self.files.directory,
+            "task.retriever_dir": self._path("ict", "retriever"), "task.exclude_source": False,
+            "task.masking": masking,
+            "task.mlm_loss": "sequence" if run in SEQUENCE_MLM_RUNS else "token",
+            "task.refresh": "sync", "task.index_kind": "brute_force",
+            "task.embedding_dtype": "float32"})), verbose=False)
     history = read_step_records(os.path.join(model_dir, "metrics.jsonl"))
     tenth = max(1, len(history) // 10)
     mean = lambda records, key: float(np.mean([h[key] for h in records]))
@@ -206,22 +199,20 @@ class AblationRunner:
       tf.io.gfile.rmtree(model_dir)
     corpus = self._path(NULL_CORPUS) if variant == "no_retrieval" else self.files.directory
     steps = config.finetune_steps
-    settings = dict(FINETUNE_SETTINGS.get(variant, {}))
-    model = dataclasses.replace(self.model, **settings.pop("model", {}))
-    if settings.get("train_doc_tower"):
-      settings["index_refresh_steps"] = config.refresh_every * 5
+    settings = FINETUNE_SETTINGS.get(variant, {})
+    if settings.get("task.train_doc_tower"):
+      settings = dict(settings, **{"task.index_refresh_steps": config.refresh_every * 5})
     run_experiment(self._experiment(
-        "open_qa", model_dir, dict(num_steps=steps, batch_size=config.finetune_batch_size,
-                                   learning_rate=config.finetune_learning_rate,
-                                   warmup_steps=max(1, steps // 10),
-                                   eval_every=config.eval_every, checkpoint_every=steps,
-                                   keep_checkpoints=1, log_every=max(1, steps // 4)),
-        corpus=corpus, train_data=self.files.train, dev_data=self.files.dev, model=model,
-        init=InitConfig(checkpoint=self._init_checkpoint(variant)),
-        reader_top_k=config.reader_top_k,
-        retriever_top_k=max(config.reader_top_k, config.retriever_top_k),
-        index_kind="brute_force", embedding_dtype="float32",
-        allow_unanswerable=variant == "no_retrieval", **settings), verbose=False)
+        "open_qa", model_dir, Stage.of(config, "finetune", checkpoint_every=steps), {
+            "trainer.warmup_steps": max(1, steps // 10), "trainer.eval_every": config.eval_every,
+            "trainer.keep_checkpoints": 1, "trainer.log_every": max(1, steps // 4),
+            "task.corpus": corpus, "task.train_data": self.files.train,
+            "task.dev_data": self.files.dev, "task.model": self.model,
+            "task.init": InitConfig(checkpoint=self._init_checkpoint(variant)),
+            "task.reader_top_k": config.reader_top_k,
+            "task.retriever_top_k": max(config.reader_top_k, config.retriever_top_k),
+            "task.index_kind": "brute_force", "task.embedding_dtype": "float32",
+            "task.allow_unanswerable": variant == "no_retrieval", **settings}), verbose=False)
     model = QAModel.load(find_model_dir(model_dir))
     result = evaluate(model.system(k=config.reader_top_k), self.test,
                       EvalConfig(recall_ks=(config.recall_k,)),

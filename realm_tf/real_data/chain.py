@@ -1,29 +1,17 @@
 """The trained rows of the real-data benchmark: ICT -> REALM pre-training -> fine-tuning.
 
 One `Chain` is one seed's training runs over the benchmark corpus, each a registered
-experiment (`realm_tf.experiments`) with the chain's settings over it:
+experiment with the chain's settings over it (`experiments.chain`):
 
-    ict                  ICT warm-start of the retriever from all-MiniLM-L6-v2 (sentence head,
-                         one tower for queries and blocks)               -> <run_dir>/ict/
-    realm-<masking>      REALM pre-training from ict/ (the reader: MiniLM with its MLM head
-                         warmed up first), K candidates with the null document, the
-                         query's own block excluded, a brute-force index refreshed
-                         synchronously every `refresh_every` steps  -> <run_dir>/realm-<masking>/
-                         (realm-<masking>-sequence_mlm/ with the per-example MLM marginal)
+    ict               ICT warm-start of all-MiniLM-L6-v2 (sentence head, one tower for
+                      queries and blocks)                                 -> <run_dir>/ict/
+    realm-<masking>   REALM pre-training from ict/ (a MiniLM reader, its MLM head warmed up
+                      first), K candidates with the null document, the query's own block
+                      excluded, a brute-force index refreshed synchronously
+                      -> <run_dir>/realm-<masking>/ (-sequence_mlm: the per-example marginal)
 
-Pre-training examples come from the Beam pipeline 2 (`pipelines.pretraining_examples_lib`:
-spaCy salient spans, or random word spans for the ablation), written once per masking under
-`<cache_dir>/examples-<masking>-q<query_length>` and shared by every seed (a lock file lets
-seeds run as parallel processes). A stage that
-finished writes `done.json` and is not run again; an interrupted one resumes from its last
-checkpoint (the trainers do that). Dev questions take no part: no stage keeps a "best"
-checkpoint, every retriever is its run's last step.
-
-Fine-tuning starts from `Chain.finetune_init(stage)`, the `open_qa` experiment's `task.init`:
-for a REALM stage its model directory (its retriever and reader); for ICT, ORQA's system, a
-checkpoint of the ICT retriever beside a new reader with MiniLM's weights
-(`<run_dir>/orqa-init/`). The benchmark fine-tunes both beside its fine-tuning from the raw
-initialisation (`bench/real_data.py`).
+A finished stage writes `done.json` and is not run again; an interrupted one resumes from its
+last checkpoint. Dev questions take no part: every retriever is its run's last step.
 """
 import dataclasses
 import fcntl
@@ -39,6 +27,8 @@ from pipelines import beam_runner
 from pipelines import pretraining_examples_lib
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiments import registry
+from realm_tf.experiments.chain import Stage
+from realm_tf.experiments.chain import stage_experiment
 from realm_tf.experiments.train_lib import run_experiment
 from realm_tf.losses.mlm_marginal_likelihood import MLM_LOSS_FORMS
 from realm_tf.models.saving import load_model
@@ -109,7 +99,9 @@ def examples_dir(cache_dir: str, masking: str, query_length: int) -> str:
 
 def prepare_examples(corpus_dir: str, cache_dir: str, masking: str, query_length: int,
                      pipeline_options: str = "") -> str:
-  """Pre-training examples of `corpus_dir` with `masking` (Beam pipeline 2), written once.
+  """Pre-training examples of `corpus_dir` with `masking` (Beam pipeline 2: spaCy salient
+  spans, or random word spans for the ablation), written once under `cache_dir` and shared by
+  every seed (a lock file lets seeds run as parallel processes).
 
   Returns:
     Their directory (`examples_dir`).
@@ -161,18 +153,12 @@ class Chain:
   def path(self, *parts: str) -> str:
     return os.path.join(self.run_dir, *parts)
 
-  def _experiment(self, name: str, stage: str, trainer: Dict[str, Any],
-                  **task) -> ExperimentConfig:
-    base = registry.get(name)
-    config = self.config
-    return dataclasses.replace(
-        base, task=dataclasses.replace(base.task, corpus=self.corpus_dir,
-                                       vocab_file=self.vocab_file, model=self.model, **task),
-        trainer=dataclasses.replace(base.trainer, model_dir=self.path(stage),
-                                    checkpoint_every=max(1, trainer["num_steps"] // 2),
-                                    keep_checkpoints=1, **trainer),
-        runtime=dataclasses.replace(base.runtime, seed=self.seed,
-                                    compute_dtype=precision.resolve(config.compute_dtype)))
+  def _experiment(self, name: str, stage: str, schedule: Stage,
+                   settings: Dict[str, Any]) -> ExperimentConfig:
+    return stage_experiment(name, self.path(stage), schedule, {
+        "task.corpus": self.corpus_dir, "task.vocab_file": self.vocab_file,
+        "task.model": self.model, "trainer.keep_checkpoints": 1, "runtime.seed": self.seed,
+        "runtime.compute_dtype": precision.resolve(self.config.compute_dtype)}, settings)
 
   def _run(self, stage: str, experiment: ExperimentConfig) -> str:
     """Runs `experiment` into `<run_dir>/<stage>` unless it finished; returns that directory."""
@@ -188,10 +174,8 @@ class Chain:
   def ict(self) -> str:
     """The ICT run's directory (its retriever in `retriever/`)."""
     config = self.config
-    return self._run("ict", self._experiment(
-        "ict", "ict", dict(num_steps=config.ict_steps, batch_size=config.ict_batch_size,
-                           learning_rate=config.ict_learning_rate),
-        init=InitConfig(bert_weights="minilm")))
+    return self._run("ict", self._experiment("ict", "ict", Stage.of(config, "ict"), {
+        "task.init": InitConfig(bert_weights="minilm")}))
 
   def realm_stage(self, masking: str) -> str:
     """The name of the REALM stage of `masking` in the chain's MLM loss form."""
@@ -207,20 +191,20 @@ class Chain:
     stage = self.realm_stage(masking)
     examples = prepare_examples(self.corpus_dir, self.cache_dir, masking, config.query_length)
     ict_dir = self.ict()
-    return self._run(stage, self._experiment(
-        "pretrain", stage,
-        dict(num_steps=config.pretrain_steps, batch_size=config.pretrain_batch_size,
-             learning_rate=config.pretrain_learning_rate),
-        examples_dir=examples, init=InitConfig(checkpoint=ict_dir, bert_weights="minilm"),
-        masking=masking, num_candidates=config.num_candidates, null_document=True,
-        exclude_source=True, mlm_warmup_steps=config.mlm_warmup_steps, refresh="sync",
-        mlm_loss=config.mlm_loss,
-        refresh_every=config.refresh_every, index_kind="brute_force",
-        embedding_dtype=config.compute_dtype))
+    return self._run(stage, self._experiment("pretrain", stage, Stage.of(config, "pretrain"), {
+        "task.examples_dir": examples,
+        "task.init": InitConfig(checkpoint=ict_dir, bert_weights="minilm"),
+        "task.masking": masking, "task.num_candidates": config.num_candidates,
+        "task.null_document": True, "task.exclude_source": True,
+        "task.mlm_warmup_steps": config.mlm_warmup_steps, "task.refresh": "sync",
+        "task.mlm_loss": config.mlm_loss, "task.refresh_every": config.refresh_every,
+        "task.index_kind": "brute_force", "task.embedding_dtype": config.compute_dtype}))
 
   def finetune_init(self, stage: str) -> InitConfig:
     """The `task.init` of fine-tuning from `stage` ("ict" or a `realm_stage`), trained first
-    when it has not been."""
+    when it has not been: a REALM stage's model directory (its retriever and reader); for
+    ICT, ORQA's system, a checkpoint of the ICT retriever beside a new reader with MiniLM's
+    weights (`<run_dir>/orqa-init/`)."""
     if stage != "ict":
       maskings = [m for m in MASKINGS if self.realm_stage(m) == stage]
       if not maskings:
