@@ -14,14 +14,6 @@ PACKAGES = ("realm_tf", "pipelines")
 MAX_DOCSTRING_LINES = 15
 MAX_MODULE_LINES = 400
 
-# Exempt: the three chain drivers, which #47 merges into one chain module (its item 2); the
-# test fails once one fits, so the set empties as they are rewritten.
-EXEMPT = frozenset({
-    "realm_tf/demo/stages.py",
-    "realm_tf/knowledge_world/ablation_config.py",
-    "realm_tf/real_data/chain.py",
-})
-
 
 def _modules() -> List[pathlib.Path]:
   return sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py"))
@@ -52,8 +44,6 @@ def test_every_module_has_a_docstring_of_at_most_15_lines():
   problems = []
   for path in _modules():
     lines = docstring_lines(path.read_text(encoding="utf-8"))
-    if _name(path) in EXEMPT:
-      continue
     if lines is None:
       problems.append(f"{_name(path)}: no module docstring")
     elif lines > MAX_DOCSTRING_LINES:
@@ -68,19 +58,8 @@ def test_every_module_has_at_most_400_lines():
   problems = []
   for path in _modules():
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    if lines > MAX_MODULE_LINES and _name(path) not in EXEMPT:
+    if lines > MAX_MODULE_LINES:
       problems.append(f"{_name(path)}: {lines} lines")
   assert not problems, (f"modules must be at most {MAX_MODULE_LINES} lines; split them:\n" +
                         "\n".join(problems))
 
-
-def test_the_exemptions_are_still_needed_and_exist():
-  """An exempt module that now fits (its branch merged) leaves the set, so it stays short."""
-  for name in sorted(EXEMPT):
-    path = ROOT / name
-    assert path.exists(), f"{name}: exempt but missing; remove it from EXEMPT"
-    source = path.read_text(encoding="utf-8")
-    lines = docstring_lines(source)
-    fits = (lines is not None and lines <= MAX_DOCSTRING_LINES and
-            len(source.splitlines()) <= MAX_MODULE_LINES)
-    assert not fits, f"{name} fits now: remove it from EXEMPT"
