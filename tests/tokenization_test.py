@@ -395,9 +395,11 @@ class TestSpanbertMasking:
     lengths = span_lengths([4, 25_000], seed=[7, 1]).numpy().ravel()
     assert self._chi_square(lengths) < self.CHI2_9_999
     assert abs(lengths.mean() - 3.797) < 0.03  # sum l p(l) of the renormalised pmf
-    # The bound tells the old sampler apart: uniform 1..10 lengths score about 26,000.
+    # The bound tells the old sampler apart: uniform 1..10 lengths score about 48,000.
     uniform = np.random.default_rng(0).integers(1, 11, lengths.size)
     assert self._chi_square(uniform) > 100 * self.CHI2_9_999
+    with pytest.raises(ValueError, match="0 < p < 1"):
+      span_lengths([1, 4], seed=0, p=1.0)
 
   def _random_rows(self, num_rows, seed):
     """Rows `[CLS] words [SEP] [PAD]...` of 3..60 words of 1..3 wordpieces."""

@@ -191,6 +191,9 @@ def random_span_mask(input_word_ids, *, mask_id: int, special_ids: Sequence[int]
 def span_lengths(shape, seed, p: float = 0.2, max_words: int = 10) -> tf.Tensor:
   """int32 `shape` [B, N] of SpanBERT span lengths in words: Geo(p) clipped to 1..max_words,
   P(l) ∝ p (1 - p)^(l - 1) renormalised (mean 3.8 at p = 0.2), stateless in `seed`."""
+  if not 0 < p < 1 or max_words < 1:
+    raise ValueError(f"span lengths need 0 < p < 1 and max_words >= 1, got p={p}, "
+                     f"max_words={max_words}: pass SpanBERT's p=0.2, max_words=10")
   logits = tf.range(max_words, dtype=tf.float32) * tf.math.log(1.0 - p)  # [max_words]
   logits = tf.tile(logits[tf.newaxis], [shape[0], 1])
   drawn = tf.random.stateless_categorical(logits, shape[1], seed=_seed(seed), dtype=tf.int32)
@@ -260,10 +263,12 @@ def spanbert_mask(input_word_ids, *, mask_id: int, special_ids: Sequence[int],
   The budget is min(M, max(1, round(mask_rate * maskable))) wordpieces, as
   `random_token_mask`'s. Until a row reaches it: draw a length l in words (`span_lengths`),
   a start word uniformly among the unmasked words that fit under M, and mask up to l whole
-  words from it, stopping early at the budget (the last word is kept whole, so a row ends
-  with budget .. budget + its longest word - 1 wordpieces, never over M), at the row's end
-  or at an already masked word (spans never overlap). A word is a maskable wordpiece that is
-  not a "##" continuation and the continuations after it.
+  words from it, stopping at the row's end, before an already masked word (spans never
+  overlap), before a word that would pass M, and once the budget is reached: a word is added
+  while the count before it is under budget, so the last word is kept whole and a row ends
+  with budget to budget + (its last word's wordpieces - 1) (fewer only when no unmasked word
+  fits under M). A word is a maskable wordpiece that is not a "##" continuation, or follows an
+  unmaskable one, and the continuations after it. No 80/10/10 replacement, as everywhere here.
 
   Args:
     input_word_ids: int Tensor [B, L] (or [L]) of packed ids.
