@@ -6,8 +6,9 @@ Local (DirectRunner):
       --output_dir=/tmp/examples \
       --pipeline_options="--direct_num_workers=2 --direct_running_mode=multi_processing"
 
-`--masking=random_span|random_token` writes the ablations' examples; `--tagger=dates` tags
-dates only, `--tagger=my.module:make_tagger` plugs in any tagger (e.g. a BERT CoNLL tagger).
+`--masking=random_span|random_token|spanbert` writes the ablations' examples; `--tagger=dates`
+tags dates only, `--tagger=my.module:make_tagger` plugs in any tagger (e.g. a BERT CoNLL
+tagger).
 """
 from absl import flags
 from absl import logging

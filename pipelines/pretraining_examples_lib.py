@@ -7,8 +7,8 @@ Blocks re-split into the sentences they were packed from (pipeline 1's splitter)
 block records are needed; a sentence of >= `min_sentence_wordpieces` is a query, cut to
 `max_query_wordpieces`. `masking`: "salient_span" (REALM) gives one example per tagged span of
 1..`max_span_wordpieces` whole-word wordpieces inside the query; "random_span" one a sentence,
-a whole-word span seeded by (block id, sentence index) so that reruns agree; "random_token" one
-a sentence with an empty span (span_end = span_start - 1) that the trainer masks at random.
+a whole-word span seeded by (block id, sentence index) so that reruns agree; "random_token" and
+"spanbert" one a sentence with an empty span (span_end = span_start - 1) that the trainer masks.
 Writes `examples-*.tfrecord` (`data.formats.EXAMPLE_FEATURES`), `examples.manifest.json` and
 `dead_letter-*.jsonl`. Counters: `sentences_{too_short,truncated}`, `spans_found`,
 `spans_{misaligned,too_long,outside_query}`, `examples_<LABEL>`, `dead_letters`, ...
@@ -35,9 +35,12 @@ from realm_tf.tokenization import masking
 from realm_tf.tokenization import sentence_splitter
 
 EXAMPLES_PREFIX = "examples"
-MASKINGS = ("salient_span", "random_span", "random_token")
+MASKINGS = ("salient_span", "random_span", "random_token", "spanbert")
 RANDOM_TOKEN_LABEL = "RANDOM_TOKEN"
 RANDOM_SPAN_LABEL = "RANDOM_SPAN"
+SPANBERT_LABEL = "SPANBERT"
+# The maskings the trainer draws (`training.pretraining_data`): examples with an empty span.
+TRAINER_MASKED = {"random_token": RANDOM_TOKEN_LABEL, "spanbert": SPANBERT_LABEL}
 
 
 @dataclasses.dataclass
@@ -48,7 +51,7 @@ class ExamplesConfig:
     corpus_dir: the block shards of pipeline 1, or any corpus `Corpus.load` takes (a corpus
       directory, a released `blocks.tfr`, JSONL, DPR TSV).
     output_dir: where the example and dead-letter shards go.
-    masking: "salient_span", "random_span" or "random_token".
+    masking: "salient_span", "random_span", "random_token" or "spanbert".
     tagger: `salient_span_tagger.load_tagger` spec ("spacy", "dates", "module:factory").
     vocab_file: WordPiece vocabulary ("" = MiniLM's); must be the corpus's.
     max_query_wordpieces: query_ids kept per sentence (REALM: 96 - [CLS] - [SEP] = 94).
@@ -194,11 +197,12 @@ class _SentencesToExamplesFn(beam.DoFn):
       if len(row) > config.max_query_wordpieces:
         self._counters["sentences_truncated"].inc()
       kept.append(i)
-    if config.masking == "random_token":
+    if config.masking in TRAINER_MASKED:
+      label = TRAINER_MASKED[config.masking]
       for i in kept:
-        self._count_example(RANDOM_TOKEN_LABEL)
+        self._count_example(label)
         yield formats.pretraining_example(id_rows[i][:config.max_query_wordpieces], 0, -1,
-                                          sentences[i].block_id, "", RANDOM_TOKEN_LABEL)
+                                          sentences[i].block_id, "", label)
     elif config.masking == "random_span":
       start_rows, end_rows = _rows(starts), _rows(ends)
       for i in kept:

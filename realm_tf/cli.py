@@ -27,7 +27,7 @@ ENCODERS = ("tiny", "minilm_l6", "bert_base")
 RETRIEVER_HEADS = ("auto", "realm", "sentence")
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 INDEX_KINDS = ("scann", "brute_force")
-MASKINGS = ("salient_span", "random_span", "random_token")
+MASKINGS = ("salient_span", "random_span", "random_token", "spanbert")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")  # auto: `models.precision.best_compute_dtype`
 DATASETS = ("nq", "wq", "curatedtrec")
 

@@ -134,7 +134,8 @@ class PretrainTaskConfig:
     share_towers: one BERT for queries and blocks (new retrievers).
     num_candidates, null_document, exclude_source: K candidates, the null document among
       them, the query's own block dropped.
-    masking: "salient_span", "random_span" or "random_token".
+    masking: "salient_span", "random_span", "random_token" or "spanbert"
+      (`training.pretraining_data`).
     mlm_loss: "sequence" (the paper: one document explains all the masks of x) or "token"
       (each masked token marginalised over the candidates on its own, as the released code
       computes it), `losses.mlm_marginal_likelihood`. "sequence" is the default: better on

@@ -167,7 +167,7 @@ def _write_corpus(corpus_dir, tokenizer, documents):
   return Corpus.load(corpus_dir)
 
 
-@pytest.mark.parametrize("masking", ["random_span", "random_token"])
+@pytest.mark.parametrize("masking", ["random_span", "random_token", "spanbert"])
 def test_run_pipeline_ablation_maskings(tmp_path, vocab_file, masking):
   tokenizer = WordpieceTokenizer(VOCAB)
   store = _write_corpus(str(tmp_path / "corpus"), tokenizer, [
@@ -187,8 +187,10 @@ def test_run_pipeline_ablation_maskings(tmp_path, vocab_file, masking):
     body = store.body_ids.row(row).tolist()
     assert any(body[i:i + len(query)] == query for i in range(len(body)))  # a sentence of it
     start, end = int(record["span_start"]), int(record["span_end"])
-    if masking == "random_token":
-      assert (start, end) == (0, -1) and record["span_label"] == b"RANDOM_TOKEN"
+    if masking != "random_span":  # an empty span: the trainer masks
+      assert (start, end) == (0, -1)
+      assert record["span_label"] == {"random_token": b"RANDOM_TOKEN",
+                                      "spanbert": b"SPANBERT"}[masking]
     else:
       assert 0 <= start <= end < len(query) and end - start < 10
       assert not VOCAB[query[start]].startswith("##")

@@ -121,7 +121,8 @@ def test_trainer_candidates_are_the_serving_features(world):
   assert served["block_mask"].numpy().sum(axis=1).min() > 0
 
 
-@pytest.mark.parametrize("strategy", ["salient_span", "random_token", "random_span"])
+@pytest.mark.parametrize("strategy", ["salient_span", "random_token", "random_span",
+                                      "spanbert"])
 def test_masked_queries(world, strategy):
   directory, _, tok = world
   batch = next(iter(masked_query_dataset(directory, tok, 4, strategy, query_length=16)))

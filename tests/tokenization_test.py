@@ -15,6 +15,8 @@ from realm_tf.tokenization import block_body_ids
 from realm_tf.tokenization import random_span_mask
 from realm_tf.tokenization import random_token_mask
 from realm_tf.tokenization import salient_span_mask
+from realm_tf.tokenization import span_lengths
+from realm_tf.tokenization import spanbert_mask
 from realm_tf.tokenization import wordpiece_span
 from realm_tf.tokenization.bert_packer import pack_segments
 
@@ -372,3 +374,97 @@ class TestMasking:
     assert features["input_word_ids"].numpy().tolist() == [CLS, JOHN, SAT, IN, MASK, MASK,
                                                            SEP, PAD]
     assert features["masked_lm_ids"].numpy().tolist() == [PARIS, IAN, 0]
+
+
+class TestSpanbertMasking:
+  # Multi-wordpiece words, accents (stripped by the lower-casing tokenizer) and punctuation.
+  VOCAB = VOCAB + ["love", "##lace", "caf", "##e", "re", "##sum", "##es", "na", "##ive", ",",
+                   "'", "-", "well", "known", "owner"]
+  CHI2_9_999 = 27.877  # the 99.9% quantile of chi-square with 9 degrees of freedom
+
+  @staticmethod
+  def _chi_square(lengths):
+    """Pearson's chi-square of a length sample against Geo(0.2) clipped to 1..10."""
+    pmf = 0.2 * 0.8 ** np.arange(10)
+    expected = len(lengths) * pmf / pmf.sum()
+    counts = np.bincount(lengths, minlength=11)
+    assert counts[0] == 0 and len(counts) == 11  # every length in 1..10
+    return float(((counts[1:] - expected) ** 2 / expected).sum())
+
+  def test_span_lengths_follow_the_clipped_geometric(self):
+    lengths = span_lengths([4, 25_000], seed=[7, 1]).numpy().ravel()
+    assert self._chi_square(lengths) < self.CHI2_9_999
+    assert abs(lengths.mean() - 3.797) < 0.03  # sum l p(l) of the renormalised pmf
+    # The bound tells the old sampler apart: uniform 1..10 lengths score about 48,000.
+    uniform = np.random.default_rng(0).integers(1, 11, lengths.size)
+    assert self._chi_square(uniform) > 100 * self.CHI2_9_999
+    with pytest.raises(ValueError, match="0 < p < 1"):
+      span_lengths([1, 4], seed=0, p=1.0)
+
+  def _random_rows(self, num_rows, seed):
+    """Rows `[CLS] words [SEP] [PAD]...` of 3..60 words of 1..3 wordpieces."""
+    words = [[CAT], [CAT, S], [PARIS, IAN], [DOT], [THE], [17, 18], [19, 20, 21]]  # re ##sum ##es
+    rng = np.random.default_rng(seed)
+    rows = [sum((words[k] for k in rng.integers(0, len(words), n)), [])
+            for n in rng.integers(3, 61, num_rows)]
+    width = max(map(len, rows)) + 2
+    return np.array([[CLS] + r + [SEP] + [PAD] * (width - len(r) - 2) for r in rows])
+
+  def _mask(self, ids, seed=0, max_predictions=10, vocab=None):
+    continuation = [t.startswith("##") for t in (vocab or self.VOCAB)]
+    return _np(spanbert_mask(tf.constant(ids), mask_id=MASK, special_ids=SPECIALS,
+                             continuation=continuation, seed=seed,
+                             max_predictions=max_predictions))
+
+  @pytest.mark.parametrize("max_predictions", [10, 64])
+  def test_masks_the_budget_in_whole_word_spans(self, max_predictions):
+    ids = self._random_rows(300, seed=max_predictions)
+    features = self._mask(ids, seed=5, max_predictions=max_predictions)
+    total = runs = words = 0
+    for row, masked_row, weights in zip(ids, features["input_word_ids"],
+                                        features["masked_lm_weights"]):
+      maskable = int(np.isin(row, SPECIALS, invert=True).sum())
+      budget = min(max_predictions, max(1, round(0.15 * maskable)))
+      count = int(sum(weights))
+      # Whole words of <= 3 wordpieces: the last word passes the budget by <= 2, never M.
+      assert min(budget, max_predictions - 2) <= count <= min(budget + 2, max_predictions)
+      assert count == sum(t == MASK for t in masked_row)
+      masked = np.array(masked_row) == MASK
+      starts = masked & ~np.isin(row, [S, IAN, 18, 20, 21])
+      words += int(starts.sum())
+      runs += int((masked[1:] & ~masked[:-1]).sum())
+      total += maskable
+    share = sum(sum(w) for w in features["masked_lm_weights"]) / total
+    assert (0.13 if max_predictions == 64 else 0.08) < share < 0.17
+    # Spans, not tokens: a run of masks holds ~2-3 words here (single words would give ~1.1).
+    assert words / runs > 1.8
+
+  def test_spans_never_split_a_word(self):
+    tokenizer = WordpieceTokenizer(self.VOCAB)
+    text = ("The naïve café owner, Ada Lovelace, sat on the well-known mat in Paris; "
+            "John's résumés - the Parisian cat's résumé.")
+    pieces = tokenizer(tf.constant([text])).to_list()[0]
+    assert pieces.count(self.VOCAB.index("##sum")) == 2 and UNK in pieces  # ";" is unknown
+    ids = [[CLS] + pieces + [SEP]] * 400
+    features = self._mask(ids, seed=11, max_predictions=10)
+    continuation = np.array([self.VOCAB[t].startswith("##") for t in ids[0]])
+    split_words = 0
+    for masked_row in features["input_word_ids"]:
+      masked = np.array(masked_row) == MASK
+      split_words += int((continuation[1:] & (masked[1:] != masked[:-1])).sum())
+    assert split_words == 0
+    # ... and multi-wordpiece words are masked (the check is not vacuous).
+    assert sum(np.array(r)[continuation].tolist().count(MASK) for r in
+               features["input_word_ids"]) > 100
+
+  def test_deterministic_in_the_seed(self):
+    ids = self._random_rows(8, seed=0)
+    assert self._mask(ids, seed=[3, 4]) == self._mask(ids, seed=[3, 4])
+    assert self._mask(ids, seed=[3, 4]) != self._mask(ids, seed=[3, 5])
+    single = self._mask(ids[0], seed=9)
+    assert single == self._mask(ids[0], seed=9) and sum(single["masked_lm_weights"]) > 0
+
+  def test_a_row_with_nothing_maskable_gets_zero_weights(self):
+    features = self._mask([[CLS, SEP, PAD, PAD], [CLS, CAT, S, SEP]])
+    assert features["masked_lm_weights"][0] == [0] * 10
+    assert features["input_word_ids"] == [[CLS, SEP, PAD, PAD], [CLS, MASK, MASK, SEP]]

@@ -20,7 +20,7 @@ from realm_tf.knowledge_world.world import WorldConfig
 
 VARIANTS = ("no_retrieval", "orqa", "realm_retriever_bert_reader",
             "ict_retriever_realm_reader", "realm", "realm_random_token", "realm_random_span",
-            "realm_stale_index", "realm_sequence_mlm", "realm_per_document_spans",
+            "realm_spanbert", "realm_stale_index", "realm_sequence_mlm", "realm_per_document_spans",
             "realm_train_doc_tower", "realm_null_document")
 # The variants of the loss forms and of the patent's fine-tuning, off the default table.
 FORM_VARIANTS = VARIANTS[-4:]
@@ -32,6 +32,7 @@ SYSTEMS = {"no_retrieval": ("ict", "bert"), "orqa": ("ict", "bert"),
            "realm": ("realm", "realm"),
            "realm_random_token": ("realm_random_token", "realm_random_token"),
            "realm_random_span": ("realm_random_span", "realm_random_span"),
+           "realm_spanbert": ("realm_spanbert", "realm_spanbert"),
            "realm_stale_index": ("realm_stale_index", "realm_stale_index"),
            "realm_sequence_mlm": ("realm_sequence_mlm", "realm_sequence_mlm"),
            "realm_per_document_spans": ("realm", "realm"),
@@ -45,6 +46,7 @@ DESCRIPTIONS = {
     "realm": "REALM (salient spans)",
     "realm_random_token": "REALM, random-token masks",
     "realm_random_span": "REALM, random-span masks",
+    "realm_spanbert": "REALM, random spans (SpanBERT)",
     "realm_stale_index": "REALM, 30x staler index",
     "realm_sequence_mlm": "REALM, per-example MLM marginal (the paper's form)",
     "realm_per_document_spans": "REALM, fine-tuned with per-document span softmax",
@@ -62,6 +64,7 @@ PRETRAINING_RUNS = {"bert": ("random_token", None), "bert_pairs": ("random_token
                      "realm": ("salient_span", "bert_pairs"),
                      "realm_random_token": ("random_token", "bert_pairs"),
                      "realm_random_span": ("random_span", "bert_pairs"),
+                     "realm_spanbert": ("spanbert", "bert_pairs"),
                      "realm_stale_index": ("salient_span", "bert_pairs"),
                      "realm_sequence_mlm": ("salient_span", "bert_pairs")}
 SEQUENCE_MLM_RUNS = ("realm_sequence_mlm",)  # pre-trained with mlm_loss="sequence"

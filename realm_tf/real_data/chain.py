@@ -40,7 +40,7 @@ from realm_tf.presets import encoder_config
 from realm_tf.presets import load_reader_weights
 
 DONE = "done.json"
-MASKINGS = ("salient_span", "random_span")
+MASKINGS = ("salient_span", "random_span", "spanbert")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,8 @@ from realm_tf.tokenization.featurizers import block_body_ids
 from realm_tf.tokenization.masking import random_span_mask
 from realm_tf.tokenization.masking import random_token_mask
 from realm_tf.tokenization.masking import salient_span_mask
+from realm_tf.tokenization.masking import span_lengths
+from realm_tf.tokenization.masking import spanbert_mask
 from realm_tf.tokenization.masking import wordpiece_span
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -24,5 +26,7 @@ __all__ = [
     "random_span_mask",
     "random_token_mask",
     "salient_span_mask",
+    "span_lengths",
+    "spanbert_mask",
     "wordpiece_span",
 ]

@@ -1,4 +1,4 @@
-"""Masked-LM masking as graph ops: salient spans (REALM) and the random ablations.
+"""Masked-LM masking as graph ops: salient spans (REALM), the random ablations, SpanBERT's.
 
 Every function takes packed `input_word_ids` [B, L] (or [L]) and returns, for M =
 max_predictions: "input_word_ids" int32 [B, L] (the chosen positions set to `mask_id`: no
@@ -186,6 +186,108 @@ def random_span_mask(input_word_ids, *, mask_id: int, special_ids: Sequence[int]
   """
   return _one_or_batch(_random_span_mask, input_word_ids, mask_id=mask_id,
                        special_ids=special_ids, seed=seed, max_predictions=max_predictions)
+
+
+def span_lengths(shape, seed, p: float = 0.2, max_words: int = 10) -> tf.Tensor:
+  """int32 `shape` [B, N] of SpanBERT span lengths in words: Geo(p) clipped to 1..max_words,
+  P(l) ∝ p (1 - p)^(l - 1) renormalised (mean 3.8 at p = 0.2), stateless in `seed`."""
+  if not 0 < p < 1 or max_words < 1:
+    raise ValueError(f"span lengths need 0 < p < 1 and max_words >= 1, got p={p}, "
+                     f"max_words={max_words}: pass SpanBERT's p=0.2, max_words=10")
+  logits = tf.range(max_words, dtype=tf.float32) * tf.math.log(1.0 - p)  # [max_words]
+  logits = tf.tile(logits[tf.newaxis], [shape[0], 1])
+  drawn = tf.random.stateless_categorical(logits, shape[1], seed=_seed(seed), dtype=tf.int32)
+  return drawn + 1
+
+
+def _spanbert_mask(input_word_ids, *, mask_id, special_ids, continuation, seed, mask_rate,
+                   max_predictions, p, max_span_words):
+  input_word_ids = tf.cast(input_word_ids, tf.int32)
+  maskable = _maskable(input_word_ids, special_ids)  # [B, L]
+  batch_size, seq_length = tf.shape(input_word_ids)[0], tf.shape(input_word_ids)[1]
+  # Words: a maskable wordpiece that is not "##", or follows an unmaskable one, starts one.
+  is_continuation = tf.gather(tf.constant(continuation, tf.bool), input_word_ids)
+  after_maskable = tf.pad(maskable[:, :-1], [[0, 0], [1, 0]])
+  word_start = tf.logical_and(maskable, ~tf.logical_and(is_continuation, after_maskable))
+  word_of = tf.cumsum(tf.cast(word_start, tf.int32), axis=-1) - 1  # [B, L], a row's W <= L
+  rows = tf.range(batch_size)[:, tf.newaxis] * seq_length
+  segments = tf.where(maskable, word_of + rows, batch_size * seq_length)
+  word_length = tf.reshape(tf.math.unsorted_segment_sum(
+      tf.ones_like(segments), segments, batch_size * seq_length + 1)[:-1],
+                           [batch_size, seq_length])  # [B, W] wordpieces of each word
+  is_word = word_length > 0
+  num_maskable = tf.reduce_sum(tf.cast(maskable, tf.float32), axis=-1)
+  budget = tf.cast(tf.minimum(tf.cast(max_predictions, tf.float32),
+                              tf.maximum(1.0, tf.round(num_maskable * mask_rate))), tf.int32)
+  seeds = tf.random.experimental.stateless_split(_seed(seed), num=2)
+  lengths = span_lengths([batch_size, max_predictions], seeds[0], p, max_span_words)  # [B, M]
+  noise = tf.random.stateless_uniform([batch_size, max_predictions, seq_length], seed=seeds[1])
+  words = tf.range(seq_length)[tf.newaxis, :]  # [1, W]
+
+  def free_and_active(masked, count):
+    """The unmasked words that fit under M [B, W], and the rows still under budget that
+    have one [B, 1]."""
+    free = is_word & ~masked & (word_length <= (max_predictions - count)[:, tf.newaxis])
+    return free, tf.logical_and(count < budget, tf.reduce_any(free, axis=-1))[:, tf.newaxis]
+
+  def span(step, masked, count):
+    """Masks one span of whole words from a random free word in each active row (>= 1
+    wordpiece each, so at most M steps)."""
+    free, active = free_and_active(masked, count)
+    start = tf.argmax(tf.where(free, noise[:, step], -1.0), axis=-1,
+                      output_type=tf.int32)[:, tf.newaxis]  # [B, 1]
+    window = (words >= start) & (words < start + lengths[:, step:step + 1])
+    blocked = tf.cumsum(tf.cast(window & (masked | ~is_word), tf.int32), axis=-1) > 0
+    through = count[:, tf.newaxis] + tf.cumsum(tf.where(window, word_length, 0), axis=-1)
+    # The budget cut: a word is added while the count before it is under budget (the last
+    # word may overshoot by its own length - 1), never past M, never over a masked word.
+    take = (window & ~blocked & active & (through - word_length < budget[:, tf.newaxis])
+            & (through <= max_predictions))
+    count += tf.reduce_sum(tf.where(take, word_length, 0), axis=-1)
+    return step + 1, masked | take, count
+
+  _, masked, _ = tf.while_loop(
+      lambda step, masked, count: tf.logical_and(
+          step < max_predictions, tf.reduce_any(free_and_active(masked, count)[1])), span,
+      (tf.constant(0), tf.zeros([batch_size, seq_length], tf.bool), tf.zeros_like(budget)))
+  selected = maskable & tf.gather(masked, tf.maximum(word_of, 0), batch_dims=1)
+  return _apply_mask(input_word_ids, selected, mask_id, max_predictions)
+
+
+def spanbert_mask(input_word_ids, *, mask_id: int, special_ids: Sequence[int],
+                  continuation: Sequence[bool], seed, mask_rate: float = 0.15,
+                  max_predictions: int = 10, p: float = 0.2,
+                  max_span_words: int = 10) -> MaskedFeatures:
+  """Masks SpanBERT's random spans of whole words until `mask_rate` of each row is masked.
+
+  The budget is min(M, max(1, round(mask_rate * maskable))) wordpieces, as
+  `random_token_mask`'s. Until a row reaches it: draw a length l in words (`span_lengths`),
+  a start word uniformly among the unmasked words that fit under M, and mask up to l whole
+  words from it, stopping at the row's end, before an already masked word (spans never
+  overlap), before a word that would pass M, and once the budget is reached: a word is added
+  while the count before it is under budget, so the last word is kept whole and a row ends
+  with budget to budget + (its last word's wordpieces - 1) (fewer only when no unmasked word
+  fits under M). A word is a maskable wordpiece that is not a "##" continuation, or follows an
+  unmaskable one, and the continuations after it. No 80/10/10 replacement, as everywhere here.
+
+  Args:
+    input_word_ids: int Tensor [B, L] (or [L]) of packed ids.
+    mask_id: id of `[MASK]`.
+    special_ids: ids never masked.
+    continuation: bool [V], the wordpiece of each id is a "##" continuation
+      (`WordpieceTokenizer.continuation`).
+    seed: int or int Tensor [2] for the stateless sampler.
+    mask_rate: fraction of maskable wordpieces to mask.
+    max_predictions: M.
+    p, max_span_words: the span-length distribution (SpanBERT: 0.2, 10).
+
+  Returns:
+    the masked-features dict described in the module docstring.
+  """
+  return _one_or_batch(_spanbert_mask, input_word_ids, mask_id=mask_id,
+                       special_ids=special_ids, continuation=continuation, seed=seed,
+                       mask_rate=mask_rate, max_predictions=max_predictions, p=p,
+                       max_span_words=max_span_words)
 
 
 def wordpiece_span(token_starts, token_ends, span_begin, span_end, offset: int = 1):

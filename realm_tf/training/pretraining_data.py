@@ -4,7 +4,8 @@ Each example is one sentence with its salient span (see `realm_tf.data.formats`)
 as `[CLS] x [SEP]` (96) and masked by one strategy:
   "salient_span"  every wordpiece of the example's span -> [MASK] (REALM);
   "random_token"  BERT-style 15% of the wordpieces (ablation);
-  "random_span"   a random contiguous span of 1..M wordpieces (ablation).
+  "random_span"   a random contiguous span of 1..M wordpieces (ablation);
+  "spanbert"      SpanBERT's geometric-length spans of whole words up to 15% (ablation).
 An example whose span cannot be masked (cut by truncation, say) keeps all-zero weights: it is
 counted in "unmaskable" and contributes nothing to the loss.
 Legend: B batch, Lq query length, M max predictions.
@@ -20,7 +21,7 @@ from realm_tf.tokenization import masking
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
-MASKING = ("salient_span", "random_token", "random_span")
+MASKING = ("salient_span", "random_token", "random_span", "spanbert")
 
 
 def masked_query_dataset(examples_dir: str, tokenizer: WordpieceTokenizer, batch_size: int,
@@ -53,9 +54,13 @@ def masked_query_dataset(examples_dir: str, tokenizer: WordpieceTokenizer, batch
     elif masking_strategy == "random_token":
       masked = masking.random_token_mask(ids, mask_id=tokenizer.mask_id, special_ids=special,
                                          seed=[seed, index], max_predictions=max_predictions)
-    else:
+    elif masking_strategy == "random_span":
       masked = masking.random_span_mask(ids, mask_id=tokenizer.mask_id, special_ids=special,
                                         seed=[seed, index], max_predictions=max_predictions)
+    else:
+      masked = masking.spanbert_mask(ids, mask_id=tokenizer.mask_id, special_ids=special,
+                                     continuation=tokenizer.continuation, seed=[seed, index],
+                                     max_predictions=max_predictions)
     features["input_word_ids"] = masked["input_word_ids"]
     length = tf.reduce_sum(features["input_mask"]) - 2
     query_ids = masked["input_word_ids"][1:query_length - 1]
