@@ -15,7 +15,7 @@ import functools
 import re
 import string
 import unicodedata
-from typing import Iterable, List
+from typing import Iterable, Tuple
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -75,8 +75,10 @@ def _is_space_or_control(ch: str) -> bool:
   return unicodedata.category(ch)[0] in "ZC"
 
 
-def _simple_tokens(text: str) -> List[str]:
-  """DPR `SimpleTokenizer` words, lower-cased: letter/digit/mark runs or single symbols."""
+@functools.lru_cache(maxsize=1 << 16)
+def _simple_tokens(text: str) -> Tuple[str, ...]:
+  """DPR `SimpleTokenizer` words, lower-cased: letter/digit/mark runs or single symbols
+  (cached: recall@k and the fine-tuning batches match the same blocks again and again)."""
   tokens, word = [], []
   for ch in text:
     if _is_word_char(ch):
@@ -89,7 +91,7 @@ def _simple_tokens(text: str) -> List[str]:
       tokens.append(ch)
   if word:
     tokens.append("".join(word))
-  return [token.lower() for token in tokens]
+  return tuple(token.lower() for token in tokens)
 
 
 def has_answer(text: str, answers: Iterable[str], match: str = "string") -> bool:
