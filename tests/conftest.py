@@ -9,32 +9,34 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # numbers then do not depend on the machine's core count.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
-# The longest test files, longest first. pytest-xdist's workers (Makefile `test`: --dist
-# loadfile --no-loadscope-reorder) take whole files in collection order, so the long ones start
-# first and the short ones fill in at the end, instead of one worker running a long file alone
-# while the other has finished.
-LONGEST = ("ablations_seed0_test.py", "ablations_seed1_test.py", "ablations_seed2_test.py",
-           "demo_test.py", "multi_worker_training_test.py", "multi_worker_test.py",
-           "notebooks_test.py", "qa_end_to_end_test.py")
-# After the demo's chain (tests/demo_run.py) has had time to finish: it reads the chain's run.
-AFTER_SLOW = ("demo_bench_test.py",)
+# The test files that cost the most CPU, most first (per-file CPU-seconds under the AVX2 cap:
+# bench/results/suite_files_avx2.md). pytest-xdist's workers (Makefile `test`: --dist loadfile
+# --no-loadscope-reorder) take whole files in collection order, so the long ones start first and
+# the short ones, in collection order after them, fill in at the end instead of one worker
+# running a long file alone while the others have finished. `demo_bench_test.py` reads the
+# demo's chain (tests/demo_run.py) and stands late enough for that chain to have finished.
+ORDER = ("ablations_seed0_test.py", "ablations_seed1_test.py", "ablations_seed2_test.py",
+         "qa_end_to_end_test.py", "multi_worker_training_test.py", "demo_test.py",
+         "real_data_chain_test.py", "notebooks_test.py", "qa_finetune_test.py",
+         "xla_steps_test.py", "qa_doc_tower_test.py", "probe_edit_test.py",
+         "pretraining_test.py", "multi_worker_test.py", "released_assets_test.py",
+         "demo_bench_test.py", "hub_reusable_test.py", "pretraining_binary_test.py",
+         "experiments_test.py", "pipelines_end_to_end_test.py", "async_refresh_test.py",
+         "pipelines_build_index_test.py", "checked_resume_test.py", "step0_fidelity_test.py",
+         "mlm_warmup_test.py", "models_test.py", "pipelines_dask_test.py", "probe_test.py",
+         "ask_test.py", "flag_groups_test.py", "serve_api_test.py")
 # After the seed files that run the seeds it reads (tests/ablation_seeds.py).
 LAST = ("ablations_small_test.py",)
 
 
 def pytest_collection_modifyitems(items):
-  """Files in the order: `LONGEST`, the other files with `slow` tests, `AFTER_SLOW`, the rest,
-  `LAST`; each file's tests keep their order."""
-  slow_files = {item.path.name for item in items if item.get_closest_marker("slow")}
+  """Files in the order: `ORDER`, the rest in collection order, `LAST`; each file's tests keep
+  their order."""
 
   def rank(item):
     name = item.path.name
-    if name in LONGEST:
-      return LONGEST.index(name)
-    if name in LAST:
-      return len(LONGEST) + 3
-    if name in AFTER_SLOW:
-      return len(LONGEST) + 1
-    return len(LONGEST) + (0 if name in slow_files else 2)
+    if name in ORDER:
+      return ORDER.index(name)
+    return len(ORDER) + (1 if name in LAST else 0)
 
   items.sort(key=rank)  # stable
