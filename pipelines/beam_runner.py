@@ -15,7 +15,7 @@ runner that collects none (Dask), and the pipelines then count their outputs.
 """
 import importlib
 import shlex
-from typing import Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from absl import logging
 import apache_beam as beam
@@ -77,6 +77,16 @@ def pipeline_options(passthrough: Optional[str] = None,
         "Check the spelling (--helpfull lists the pipeline's flags; Beam's options are in "
         "apache_beam.options.pipeline_options)"))
   return options
+
+
+def run_and_print(run_pipeline: Callable[[beam.Pipeline, Any], Dict[str, int]], config: Any,
+                  passthrough: Optional[str], beam_args: Sequence[str]) -> None:
+  """A pipeline binary's run: `run_pipeline(pipeline, config)` on a pipeline of
+  `pipeline_options(passthrough, beam_args)`, then each of its counters logged and printed."""
+  counters = run_pipeline(beam.Pipeline(options=pipeline_options(passthrough, beam_args)), config)
+  for name, value in counters.items():
+    logging.info("%s: %d", name, value)
+    print(f"{name}: {value}")
 
 
 def _check_runner(name: str) -> None:

@@ -11,7 +11,6 @@ tags dates only, `--tagger=my.module:make_tagger` plugs in any tagger (e.g. a BE
 tagger).
 """
 from absl import flags
-from absl import logging
 
 from realm_tf import cli
 from realm_tf.flag_groups import beam_pipelines
@@ -40,7 +39,6 @@ for group in (beam_pipelines, paths, pretraining):
 
 def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
-  import apache_beam as beam
   from pipelines import beam_runner
   from pipelines import pretraining_examples_lib
   config = pretraining_examples_lib.ExamplesConfig(
@@ -49,11 +47,8 @@ def main(argv):
       max_query_wordpieces=_MAX_QUERY_WORDPIECES.value,
       min_sentence_wordpieces=_MIN_SENTENCE_WORDPIECES.value,
       max_span_wordpieces=_MAX_SPAN_WORDPIECES.value, num_shards=_NUM_SHARDS.value)
-  pipeline = beam.Pipeline(options=beam_runner.pipeline_options(_PIPELINE_OPTIONS.value, argv[1:]))
-  counters = pretraining_examples_lib.run_pipeline(pipeline, config)
-  for name, value in counters.items():
-    logging.info("%s: %d", name, value)
-    print(f"{name}: {value}")
+  beam_runner.run_and_print(pretraining_examples_lib.run_pipeline, config,
+                            _PIPELINE_OPTIONS.value, argv[1:])
 
 
 def run():

@@ -15,7 +15,6 @@ Writes `examples-*.tfrecord` (`data.formats.EXAMPLE_FEATURES`), `examples.manife
 """
 import dataclasses
 import hashlib
-import os
 import random
 from typing import Dict, List, Optional
 
@@ -309,23 +308,6 @@ class SentencesToExamples(beam.PTransform):
             dead_letter.DEAD_LETTER: examples[dead_letter.DEAD_LETTER]}
 
 
-class WriteExamples(beam.PTransform):
-  """Writes serialized examples as `<output_dir>/examples-SSSSS-of-NNNNN.tfrecord`."""
-
-  def __init__(self, output_dir: str, num_shards: int = 0):
-    super().__init__()
-    self.output_dir = output_dir
-    self.num_shards = num_shards
-
-  def expand(self, examples):
-    return (examples
-            | "Reshuffle" >> beam.Reshuffle()
-            | "Write" >> beam.io.WriteToTFRecord(
-                os.path.join(self.output_dir, EXAMPLES_PREFIX),
-                file_name_suffix=wikipedia_to_blocks_lib.TFRECORD_SUFFIX,
-                num_shards=self.num_shards, shard_name_template=dead_letter.SHARD_TEMPLATE))
-
-
 def build_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
                    tagger: Optional[salient_span_tagger.Tagger] = None,
                    verify: bool = True, read_dir: str = "") -> None:
@@ -340,8 +322,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: ExamplesConfig,
                | "BlocksToSentences" >> BlocksToSentences()
                | "SpreadSentences" >> beam.Reshuffle())  # tagging is the costly stage
   examples = sentences | "SentencesToExamples" >> SentencesToExamples(config, tagger)
-  _ = examples["examples"] | "WriteExamples" >> WriteExamples(config.output_dir,
-                                                             config.num_shards)
+  _ = examples["examples"] | "WriteExamples" >> wikipedia_to_blocks_lib.WriteRecords(
+      config.output_dir, EXAMPLES_PREFIX, config.num_shards)
   _ = examples[dead_letter.DEAD_LETTER] | "WriteDeadLetters" >> dead_letter.WriteDeadLetters(
       config.output_dir)
 

@@ -10,7 +10,6 @@ Local (DirectRunner):
 Full English Wikipedia on Dataflow: see docs/pipelines.md.
 """
 from absl import flags
-from absl import logging
 
 from realm_tf import cli
 from realm_tf.data.block_length import BLOCK_LENGTH
@@ -43,7 +42,6 @@ for group in (beam_pipelines, lengths, paths):
 
 def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
-  import apache_beam as beam
   from pipelines import beam_runner
   from pipelines import wikipedia_to_blocks_lib
   config = wikipedia_to_blocks_lib.BlocksConfig(
@@ -52,11 +50,8 @@ def main(argv):
       block_length=_BLOCK_LENGTH.value, max_title_wordpieces=_MAX_TITLE_WORDPIECES.value,
       max_page_bytes=_MAX_PAGE_BYTES.value,
       max_unparsed_fraction=_MAX_UNPARSED_FRACTION.value, num_shards=_NUM_SHARDS.value)
-  pipeline = beam.Pipeline(options=beam_runner.pipeline_options(_PIPELINE_OPTIONS.value, argv[1:]))
-  counters = wikipedia_to_blocks_lib.run_pipeline(pipeline, config)
-  for name, value in counters.items():
-    logging.info("%s: %d", name, value)
-    print(f"{name}: {value}")
+  beam_runner.run_and_print(wikipedia_to_blocks_lib.run_pipeline, config,
+                            _PIPELINE_OPTIONS.value, argv[1:])
 
 
 def run():

@@ -195,25 +195,27 @@ def serialize_block(block: block_packer.Block) -> bytes:
                                block.body_ids)
 
 
-class WriteBlocks(beam.PTransform):
-  """Writes Blocks as `<output_dir>/blocks-SSSSS-of-NNNNN.tfrecord`.
+class WriteRecords(beam.PTransform):
+  """Writes serialized records as `<output_dir>/<prefix>-SSSSS-of-NNNNN.tfrecord`, reshuffled
+  (pipeline 1's blocks, pipeline 2's examples).
 
   Args:
-    output_dir: the corpus directory.
+    output_dir: the pipeline's output directory.
+    prefix: the shards' name before the shard numbers, e.g. `BLOCKS_PREFIX`.
     num_shards: number of shards (0: the runner decides).
   """
 
-  def __init__(self, output_dir: str, num_shards: int = 0):
+  def __init__(self, output_dir: str, prefix: str, num_shards: int = 0):
     super().__init__()
     self.output_dir = output_dir
+    self.prefix = prefix
     self.num_shards = num_shards
 
-  def expand(self, blocks):
-    return (blocks
-            | "Serialize" >> beam.Map(serialize_block)
+  def expand(self, records):
+    return (records
             | "Reshuffle" >> beam.Reshuffle()
             | "Write" >> beam.io.WriteToTFRecord(
-                os.path.join(self.output_dir, BLOCKS_PREFIX), file_name_suffix=TFRECORD_SUFFIX,
+                os.path.join(self.output_dir, self.prefix), file_name_suffix=TFRECORD_SUFFIX,
                 num_shards=self.num_shards, shard_name_template=dead_letter.SHARD_TEMPLATE))
 
 
@@ -226,7 +228,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> None:
       config.vocab_file, config.block_length, config.max_title_wordpieces,
       config.articles_per_batch)
   unique = packed["blocks"] | "DeduplicateBlocks" >> DeduplicateBlocks()
-  _ = unique["blocks"] | "WriteBlocks" >> WriteBlocks(config.output_dir, config.num_shards)
+  _ = (unique["blocks"]
+       | "SerializeBlocks" >> beam.Map(serialize_block)
+       | "WriteBlocks" >> WriteRecords(config.output_dir, BLOCKS_PREFIX, config.num_shards))
   _ = ((sources[dead_letter.DEAD_LETTER], packed[dead_letter.DEAD_LETTER],
         unique[dead_letter.DEAD_LETTER])
        | "FlattenDeadLetters" >> beam.Flatten()

@@ -22,8 +22,7 @@ from realm_tf.flag_groups import runtime
 from realm_tf.flag_groups import trainer
 from realm_tf.flag_groups.config_flags import ConfigFlags
 
-EXPERIMENT = "open_qa"
-CONFIG = ConfigFlags.for_experiment(EXPERIMENT)
+CONFIG = ConfigFlags.for_experiment("open_qa")
 data.define_data_flags(CONFIG, questions=True)
 model.define_model_flags(CONFIG, open_qa=True)
 init.define_init_flags(CONFIG, released_realm=True, open_qa=True)
@@ -37,18 +36,9 @@ for group in (cli, data, index, init, lengths, model, open_qa, paths, pretrainin
   flags.adopt_module_key_flags(group)  # their flags in --help
 
 
-def experiment_config():
-  """The `ExperimentConfig` the parsed flags ask for."""
-  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
-  from realm_tf.experiments import overrides
-  from realm_tf.experiments import registry
-  return overrides.from_flags(registry.get(EXPERIMENT), CONFIG.settings)
-
-
 def main(argv):
   del argv
-  from realm_tf.experiments.train_lib import run_experiment  # pylint: disable=g-import-not-at-top
-  result = run_experiment(experiment_config())
+  result = CONFIG.run_experiment()
   print(f"trained to step {int(result['step'])}; best dev exact match "
         f"{result['best_exact_match']:.4f}")
 

@@ -16,8 +16,7 @@ from realm_tf.flag_groups import runtime
 from realm_tf.flag_groups import trainer
 from realm_tf.flag_groups.config_flags import ConfigFlags
 
-EXPERIMENT = "ict"
-CONFIG = ConfigFlags.for_experiment(EXPERIMENT)
+CONFIG = ConfigFlags.for_experiment("ict")
 data.define_data_flags(CONFIG, corpus_dir_alias=True)
 model.define_model_flags(CONFIG)
 init.define_init_flags(CONFIG)
@@ -30,18 +29,9 @@ for group in (data, init, lengths, model, paths, runtime, trainer):
   flags.adopt_module_key_flags(group)  # their flags in --help
 
 
-def experiment_config():
-  """The `ExperimentConfig` the parsed flags ask for."""
-  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
-  from realm_tf.experiments import overrides
-  from realm_tf.experiments import registry
-  return overrides.from_flags(registry.get(EXPERIMENT), CONFIG.settings)
-
-
 def main(argv):
   del argv
-  from realm_tf.experiments.train_lib import run_experiment  # pylint: disable=g-import-not-at-top
-  metrics = run_experiment(experiment_config())
+  metrics = CONFIG.run_experiment()
   print({k: round(v, 4) for k, v in metrics.items()})
 
 

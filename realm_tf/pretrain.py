@@ -20,8 +20,7 @@ from realm_tf.flag_groups import runtime
 from realm_tf.flag_groups import trainer
 from realm_tf.flag_groups.config_flags import ConfigFlags
 
-EXPERIMENT = "pretrain"
-CONFIG = ConfigFlags.for_experiment(EXPERIMENT)
+CONFIG = ConfigFlags.for_experiment("pretrain")
 data.define_data_flags(CONFIG, corpus_dir_alias=True, examples=True)
 model.define_model_flags(CONFIG)
 init.define_init_flags(CONFIG, released_realm=True, saved_towers=True)
@@ -34,18 +33,9 @@ for group in (cli, data, index, init, lengths, model, paths, pretraining, runtim
   flags.adopt_module_key_flags(group)  # their flags in --help
 
 
-def experiment_config():
-  """The `ExperimentConfig` the parsed flags ask for."""
-  # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
-  from realm_tf.experiments import overrides
-  from realm_tf.experiments import registry
-  return overrides.from_flags(registry.get(EXPERIMENT), CONFIG.settings)
-
-
 def main(argv):
   del argv
-  from realm_tf.experiments.train_lib import run_experiment  # pylint: disable=g-import-not-at-top
-  metrics = run_experiment(experiment_config())
+  metrics = CONFIG.run_experiment()
   if metrics:
     print({k: round(v, 4) for k, v in metrics.items()})
 

@@ -6,13 +6,13 @@ import sys
 import numpy as np
 import pytest
 
-from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.mips.index_builder import Sharding
 from realm_tf.mips.sharded_index import ShardedIndex
 from realm_tf.retrieval.async_refresh import AsynchronousRefresher
+import tiny_models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,10 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _tiny_refresher(tmp_path, refresher_class, **kwargs):
   """A started refresher (a snapshot every 5 steps) over the tiny world, and its retriever."""
   store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
-      projection_size=8))
-  retriever.build()
+  retriever = tiny_models.retriever()
   refresher = refresher_class(
       str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
       corpus_dir=str(tmp_path / "corpus"), snapshot_root=str(tmp_path / "snapshots"),

@@ -25,8 +25,8 @@ from realm_tf.retrieval.index_refresh import SynchronousRefresher
 from realm_tf.training import run_config
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.pretraining_lib import RealmPretrainer
+import tiny_models
 
-ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
 FIX = "Resume with the original flags, or train into a new --model_dir than"
 
 
@@ -38,11 +38,8 @@ def world(tmp_path_factory):
 
 
 def _retriever(share_towers=True, num_layers=2):
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=dataclasses.replace(ENCODER, num_layers=num_layers), projection_size=16,
-      share_towers=share_towers))
-  retriever.build()
-  return retriever
+  return tiny_models.retriever(dataclasses.replace(tiny_models.ENCODER, num_layers=num_layers),
+                               projection_size=16, share_towers=share_towers)
 
 
 def _ict(world, model_dir, num_steps, **structure):
@@ -56,7 +53,8 @@ def _ict(world, model_dir, num_steps, **structure):
 
 def _pretrain(world, model_dir, num_steps, **structure):
   directory, store, tok = world
-  reader = configs.build_reader(configs.ReaderConfig(encoder=ENCODER, span_hidden_size=8))
+  reader = configs.build_reader(configs.ReaderConfig(encoder=tiny_models.ENCODER,
+                                                     span_hidden_size=8))
   reader.build()
   refresher = SynchronousRefresher(os.path.join(model_dir, "index"), 10, store,
                                    (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",

@@ -36,14 +36,14 @@ _BUILD = """
 import ast, json, sys
 from absl import flags
 from realm_tf.experiments import overrides
-module = __import__(sys.argv[1], fromlist=["experiment_config"])
+module = __import__(sys.argv[1], fromlist=["CONFIG"])
 flags.FLAGS(["binary"] + sys.argv[2].split())
-bound = getattr(module, "CONFIG", None)
+bound = getattr(module, "CONFIG", None)  # realm-train has none: its own experiment_config
 settings = bound.settings if bound else {}
 shown = {name: flags.FLAGS[name].parser.parse(ast.literal_eval(flags.FLAGS[name].default_as_str))
          for name in settings if flags.FLAGS[name].default_as_str is not None}
-print(json.dumps({"config": overrides.to_dict(module.experiment_config()), "settings": settings,
-                  "shown": shown}, default=list))
+print(json.dumps({"config": overrides.to_dict((bound or module).experiment_config()),
+                  "settings": settings, "shown": shown}, default=list))
 """
 
 

@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.retrieval.async_refresh import AsynchronousRefresher
 from realm_tf.retrieval.index_refresh import IndexBuilderError
+import tiny_models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_BLOCKS = 16  # tiny_world.write_pipeline's corpus
@@ -177,10 +177,7 @@ def test_close_reports_a_failed_builder_and_terminates_a_running_one(tmp_path, c
 @pytest.mark.slow
 def test_a_mistyped_builder_flag_is_reported_with_the_real_builder(tmp_path, caplog):
   store, tok = tiny_world.write_pipeline(str(tmp_path / "corpus"))
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
-      projection_size=8))
-  retriever.build()
+  retriever = tiny_models.retriever()
   refresher = AsynchronousRefresher(
       str(tmp_path / "index"), 5, store, (tok.cls_id, tok.sep_id, tok.pad_id),
       corpus_dir=str(tmp_path / "corpus"), snapshot_root=str(tmp_path / "snapshots"),

@@ -1,5 +1,6 @@
 """Jobs of 2 worker processes on localhost under MultiWorkerMirroredStrategy (`TF_CONFIG`,
-free ports), and the single-worker runs they are compared with, for the multi-worker tests."""
+free ports), and the single-worker runs they are compared with, for the multi-worker tests and
+the `realm-pretrain` binary's: the tiny ICT and pre-training commands, their metrics."""
 import json
 import os
 import socket
@@ -93,9 +94,23 @@ def metrics(path):
   return [by_step[s] for s in sorted(by_step)]
 
 
+# The tiny model's training flags, of the ICT and the pre-training runs.
+_TINY_TRAINING = ("--encoder=tiny", "--init_weights=", "--dropout=0", "--batch_size=8",
+                  "--query_length=16", "--block_length=24", "--learning_rate=1e-3", "--seed=3")
+
+
 def ict_command(world, model_dir, *extra):
+  """`realm-ict` of the tiny model on `world` (`tiny_world.write_pipeline_and_vocab`'s)."""
   directory, vocab = world
   return [sys.executable, "-m", "realm_tf.ict", f"--corpus={directory}",
-          f"--model_dir={model_dir}", f"--vocab_file={vocab}", "--encoder=tiny",
-          "--init_weights=", "--dropout=0", "--batch_size=8", "--query_length=16", "--block_length=24",
-          "--learning_rate=1e-3", "--seed=3", "--compute_dtype=float32", *extra]
+          f"--model_dir={model_dir}", f"--vocab_file={vocab}", *_TINY_TRAINING,
+          "--compute_dtype=float32", *extra]
+
+
+def pretrain_command(world, model_dir, *extra):
+  """`realm-pretrain` of the tiny model on `world` (`tiny_world.write_pipeline_and_vocab`'s),
+  4 candidates from an exact index."""
+  directory, vocab = world
+  return [sys.executable, "-m", "realm_tf.pretrain", f"--corpus_dir={directory}",
+          f"--examples_dir={directory}", f"--model_dir={model_dir}", f"--vocab_file={vocab}",
+          *_TINY_TRAINING, "--num_candidates=4", "--index_kind=brute_force", *extra]

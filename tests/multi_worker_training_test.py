@@ -11,6 +11,7 @@ import pytest
 
 from multi_worker_jobs import assert_scratch_removed
 from multi_worker_jobs import metrics
+from multi_worker_jobs import pretrain_command
 from multi_worker_jobs import run_multi_worker
 from multi_worker_jobs import run_single
 from realm_tf import tiny_world
@@ -22,13 +23,7 @@ def world(tmp_path_factory):
 
 
 def _pretrain_command(world, model_dir, *extra):
-  directory, vocab = world
-  return [sys.executable, "-m", "realm_tf.pretrain", f"--corpus_dir={directory}",
-          f"--examples_dir={directory}", f"--model_dir={model_dir}", f"--vocab_file={vocab}",
-          "--encoder=tiny", "--init_weights=", "--dropout=0", "--batch_size=8",
-          "--num_candidates=4", "--query_length=16", "--block_length=24",
-          "--learning_rate=1e-3", "--refresh=async", "--index_kind=brute_force", "--seed=3",
-          "--compute_dtype=float32", *extra]
+  return pretrain_command(world, model_dir, "--refresh=async", "--compute_dtype=float32", *extra)
 
 
 def _swaps(log_text):

@@ -13,12 +13,10 @@ from pipelines import beam_runner
 from pipelines import build_index_lib
 from pipelines import pretraining_examples_lib
 from pipelines import wikipedia_to_blocks_lib
-from realm_tf import configs
-from realm_tf import pretrained
 from realm_tf.data import formats
 from realm_tf.mips import manifest as manifest_lib
 from realm_tf.retrieval.corpus import Corpus
-from realm_tf.signatures.doc_embedder import export_doc_embedder
+import tiny_models
 from wiki_dump_xml import dump_xml
 from wiki_dump_xml import page_xml
 
@@ -61,12 +59,7 @@ def runs(cluster, tmp_path_factory):
   """Pipelines 1-3 on each runner: {runner: {"corpus", "examples", "index", "counters"}}."""
   base = tmp_path_factory.mktemp("runners")
   dump = _dump(base / "dump.xml")
-  tokenizer = pretrained.minilm_tokenizer()
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=tokenizer.vocab_size), projection_size=8))
-  retriever.build()
-  embedder = export_doc_embedder(retriever, str(base / "embedder"), tokenizer.cls_id,
-                                 tokenizer.sep_id, tokenizer.pad_id, snapshot_step=7)
+  embedder = tiny_models.minilm_doc_embedder(str(base / "embedder"), snapshot_step=7)
   out = {}
   for runner in ("local", "dask"):
     dirs = {name: str(base / runner / name)

@@ -1,7 +1,6 @@
 """The three corpus pipelines end to end on a real Wikipedia dump (gensim 4.4.0's test data:
 206 pages, 107 of them not redirects), with DirectRunner, as the README runs them."""
 import collections
-import importlib.util
 import json
 import os
 import re
@@ -18,26 +17,12 @@ from pipelines import dump_reader
 from pipelines import pretraining_examples_lib
 from pipelines import wikipedia_to_blocks_lib
 from pipelines import wikitext_cleaner
-from realm_tf import configs
 from realm_tf import pretrained
 from realm_tf.data import formats
 from realm_tf.mips import index_publisher
 from realm_tf.retrieval.corpus import Corpus
-from realm_tf.signatures.doc_embedder import export_doc_embedder
-
-GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-
-
-def real_dump_path() -> str:
-  """gensim 4.4.0's 107-article English Wikipedia dump (`pip install --no-deps gensim==4.4.0`)."""
-  spec = importlib.util.find_spec("gensim")
-  if spec is None:
-    pytest.skip("the gensim==4.4.0 data package is not installed")
-  path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", GENSIM_DUMP)
-  if not os.path.exists(path):
-    pytest.skip(f"{GENSIM_DUMP} is not in the installed gensim")
-  return path
-
+import tiny_models
+from wiki_dump_xml import real_dump_path
 
 pytestmark = pytest.mark.slow
 
@@ -66,12 +51,7 @@ def run(tmp_path_factory):
               os.path.join(part, "blocks-00000-of-00001.tfrecord"))
   examples_counters = pretraining_examples_lib.run_pipeline(
       beam.Pipeline(), pretraining_examples_lib.ExamplesConfig(part, examples, num_shards=2))
-  tokenizer = pretrained.minilm_tokenizer()
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=tokenizer.vocab_size), projection_size=8))
-  retriever.build()
-  embedder = export_doc_embedder(retriever, str(base / "embedder"), tokenizer.cls_id,
-                                 tokenizer.sep_id, tokenizer.pad_id, snapshot_step=100)
+  embedder = tiny_models.minilm_doc_embedder(str(base / "embedder"), snapshot_step=100)
   print(f"examples pipeline: {time.time() - started:.1f}s")
   started = time.time()
   build = build_index_lib.build_index(corpus, embedder, index_root, kind="scann")
@@ -79,7 +59,7 @@ def run(tmp_path_factory):
   return {"dump": dump, "corpus": corpus, "corpus_part": part, "examples": examples,
           "index_root": index_root,
           "blocks": blocks_counters, "examples_counters": examples_counters, "build": build,
-          "tokenizer": tokenizer, "store": Corpus.load(corpus)}
+          "tokenizer": pretrained.minilm_tokenizer(), "store": Corpus.load(corpus)}
 
 
 def test_blocks_pipeline_counts(run):

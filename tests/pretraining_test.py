@@ -9,7 +9,6 @@ import pytest
 import tensorflow as tf
 
 import emulation
-from realm_tf import configs
 from realm_tf import errors
 from realm_tf import tiny_world
 from realm_tf.experiment_config import ExperimentConfig
@@ -25,9 +24,7 @@ from realm_tf.training.candidates import CandidateBuilder
 from realm_tf.training.ict_lib import train_ict
 from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training.pretraining_lib import RealmPretrainer
-
-ENCODER = configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB))
-
+import tiny_models
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
@@ -36,14 +33,11 @@ def world(tmp_path_factory):
   return directory, store, tokenizer
 
 
-def _models(encoder=ENCODER, seed=0):
-  tf.keras.utils.set_random_seed(seed)
-  retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
-                                                              projection_size=16))
-  reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
-  retriever.build()
-  reader.build()
-  return retriever, reader
+def _refresher(index_root, every, store, tok, **options):
+  """A synchronous exact index of `store` (24-wordpiece blocks) under `index_root`, rebuilt
+  every `every` steps; `options`: `SynchronousRefresher`'s."""
+  return SynchronousRefresher(str(index_root), every, store, (tok.cls_id, tok.sep_id, tok.pad_id),
+                              "brute_force", 24, **options)
 
 
 def _config(model_dir, examples_dir, num_steps=30, query_length=16, **task):
@@ -150,10 +144,8 @@ def test_masked_queries_bad_arguments(world, tmp_path):
 
 def test_pretraining_learns_and_swaps_indexes(world, tmp_path):
   directory, store, tok = world
-  retriever, reader = _models()
-  refresher = SynchronousRefresher(str(tmp_path / "index"), 10, store,
-                                   (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",
-                                   block_length=24)
+  retriever, reader = tiny_models.retriever_and_reader()
+  refresher = _refresher(tmp_path / "index", 10, store, tok)
   trainer = RealmPretrainer(_config(str(tmp_path / "run"), directory), retriever, reader,
                             store, tok, refresher)
   history = trainer.train(verbose=False)
@@ -173,14 +165,13 @@ def test_pretraining_learns_and_swaps_indexes(world, tmp_path):
 
 def test_reader_warmup_holds_the_retriever_then_trains_it(world, tmp_path):
   directory, store, tok = world
-  retriever, reader = _models()
+  retriever, reader = tiny_models.retriever_and_reader()
   start = [w.copy() for w in retriever.get_weights()]
   reader_start = [w.copy() for w in reader.get_weights()]
-  special = (tok.cls_id, tok.sep_id, tok.pad_id)
   trainer = RealmPretrainer(
       _config(str(tmp_path / "run"), directory, num_steps=4, reader_warmup_steps=4),
       retriever, reader, store, tok,
-      SynchronousRefresher(str(tmp_path / "index"), 100, store, special, "brute_force", 24))
+      _refresher(tmp_path / "index", 100, store, tok))
   history = trainer.train(verbose=False)
   assert all(math.isfinite(h["loss"]) for h in history)
   # Only AdamW's weight decay (lr x 0.01 per step) touches the retriever during the warm-up.
@@ -191,21 +182,18 @@ def test_reader_warmup_holds_the_retriever_then_trains_it(world, tmp_path):
   RealmPretrainer(
       _config(str(tmp_path / "run"), directory, num_steps=6, reader_warmup_steps=4),
       retriever, reader, store, tok,
-      SynchronousRefresher(str(tmp_path / "index"), 100, store, special, "brute_force",
-                           24)).train(verbose=False)
+      _refresher(tmp_path / "index", 100, store, tok)).train(verbose=False)
   assert max(np.abs(b - a).max() for b, a in zip(start, retriever.get_weights())) > 1e-4
 
 
 def test_null_document_alone_is_a_masked_lm_without_retrieval(world, tmp_path):
   directory, store, tok = world
-  retriever, reader = _models()
+  retriever, reader = tiny_models.retriever_and_reader()
   history = RealmPretrainer(
       _config(str(tmp_path / "run"), directory, num_steps=3, num_candidates=1,
               exclude_source=False),
       retriever, reader, store, tok,
-      SynchronousRefresher(str(tmp_path / "index"), 100, store, (tok.cls_id, tok.sep_id,
-                                                                  tok.pad_id),
-                           "brute_force", 24)).train(verbose=False)
+      _refresher(tmp_path / "index", 100, store, tok)).train(verbose=False)
   assert [h["retrieval_utility"] for h in history] == [0.0, 0.0, 0.0]
   assert [h["null_prior"] for h in history] == [1.0, 1.0, 1.0]
   assert [h["source_retrieved"] for h in history] == [0.0, 0.0, 0.0]
@@ -218,14 +206,12 @@ def test_sequence_mlm_loss_trains_and_logs_per_document_retrieval_utility(world,
   directory, store, tok = world
   first = {}
   for form in ("token", "sequence"):
-    retriever, reader = _models()
+    retriever, reader = tiny_models.retriever_and_reader()
     history = RealmPretrainer(
         _config(str(tmp_path / form), directory, num_steps=3, mlm_loss=form,
                 masking="random_span"),  # several masks a query: the forms differ
         retriever, reader, store, tok,
-        SynchronousRefresher(str(tmp_path / f"index-{form}"), 100, store,
-                             (tok.cls_id, tok.sep_id, tok.pad_id), "brute_force",
-                             24)).train(verbose=False)
+        _refresher(tmp_path / f"index-{form}", 100, store, tok)).train(verbose=False)
     assert all(math.isfinite(h["loss"]) and math.isfinite(h["top_document_ru"])
                for h in history)
     first[form] = history[0]
@@ -240,10 +226,8 @@ def test_sequence_mlm_loss_trains_and_logs_per_document_retrieval_utility(world,
 
 def test_unmaskable_examples_are_counted_not_nan(world, tmp_path):
   directory, store, tok = world
-  retriever, reader = _models()
-  refresher = SynchronousRefresher(str(tmp_path / "index"), 100, store,
-                                   (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",
-                                   block_length=24)
+  retriever, reader = tiny_models.retriever_and_reader()
+  refresher = _refresher(tmp_path / "index", 100, store, tok)
   # Queries cut to 3 wordpieces: most salient spans fall outside and cannot be masked.
   history = RealmPretrainer(_config(str(tmp_path / "run"), directory, num_steps=3,
                                     query_length=5), retriever, reader, store, tok,
@@ -254,13 +238,10 @@ def test_unmaskable_examples_are_counted_not_nan(world, tmp_path):
 
 def test_index_of_another_dimension_is_rejected(world, tmp_path):
   directory, store, tok = world
-  special = (tok.cls_id, tok.sep_id, tok.pad_id)
-  narrow = configs.build_retriever(configs.RetrieverConfig(encoder=ENCODER, projection_size=8))
-  narrow.build()
-  SynchronousRefresher(str(tmp_path / "index"), 10, store, special, "brute_force",
-                       24).start(0, narrow)  # publishes an 8-dim index
-  retriever, reader = _models()
-  refresher = SynchronousRefresher(str(tmp_path / "index"), 10, store, special, "brute_force", 24)
+  narrow = tiny_models.retriever()
+  _refresher(tmp_path / "index", 10, store, tok).start(0, narrow)  # publishes an 8-dim index
+  retriever, reader = tiny_models.retriever_and_reader()
+  refresher = _refresher(tmp_path / "index", 10, store, tok)
   with pytest.raises(ValueError, match="index dim 8 != embedder dim 16"):
     RealmPretrainer(_config(str(tmp_path / "run"), directory, num_steps=1), retriever, reader,
                     store, tok, refresher).train(verbose=False)
@@ -270,13 +251,12 @@ def test_restart_rebuilds_indexes_published_after_the_resumed_checkpoint(world, 
   """A run killed after publishing step 10's index but before checkpointing step 10 resumes at
   8: it uses the index of step 5 and rebuilds step 10 from its own weights."""
   _, store, tok = world
-  special = (tok.cls_id, tok.sep_id, tok.pad_id)
-  retriever, _ = _models()
+  retriever, _ = tiny_models.retriever_and_reader()
   root = str(tmp_path / "index")
-  killed = SynchronousRefresher(root, 5, store, special, "brute_force", 24)
+  killed = _refresher(root, 5, store, tok)
   killed.start(0, retriever)
   assert killed.maybe_refresh(5, retriever) and killed.maybe_refresh(10, retriever)
-  resumed = SynchronousRefresher(root, 5, store, special, "brute_force", 24)
+  resumed = _refresher(root, 5, store, tok)
   resumed.start(8, retriever, resume_version="step-00000005")
   assert (resumed.version, resumed.snapshot_step) == ("step-00000005", 5)
   assert resumed.maybe_refresh(10, retriever) and resumed.version == "step-00000010"
@@ -288,10 +268,8 @@ def test_ict_learns_with_in_batch_negatives(world, tmp_path):
   # a wider init breaks that symmetry within a few dozen steps. Seeded: across seeds 0-5 the
   # last-10 mean after 100 steps ranged 0.66-1.73 (threshold 1.88), after 60 steps up to 1.85.
   tf.keras.utils.set_random_seed(0)
-  encoder = dataclasses.replace(ENCODER, initializer_range=0.2)
-  retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder,
-                                                              projection_size=16))
-  retriever.build()
+  retriever = tiny_models.retriever(
+      dataclasses.replace(tiny_models.ENCODER, initializer_range=0.2), projection_size=16)
   metrics, history = train_ict(
       ExperimentConfig(task=IctTaskConfig(model=ModelConfig(query_length=12, block_length=24)),
                        trainer=TrainerConfig(model_dir=str(tmp_path), num_steps=100,
@@ -310,10 +288,9 @@ def test_bfloat16_steps_track_float32_losses(world, tmp_path):
 
   def losses(compute_dtype):
     with precision.policy_scope(compute_dtype):
-      retriever, reader = _models()
-    refresher = SynchronousRefresher(str(tmp_path / compute_dtype / "index"), 5, store,
-                                     (tok.cls_id, tok.sep_id, tok.pad_id), kind="brute_force",
-                                     block_length=24, compute_dtype=compute_dtype)
+      retriever, reader = tiny_models.retriever_and_reader()
+    refresher = _refresher(tmp_path / compute_dtype / "index", 5, store, tok,
+                           compute_dtype=compute_dtype)
     history = RealmPretrainer(_config(str(tmp_path / compute_dtype / "run"), directory,
                                       num_steps=10), retriever, reader, store, tok,
                               refresher).train(verbose=False)
@@ -329,20 +306,16 @@ def test_refresher_embeds_a_jsonl_corpus_through_its_tokenizer(world, tmp_path):
   """A corpus without stored wordpieces (JSONL) is tokenized by the refresher's tokenizer: the
   same index as from the pipeline shards; without a tokenizer it is an InputError."""
   _, store, tok = world
-  retriever, _ = _models()
-  special = (tok.cls_id, tok.sep_id, tok.pad_id)
+  retriever, _ = tiny_models.retriever_and_reader()
   path = str(tmp_path / "corpus.jsonl")
   store.write_jsonl(path)
   jsonl = Corpus.load(path)
   assert jsonl.title_ids is None and jsonl.fingerprint == store.fingerprint
-  from_shards = SynchronousRefresher(str(tmp_path / "shards"), 10, store, special,
-                                     "brute_force", 24)
-  from_jsonl = SynchronousRefresher(str(tmp_path / "jsonl"), 10, jsonl, special,
-                                    "brute_force", 24, tokenizer=tok)
+  from_shards = _refresher(tmp_path / "shards", 10, store, tok)
+  from_jsonl = _refresher(tmp_path / "jsonl", 10, jsonl, tok, tokenizer=tok)
   from_shards.start(0, retriever)
   from_jsonl.start(0, retriever)
   np.testing.assert_allclose(from_jsonl.index.document_embeddings(),
                              from_shards.index.document_embeddings(), rtol=0, atol=1e-6)
   with pytest.raises(errors.InputError, match="no stored wordpieces"):
-    SynchronousRefresher(str(tmp_path / "none"), 10, jsonl, special, "brute_force",
-                         24).start(0, retriever)
+    _refresher(tmp_path / "none", 10, jsonl, tok).start(0, retriever)

@@ -48,33 +48,27 @@ def test_format_sniffing_and_explicit_format(tmp_path):
     datasets.load_examples(tsv, "nq", file_format="jsonl")
 
 
-@pytest.mark.parametrize("line, reason", [
-    ('{"question": "q", "answer": ["a"]', "not valid JSON"),
-    ('{"question": "q"}', 'expected an object with "question" and "answer"'),
-    ('{"question": "", "answer": ["a"]}', "empty question"),
-    ('{"question": "q", "answer": []}', "non-empty list of strings"),
-    ('{"question": "q", "answer": [3]}', "must all be strings"),
-    ('["q", ["a"]]', 'expected an object'),
+_GOOD_LINES = {"jsonl": '{"question": "ok", "answer": ["a"]}', "tsv": "q\t['a']"}
+
+
+@pytest.mark.parametrize("file_format, line, reason", [
+    ("jsonl", '{"question": "q", "answer": ["a"]', "not valid JSON"),
+    ("jsonl", '{"question": "q"}', 'expected an object with "question" and "answer"'),
+    ("jsonl", '{"question": "", "answer": ["a"]}', "empty question"),
+    ("jsonl", '{"question": "q", "answer": []}', "non-empty list of strings"),
+    ("jsonl", '{"question": "q", "answer": [3]}', "must all be strings"),
+    ("jsonl", '["q", ["a"]]', 'expected an object'),
+    ("tsv", "just a question", "expected 2 tab-separated fields, got 1"),
+    ("tsv", "q\t['a']\textra", "got 3"),
+    ("tsv", "q\tnot a list", "not a Python list literal"),
+    ("tsv", "\t['a']", "empty question"),
 ])
-def test_malformed_jsonl_names_file_and_line(tmp_path, line, reason):
-  path = _write(tmp_path / "bad.jsonl", '{"question": "ok", "answer": ["a"]}\n' + line + "\n")
+def test_a_malformed_line_is_named_by_file_and_line(tmp_path, file_format, line, reason):
+  path = _write(tmp_path / f"bad.{file_format}", f"{_GOOD_LINES[file_format]}\n{line}\n")
   with pytest.raises(MalformedRecordError, match=reason) as info:
     datasets.load_examples(path, "nq")
   assert (info.value.path, info.value.line) == (path, 2)
   assert str(info.value).startswith(f"{path}:2: ")
-
-
-@pytest.mark.parametrize("line, reason", [
-    ("just a question", "expected 2 tab-separated fields, got 1"),
-    ("q\t['a']\textra", "got 3"),
-    ("q\tnot a list", "not a Python list literal"),
-    ("\t['a']", "empty question"),
-])
-def test_malformed_tsv_names_file_and_line(tmp_path, line, reason):
-  path = _write(tmp_path / "bad.tsv", "q\t['a']\n" + line + "\n")
-  with pytest.raises(MalformedRecordError, match=reason) as info:
-    datasets.load_examples(path, "nq")
-  assert info.value.line == 2
 
 
 def test_curatedtrec_regexes_are_checked_at_load_time(tmp_path):

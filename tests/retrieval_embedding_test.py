@@ -12,29 +12,23 @@ from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_doc_embedder
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "dog", "sat", "on", "mat",
-         "paris", "is", "in", "france", "who", "where", "a", "river", "flows", "?", "."]
-TITLES = ["cat", "dog", "paris", "river", "mat", "france"]
-BODIES = ["the cat sat on the mat .", "the dog sat .", "paris is in france .",
-          "a river flows in france .", "the mat is on the dog .", "france is in france ."]
+import tiny_models
+from tiny_models import BODIES
+from tiny_models import TEXT_VOCAB
+from tiny_models import TITLES
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
   store, tok = tiny_world.write_pipeline(str(tmp_path_factory.mktemp("world")))
-  retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
-      projection_size=8))
-  retriever.build()
-  return store, tok, retriever
+  return store, tok, tiny_models.retriever()
 
 
 @pytest.fixture(scope="module")
 def text_system():
-  tokenizer = WordpieceTokenizer(VOCAB)
+  tokenizer = WordpieceTokenizer(TEXT_VOCAB)
   retriever = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(VOCAB)), projection_size=8))
+      encoder=configs.EncoderConfig.tiny(vocab_size=len(TEXT_VOCAB)), projection_size=8))
   tower = DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, bucket=1)
   return tokenizer, retriever, tower
 
@@ -113,9 +107,7 @@ class _CountingTower(DocTower):
 def test_a_corpus_embedded_again_by_the_same_doc_tower_is_reused(world):
   store, tok, retriever = world
   special = (tok.cls_id, tok.sep_id, tok.pad_id)
-  twin = configs.build_retriever(configs.RetrieverConfig(
-      encoder=configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)), projection_size=8))
-  twin.build()
+  twin = tiny_models.retriever()
   twin.set_weights(retriever.get_weights())  # another model with the same weights
   first = embed_blocks(DocTower(retriever, *special, block_length=24), store.title_ids,
                        store.body_ids)

@@ -10,18 +10,15 @@ from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_texts
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
-
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "dog", "sat", "on", "mat",
-         "paris", "is", "in", "france", "who", "where", "a", "river", "flows", "?", "."]
-TITLES = ["cat", "dog", "paris", "river", "mat", "france"]
-BODIES = ["the cat sat on the mat .", "the dog sat .", "paris is in france .",
-          "a river flows in france .", "the mat is on the dog .", "france is in france ."]
+from tiny_models import BODIES
+from tiny_models import TEXT_VOCAB
+from tiny_models import TITLES
 
 
 @pytest.fixture(scope="module")
 def system():
-  tokenizer = WordpieceTokenizer(VOCAB)
-  encoder = configs.EncoderConfig.tiny(vocab_size=len(VOCAB))
+  tokenizer = WordpieceTokenizer(TEXT_VOCAB)
+  encoder = configs.EncoderConfig.tiny(vocab_size=len(TEXT_VOCAB))
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder, projection_size=8))
   reader = configs.build_reader(configs.ReaderConfig(encoder=encoder, span_hidden_size=8))
   embeddings = _embed(retriever, tokenizer, TITLES, BODIES)

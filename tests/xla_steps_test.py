@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from realm_tf import configs
 from realm_tf import tiny_world
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiment_config import OpenQATaskConfig
@@ -31,22 +30,12 @@ from realm_tf.training.optimizer import create_optimizer
 from realm_tf.training.pretraining_data import masked_query_dataset
 from realm_tf.training.pretraining_lib import RealmPretrainer
 from realm_tf.training.pretraining_lib import pretraining_step
+import tiny_models
 
-ENCODER = dataclasses.replace(configs.EncoderConfig.tiny(vocab_size=len(tiny_world.VOCAB)),
-                              dropout_rate=0.0, attention_dropout_rate=0.0,
+ENCODER = dataclasses.replace(tiny_models.ENCODER, dropout_rate=0.0, attention_dropout_rate=0.0,
                               initializer_range=0.2)
 RTOL = 1e-4
 ATOL = 1e-5
-
-
-def _towers():
-  tf.keras.utils.set_random_seed(0)
-  retriever = configs.build_retriever(configs.RetrieverConfig(encoder=ENCODER,
-                                                              projection_size=16))
-  reader = configs.build_reader(configs.ReaderConfig(encoder=ENCODER, span_hidden_size=8))
-  retriever.build()
-  reader.build()
-  return retriever, reader
 
 
 def _two_steps(step_fn, batch, variables, jit_compile: bool):
@@ -83,7 +72,7 @@ def world(tmp_path_factory):
 
 def test_ict_step_compiles_with_xla(world):
   _, store, tokenizer = world
-  retriever, _ = _towers()
+  retriever, _ = tiny_models.retriever_and_reader(ENCODER)
   optimizer = create_optimizer(OptimizerConfig(learning_rate=1e-3, num_train_steps=10,
                                                warmup_steps=0))
   batch = next(iter(IctCorpus(store, tokenizer).dataset(8, query_length=12, block_length=24)))
@@ -93,7 +82,7 @@ def test_ict_step_compiles_with_xla(world):
 
 def test_realm_pretraining_step_compiles_with_xla(world, tmp_path):
   directory, store, tokenizer = world
-  retriever, reader = _towers()
+  retriever, reader = tiny_models.retriever_and_reader(ENCODER)
   refresher = SynchronousRefresher(str(tmp_path / "index"), 100, store,
                                    (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
                                    kind="brute_force", block_length=24)

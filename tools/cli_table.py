@@ -13,6 +13,8 @@ import subprocess
 import sys
 from typing import Dict, List, Tuple
 
+import generated_file
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 BEGIN, END = "<!-- cli-table: begin (tools/cli_table.py) -->", "<!-- cli-table: end -->"
@@ -63,15 +65,9 @@ def main(argv: List[str]) -> int:
   with open(README, encoding="utf-8") as f:
     text = f.read()
   start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
-  updated = text[:start] + "\n" + table() + "\n" + text[stop:]
-  if "--check" in argv:
-    if updated != text:
-      print("README.md's command-line table is out of date: run python tools/cli_table.py")
-      return 1
-    return 0
-  with open(README, "w", encoding="utf-8") as f:
-    f.write(updated)
-  return 0
+  return generated_file.write_or_check(
+      README, text[:start] + "\n" + table() + "\n" + text[stop:], argv,
+      "README.md's command-line table is out of date: run python tools/cli_table.py")
 
 
 if __name__ == "__main__":

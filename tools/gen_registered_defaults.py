@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any, Dict, List
 
+import generated_file
 from realm_tf import configs
 from realm_tf import presets
 from realm_tf.experiments import overrides
@@ -24,7 +25,8 @@ HEADER = '''"""The registered experiments as plain values: the training binaries
 
 Written by tools/gen_registered_defaults.py from `experiments.registry`, whose config classes
 import TensorFlow (`--help` does not); tests/flag_groups_test.py fails when it is out of date.
-`task.model.encoder` is the encoder preset's name (the preset's own settings are left out).
+`task.model.encoder` is the encoder preset's name (the preset's own settings are left out);
+the settings every experiment gives one value are written once, in `_EVERY`.
 """
 '''
 
@@ -55,28 +57,24 @@ def _literal(value: Any) -> str:
 
 
 def source() -> str:
-  lines = [HEADER, "DEFAULTS = {"]
+  written = {name: [f"{_literal(key)}: {_literal(value)}," for key, value in settings(name).items()]
+             for name in registry.NAMES}
+  every = set.intersection(*(set(lines) for lines in written.values()))
+  lines = [HEADER, "_EVERY = {"]
+  lines += [f"    {line}" for line in written[registry.NAMES[0]] if line in every]
+  lines += ["}", "", "DEFAULTS = {"]
   for name in registry.NAMES:
-    lines.append(f"    {_literal(name)}: {{")
-    lines += [f"        {_literal(key)}: {_literal(value)},"
-              for key, value in settings(name).items()]
+    lines += [f"    {_literal(name)}: {{", "        **_EVERY,"]
+    lines += [f"        {line}" for line in written[name] if line not in every]
     lines.append("    },")
   lines.append("}")
   return "\n".join(lines) + "\n"
 
 
 def main(argv: List[str]) -> int:
-  text = source()
-  if "--check" in argv:
-    with open(OUTPUT, encoding="utf-8") as f:
-      if f.read() != text:
-        print("realm_tf/experiments/registered_defaults.py is out of date: run "
-              "python tools/gen_registered_defaults.py")
-        return 1
-    return 0
-  with open(OUTPUT, "w", encoding="utf-8") as f:
-    f.write(text)
-  return 0
+  return generated_file.write_or_check(
+      OUTPUT, source(), argv, "realm_tf/experiments/registered_defaults.py is out of date: run "
+      "python tools/gen_registered_defaults.py")
 
 
 if __name__ == "__main__":

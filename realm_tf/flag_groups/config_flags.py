@@ -3,7 +3,7 @@
     config = ConfigFlags.for_experiment("ict")
     config.bind(flags.DEFINE_integer("num_steps", None, "Training steps."), "trainer.num_steps")
     ...
-    overrides.from_flags(registry.get("ict"), config.settings)  # in main, after parsing
+    metrics = config.run_experiment()  # in main, after parsing
 
 A bound flag defaults to None: left out, the config's own value stands, so the registered
 experiment (`experiments.registry` and the config dataclasses) is the only place a default
@@ -12,7 +12,7 @@ the config's value, read from `experiments.registered_defaults` (the registry as
 without the TensorFlow its config classes import). A flag bound to several settings, or to one
 a preset decides (`--dropout`: the encoder's), shows none.
 """
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from absl import flags
 
@@ -31,15 +31,30 @@ def _as_str(flag: flags.Flag, value: Any) -> str:
 class ConfigFlags:
   """The flags of one binary and the settings (dotted keys of its config) each one sets."""
 
-  def __init__(self, defaults: Mapping[str, Any]):
-    """`defaults`: {setting: the config's value} for `--help`."""
+  def __init__(self, defaults: Mapping[str, Any], experiment: Optional[str] = None):
+    """`defaults`: {setting: the config's value} for `--help`; `experiment`: the registered
+    experiment the flags set (`for_experiment`)."""
     self._defaults = defaults
+    self._experiment = experiment
     self.settings: Dict[str, Tuple[str, ...]] = {}
 
   @classmethod
   def for_experiment(cls, name: str) -> "ConfigFlags":
     """The flags of a binary that runs registered experiment `name`."""
-    return cls(registered_defaults.DEFAULTS[name])
+    return cls(registered_defaults.DEFAULTS[name], name)
+
+  def experiment_config(self):
+    """The `ExperimentConfig` the parsed flags ask for: the registered experiment with the
+    settings of the flags passed."""
+    # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
+    from realm_tf.experiments import overrides
+    from realm_tf.experiments import registry
+    return overrides.from_flags(registry.get(self._experiment), self.settings)
+
+  def run_experiment(self) -> Dict[str, float]:
+    """Trains `experiment_config()` (`experiments.train_lib.run_experiment`); its metrics."""
+    from realm_tf.experiments.train_lib import run_experiment  # pylint: disable=g-import-not-at-top
+    return run_experiment(self.experiment_config())
 
   def bind(self, holder: flags.FlagHolder, *settings: str,
            show_default: bool = True) -> flags.FlagHolder:
