@@ -1,5 +1,24 @@
-"""MediaWiki XML dump text for tests: `page_xml(...)` pages joined by `dump_xml(...)`."""
+"""MediaWiki XML dump text for tests: `page_xml(...)` pages joined by `dump_xml(...)`; and a real
+dump, gensim's test data (`real_dump_path`; the test is skipped without it)."""
+import importlib.util
+import os
 from xml.sax import saxutils
+
+import pytest
+
+
+GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+
+
+def real_dump_path() -> str:
+  """gensim 4.4.0's 107-article English Wikipedia dump (`pip install --no-deps gensim==4.4.0`)."""
+  spec = importlib.util.find_spec("gensim")
+  if spec is None:
+    pytest.skip("the gensim==4.4.0 data package is not installed")
+  path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", GENSIM_DUMP)
+  if not os.path.exists(path):
+    pytest.skip(f"{GENSIM_DUMP} is not in the installed gensim")
+  return path
 
 
 def page_xml(title, text, ns=0, page_id=1, redirect=None):
