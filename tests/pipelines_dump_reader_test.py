@@ -1,8 +1,6 @@
 """Tests for pipelines.dump_reader: streaming pages out of MediaWiki XML, robust to bad input."""
 import bz2
-import importlib.util
 import io
-import os
 
 import apache_beam as beam
 from apache_beam.testing import test_pipeline
@@ -15,20 +13,7 @@ from pipelines import document_sources
 from pipelines import dump_reader
 from wiki_dump_xml import dump_xml
 from wiki_dump_xml import page_xml
-
-GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-
-
-def real_dump_path() -> str:
-  """gensim 4.4.0's 107-article English Wikipedia dump (`pip install --no-deps gensim==4.4.0`)."""
-  spec = importlib.util.find_spec("gensim")
-  if spec is None:
-    pytest.skip("the gensim==4.4.0 data package is not installed")
-  path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", GENSIM_DUMP)
-  if not os.path.exists(path):
-    pytest.skip(f"{GENSIM_DUMP} is not in the installed gensim")
-  return path
-
+from wiki_dump_xml import real_dump_path
 
 def read_all(data: bytes, **kwargs):
   return list(dump_reader.iter_pages(io.BytesIO(data), **kwargs))
