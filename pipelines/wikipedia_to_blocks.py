@@ -33,7 +33,7 @@ _BLOCK_BOUNDARIES = flags.DEFINE_enum(
     "block_boundaries", "greedy", ["greedy", "paragraph", "section"],
     "Where blocks also break: greedy: only between articles (REALM's corpus); paragraph: at "
     "each paragraph (a block holds one, or a piece of a long one); section: at the lead's "
-    "and each level-2 heading's start (JSONL: at none).")
+    "and each level-1/2 heading's start (JSONL: at none).")
 _MAX_PAGE_BYTES = flags.DEFINE_integer("max_page_bytes", 4 << 20,
                                        "Longer pages go to the dead-letter output.", lower_bound=1)
 _MAX_UNPARSED_FRACTION = flags.DEFINE_float(
