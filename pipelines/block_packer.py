@@ -2,7 +2,9 @@
 
 A block is `[CLS] title [SEP] body [SEP]` with at most `block_length` (288) wordpieces: the
 title first, then whole sentences in order while they fit; a sentence longer than the body
-budget alone is cut at word starts into pieces that fit. Blocks never span articles. S
+budget alone is cut at word starts into pieces that fit. Blocks never span articles, nor, by
+`boundaries`, a paragraph ("\\n"; a block holds one paragraph or a piece of a long one, the
+patent's "a paragraph is a document") or a section (the lead or a level-2 heading's). S
 sentences of a batch of articles, T wordpieces.
 
 Invariants (tested): every block fits; a block's `text` is a slice of the cleaned article and
@@ -10,9 +12,11 @@ its `body_ids` are exactly the wordpieces of that text; an article's blocks cove
 non-whitespace characters once, in order. Block ids are content hashes, stable across runs and
 runners: the first 8 bytes of sha256(title + "\\n" + text), big-endian, masked to 63 bits.
 """
+import bisect
 import dataclasses
 import hashlib
-from typing import List, Sequence, Tuple
+import re
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -24,6 +28,8 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _NUM_SPECIALS = 3  # [CLS], [SEP], [SEP]
 _ID_MASK = (1 << 63) - 1
+# Where blocks must break besides articles: nowhere more, at each paragraph, at each section.
+BLOCK_BOUNDARIES = ("greedy", "paragraph", "section")
 
 
 def block_id(title: str, text: str) -> int:
@@ -64,6 +70,14 @@ def check_lengths(block_length: int, max_title_wordpieces: int) -> None:
         f"{BLOCK_LENGTH}), or a --max_title_wordpieces below {block_length - _NUM_SPECIALS}"))
 
 
+def check_boundaries(boundaries: str) -> None:
+  """Raises InputError naming the flag if `boundaries` is not one of `BLOCK_BOUNDARIES`."""
+  if boundaries not in BLOCK_BOUNDARIES:
+    raise errors.InputError(errors.describe(
+        f"--block_boundaries={boundaries}", "unknown block boundaries",
+        f"Pass one of {', '.join(BLOCK_BOUNDARIES)}"))
+
+
 class BlockPackingError(ValueError):
   """An article that cannot be packed (its title alone leaves no room for a body)."""
 
@@ -80,22 +94,31 @@ class BlockPacker:
     tokenizer: the `WordpieceTokenizer` of the retriever's vocabulary.
     block_length: L, the packed block length including `[CLS]`, `[SEP]`, `[SEP]`.
     max_title_wordpieces: longer titles make the article fail with `BlockPackingError`.
+    boundaries: one of `BLOCK_BOUNDARIES`: "greedy" packs sentences across paragraphs and
+      sections; "paragraph" starts a block at every paragraph (so a block never holds two);
+      "section" at every section start, packing each section greedily.
   """
 
   def __init__(self, tokenizer: WordpieceTokenizer, block_length: int = BLOCK_LENGTH,
-               max_title_wordpieces: int = 64):
+               max_title_wordpieces: int = 64, boundaries: str = "greedy"):
     check_lengths(block_length, max_title_wordpieces)
+    check_boundaries(boundaries)
     self.tokenizer = tokenizer
     self.block_length = int(block_length)
     self.max_title_wordpieces = int(max_title_wordpieces)
+    self.boundaries = boundaries
     # is_word_start[id]: the wordpiece starts a word (is not a "##" continuation).
     self._is_word_start = np.array([not t.startswith("##") for t in tokenizer.vocabulary])
 
-  def pack(self, documents: Sequence[Tuple[str, str]]) -> List[List[Block]]:
+  def pack(self, documents: Sequence[Tuple[str, str]],
+           section_starts: Optional[Sequence[Sequence[int]]] = None) -> List[List[Block]]:
     """Packs a batch of articles with one tokenizer call.
 
     Args:
       documents: (title, clean text) pairs; paragraphs of the text are separated by "\\n".
+      section_starts: per article, the ascending offsets of paragraph starts in its text where
+        a section starts (`document_sources.Document.section_starts`; (): one section); None:
+        every article is one section. Read only with `boundaries="section"`.
 
     Returns:
       the blocks of each article, in article order ([] for an article without wordpieces).
@@ -114,16 +137,25 @@ class BlockPacker:
     ids, starts, _ = self.tokenizer.tokenize_with_offsets(tf.constant(strings))
     ids, starts = _ragged_rows(ids), _ragged_rows(starts)  # S x [T]
     results, row = [], 0
-    for (title, text), spans in zip(documents, sentence_spans):
+    for i, ((title, text), spans) in enumerate(zip(documents, sentence_spans)):
       title_ids = ids[row].astype(np.int64)
-      sentences = [(text[s:e], s, ids[row + 1 + i].astype(np.int64), starts[row + 1 + i])
-                   for i, (s, e) in enumerate(spans)]
+      sentences = [(text[s:e], s, ids[row + 1 + j].astype(np.int64), starts[row + 1 + j])
+                   for j, (s, e) in enumerate(spans)]
       row += 1 + len(spans)
-      results.append(self._pack_article(title, text, title_ids, sentences))
+      breaks = self._breaks(text, section_starts[i] if section_starts else ())
+      results.append(self._pack_article(title, text, title_ids, sentences, breaks))
     return results
 
-  def _pack_article(self, title: str, text: str, title_ids: np.ndarray,
-                    sentences) -> List[Block]:
+  def _breaks(self, text: str, section_starts: Sequence[int]) -> List[int]:
+    """The ascending character offsets where a block must start, by `boundaries`."""
+    if self.boundaries == "paragraph":
+      return [match.end() for match in re.finditer("\n", text)]
+    if self.boundaries == "section":
+      return list(section_starts)
+    return []
+
+  def _pack_article(self, title: str, text: str, title_ids: np.ndarray, sentences,
+                    breaks: List[int]) -> List[Block]:
     if len(title_ids) > self.max_title_wordpieces:
       raise BlockPackingError(f"title {title!r} has {len(title_ids)} wordpieces, more than "
                               f"max_title_wordpieces={self.max_title_wordpieces}")
@@ -134,13 +166,15 @@ class BlockPacker:
         units.append((offset, offset + len(sentence), sentence_ids))
       else:
         units.extend(self._split_sentence(sentence, offset, sentence_ids, byte_starts, budget))
-    blocks, current, size = [], [], 0
-    for unit in units:
-      if current and size + len(unit[2]) > budget:
+    blocks, current, size, part = [], [], 0, 0  # part: the paragraph or section, by `breaks`
+    for unit in units:  # no sentence crosses a line, so each unit lies in one part
+      unit_part = bisect.bisect_right(breaks, unit[0])
+      if current and (size + len(unit[2]) > budget or unit_part != part):
         blocks.append(self._block(title, text, title_ids, current))
         current, size = [], 0
       current.append(unit)
       size += len(unit[2])
+      part = unit_part
     if current:
       blocks.append(self._block(title, text, title_ids, current))
     return [b for b in blocks if len(b.body_ids)]

@@ -1,7 +1,8 @@
 """Beam sources of clean documents: MediaWiki XML dumps and JSONL `{title, text}` files.
 
-Both produce `Document`s (title + clean prose, paragraphs separated by "\\n") and send what
-they cannot use to the `DEAD_LETTER` output with the source file, offset, title and reason.
+Both produce `Document`s (title + clean prose, paragraphs separated by "\\n"; a dump's also
+where its sections start) and send what they cannot use to the `DEAD_LETTER` output with the
+source file, offset, title and reason.
 
 `ReadWikipediaDump`: file patterns -> one reader per file (the split `pages-articlesN` dump
 files read in parallel) -> pages, streamed -> Reshuffle (spreads them over workers) ->
@@ -14,7 +15,7 @@ disambiguation}`, `pages_dead_letter`, `dumps_truncated`. `ReadJsonlDocuments`: 
 import dataclasses
 import json
 import re
-from typing import Iterable, List, Sequence
+from typing import Iterable, List, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -39,11 +40,15 @@ class Document:
     text: clean prose, paragraphs separated by "\\n", no empty lines.
     source: the input file.
     offset: byte offset of the page in the decompressed dump, or 1-based line of a JSONL file.
+    section_starts: ascending character offsets in `text` where its sections start (the lead
+      at 0, then each level-2 heading's; `wikitext_cleaner.clean_wikitext_sections`); ()
+      where the source has no headings (JSONL): the whole text is one section.
   """
   title: str
   text: str
   source: str
   offset: int
+  section_starts: Tuple[int, ...] = ()
 
 
 class _ReadDumpPagesFn(beam.DoFn):
@@ -110,7 +115,8 @@ class _CleanPageFn(beam.DoFn):
       self._counters["pages_dropped_disambiguation"].inc()
       return
     try:
-      text = wikitext_cleaner.clean_wikitext(page.text, self._max_unparsed_fraction)
+      text, section_starts = wikitext_cleaner.clean_wikitext_sections(
+          page.text, self._max_unparsed_fraction)
     except wikitext_cleaner.MalformedWikitextError as e:
       yield self._dead(page, f"malformed wikitext: {e}")
       return
@@ -118,7 +124,7 @@ class _CleanPageFn(beam.DoFn):
       yield self._dead(page, "empty page: no prose after cleaning")
       return
     self._counters["pages_kept"].inc()
-    yield Document(page.title, text, page.source, page.offset)
+    yield Document(page.title, text, page.source, page.offset, section_starts)
 
 
 class ReadWikipediaDump(beam.PTransform):

@@ -28,6 +28,11 @@ _BLOCK_LENGTH = lengths.block_length(BLOCK_LENGTH)
 _MAX_TITLE_WORDPIECES = flags.DEFINE_integer("max_title_wordpieces", 64,
                                              "Longer titles go to the dead-letter output.",
                                              lower_bound=1)
+_BLOCK_BOUNDARIES = flags.DEFINE_enum(
+    "block_boundaries", "greedy", ["greedy", "paragraph", "section"],
+    "Where blocks also break: greedy: only between articles (REALM's corpus); paragraph: at "
+    "each paragraph (a block holds one, or a piece of a long one); section: at the lead's "
+    "and each level-1/2 heading's start (JSONL: at none).")
 _MAX_PAGE_BYTES = flags.DEFINE_integer("max_page_bytes", 4 << 20,
                                        "Longer pages go to the dead-letter output.", lower_bound=1)
 _MAX_UNPARSED_FRACTION = flags.DEFINE_float(
@@ -48,6 +53,7 @@ def main(argv):
       input_patterns=_INPUT.value, output_dir=_OUTPUT_DIR.value,
       input_format=_INPUT_FORMAT.value, vocab_file=_VOCAB_FILE.value,
       block_length=_BLOCK_LENGTH.value, max_title_wordpieces=_MAX_TITLE_WORDPIECES.value,
+      block_boundaries=_BLOCK_BOUNDARIES.value,
       max_page_bytes=_MAX_PAGE_BYTES.value,
       max_unparsed_fraction=_MAX_UNPARSED_FRACTION.value, num_shards=_NUM_SHARDS.value)
   beam_runner.run_and_print(wikipedia_to_blocks_lib.run_pipeline, config,

@@ -56,6 +56,8 @@ class BlocksConfig:
     vocab_file: WordPiece vocabulary ("" = MiniLM's uncased BERT vocabulary).
     block_length: L, wordpieces of `[CLS] title [SEP] body [SEP]` (REALM: 288).
     max_title_wordpieces: articles with longer titles go to the dead-letter output.
+    block_boundaries: "greedy", "paragraph" or "section": where blocks must break besides
+      articles (`block_packer.BlockPacker`'s `boundaries`).
     max_page_bytes: pages (or JSONL lines) with more bytes go to the dead-letter output.
     max_unparsed_fraction: see `wikitext_cleaner.clean_wikitext`.
     num_shards: block shards (0: the runner decides).
@@ -67,6 +69,7 @@ class BlocksConfig:
   vocab_file: str = ""
   block_length: int = block_packer.BLOCK_LENGTH
   max_title_wordpieces: int = 64
+  block_boundaries: str = "greedy"
   max_page_bytes: int = 4 << 20
   max_unparsed_fraction: float = 0.25
   num_shards: int = 0
@@ -76,11 +79,13 @@ class BlocksConfig:
 class _PackBlocksFn(beam.DoFn):
   """A batch of `Document`s -> `Block`s; articles that cannot be packed are dead letters."""
 
-  def __init__(self, vocab_file: str, block_length: int, max_title_wordpieces: int):
+  def __init__(self, vocab_file: str, block_length: int, max_title_wordpieces: int,
+               boundaries: str):
     super().__init__()
     self._vocab_file = vocab_file
     self._block_length = block_length
     self._max_title_wordpieces = max_title_wordpieces
+    self._boundaries = boundaries
     self._packer: Optional[block_packer.BlockPacker] = None
     self._articles = beam_runner.counter("articles_packed")
     self._blocks = beam_runner.counter("blocks_packed")
@@ -89,18 +94,20 @@ class _PackBlocksFn(beam.DoFn):
 
   def setup(self):
     self._packer = block_packer.BlockPacker(
-        load_tokenizer(self._vocab_file), self._block_length, self._max_title_wordpieces)
+        load_tokenizer(self._vocab_file), self._block_length, self._max_title_wordpieces,
+        self._boundaries)
 
   def _pack_one(self, document):
     try:
-      return self._packer.pack([(document.title, document.text)])[0], None
+      return self._packer.pack([(document.title, document.text)],
+                               [document.section_starts])[0], None
     except block_packer.BlockPackingError as e:
       return None, str(e)
 
   def process(self, documents: List[document_sources.Document]):
     try:
-      packed = [(blocks, None) for blocks in
-                self._packer.pack([(d.title, d.text) for d in documents])]
+      packed = [(blocks, None) for blocks in self._packer.pack(
+          [(d.title, d.text) for d in documents], [d.section_starts for d in documents])]
     except block_packer.BlockPackingError:
       packed = [self._pack_one(d) for d in documents]  # isolate the failing article
     for document, (blocks, error) in zip(documents, packed):
@@ -119,7 +126,8 @@ class _PackBlocksFn(beam.DoFn):
 
 
 class DocumentsToBlocks(beam.PTransform):
-  """`Document`s -> `block_packer.Block`s (sentence split, tokenized, packed greedily).
+  """`Document`s -> `block_packer.Block`s (sentence split, tokenized, packed greedily within
+  `boundaries`).
 
   Returns {"blocks": Blocks, "dead_letter": dead letters}.
 
@@ -128,23 +136,26 @@ class DocumentsToBlocks(beam.PTransform):
     block_length: L.
     max_title_wordpieces: longer titles are dead letters.
     articles_per_batch: articles per tokenizer call.
+    boundaries: "greedy", "paragraph" or "section" (`block_packer.BLOCK_BOUNDARIES`).
   """
 
   def __init__(self, vocab_file: str = "", block_length: int = block_packer.BLOCK_LENGTH,
-               max_title_wordpieces: int = 64, articles_per_batch: int = 16):
+               max_title_wordpieces: int = 64, articles_per_batch: int = 16,
+               boundaries: str = "greedy"):
     super().__init__()
     self.vocab_file = vocab_file
     self.block_length = block_length
     self.max_title_wordpieces = max_title_wordpieces
     self.articles_per_batch = articles_per_batch
+    self.boundaries = boundaries
 
   def expand(self, documents):
     packed = (documents
               | "Batch" >> beam.BatchElements(min_batch_size=1,
                                               max_batch_size=self.articles_per_batch)
               | "Pack" >> beam.ParDo(_PackBlocksFn(
-                  self.vocab_file, self.block_length, self.max_title_wordpieces)).with_outputs(
-                      dead_letter.DEAD_LETTER, main="blocks"))
+                  self.vocab_file, self.block_length, self.max_title_wordpieces,
+                  self.boundaries)).with_outputs(dead_letter.DEAD_LETTER, main="blocks"))
     return {"blocks": packed.blocks, dead_letter.DEAD_LETTER: packed[dead_letter.DEAD_LETTER]}
 
 
@@ -226,7 +237,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> None:
       config.max_unparsed_fraction)
   packed = sources["documents"] | "DocumentsToBlocks" >> DocumentsToBlocks(
       config.vocab_file, config.block_length, config.max_title_wordpieces,
-      config.articles_per_batch)
+      config.articles_per_batch, config.block_boundaries)
   unique = packed["blocks"] | "DeduplicateBlocks" >> DeduplicateBlocks()
   _ = (unique["blocks"]
        | "SerializeBlocks" >> beam.Map(serialize_block)
@@ -242,11 +253,13 @@ def run_pipeline(pipeline: beam.Pipeline, config: BlocksConfig) -> Dict[str, int
   returns its counters.
 
   Raises:
-    FileNotFoundError, InputError: a block length without room for a body; an input pattern
+    FileNotFoundError, InputError: a block length without room for a body; unknown block
+      boundaries; an input pattern
       matches nothing, or a directory, empty or unreadable file; the output directory is a
       file; no block came out.
   """
   block_packer.check_lengths(config.block_length, config.max_title_wordpieces)
+  block_packer.check_boundaries(config.block_boundaries)
   pipeline_io.check_input_files(config.input_patterns)
   pipeline_io.check_output_dir(config.output_dir)
   pipeline_io.check_vocab_file(config.vocab_file)

@@ -1,10 +1,10 @@
 """Wikitext to clean prose with mwparserfromhell, and the page filters (disambiguation).
 
-`clean_wikitext(text)` returns the article's prose, one line per paragraph, whitespace
-collapsed. As the usual Wikipedia extractions (WikiExtractor, REALM/ORQA's blocks) it keeps
-paragraph text, link text, formatting content, entities and a few prose templates
-({{lang|fr|text}}, {{convert|5|km}} -> "5 km"), and drops templates, refs, tables, files,
-categories, comments, headings, lists and the no-prose sections ("See also", "References", ...).
+`clean_wikitext(text)`: the article's prose, one line per paragraph, whitespace collapsed
+(`clean_wikitext_sections`: and where its lead and level-2 sections start). As WikiExtractor
+and REALM/ORQA's blocks it keeps paragraph text, link text, formatting content, entities and a
+few prose templates ({{lang|fr|text}}, {{convert|5|km}} -> "5 km"), and drops templates, refs,
+tables, files, categories, comments, headings, lists and the no-prose sections ("See also", ...).
 
 `<ref>`s are removed before parsing in one linear pass, since mwparserfromhell backtracks over
 the rest of the page at every unclosed tag (quadratic time); as in MediaWiki a `<ref>` ends at
@@ -13,6 +13,7 @@ parser leaves as text are dropped, as WikiExtractor does; when they exceed
 `max_unparsed_fraction` of the page, or the parser fails, `MalformedWikitextError` (reason,
 character offset) sends the page to the dead letters instead of indexing markup.
 """
+import itertools
 import re
 from typing import List, Tuple
 
@@ -64,6 +65,7 @@ _OPENER_OR_CLOSER = re.compile(
     r"<(/?)([A-Za-z][\w-]*)(?=[\s/>])[^<>]*?(/?)>|(<)(?=/?[A-Za-z])|"
     r"(\[)(?=https?:|ftp:|mailto:|//)", re.MULTILINE)
 _UNMATCHED = "\x01"  # splits an unmatched opener: its line is then unparsed markup
+_SECTION_MARK = "\x02"  # a rendered line of its own where a level 1 or 2 heading was
 _LEFTOVER_MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}|\x01")
 _EMPTY_BRACKETS = re.compile(r"\s*\((?:[\s,;:.\u2013\u2014-]|or|and)*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?%])")
@@ -158,7 +160,7 @@ def _render(code) -> str:
     elif isinstance(node, nodes.HTMLEntity):
       out.append(node.normalize())
     elif isinstance(node, nodes.Heading):
-      out.append("\n")
+      out.append(f"\n{_SECTION_MARK}\n" if node.level <= 2 else "\n")
     # Comments, arguments ({{{x}}}) and anything else are not prose.
   return "".join(out)
 
@@ -255,17 +257,21 @@ def _split_unmatched(wikitext: str) -> str:
   return "".join(pieces)
 
 
-def _paragraphs(text: str) -> Tuple[List[str], int, int]:
+def _paragraphs(text: str) -> Tuple[List[str], int, int, List[int]]:
   """Splits rendered text into clean paragraphs.
 
   Returns:
-    (paragraphs, unparsed, first): lines holding markup the parser left unresolved (or
-    template/table rows, "|..." / "!...") are dropped; `unparsed` counts their characters and
-    `first` is the offset of the first such line in the rendered text (-1 if none).
+    (paragraphs, unparsed, first, section_firsts): lines holding markup the parser left
+    unresolved (or template/table rows, "|..." / "!...") are dropped; `unparsed` counts their
+    characters and `first` is the offset of the first such line in the rendered text (-1 if
+    none); `section_firsts` are the indices of the paragraphs that follow a section mark.
   """
-  paragraphs, unparsed, first, offset = [], 0, -1, 0
+  paragraphs, unparsed, first, offset, section_firsts, in_new_section = [], 0, -1, 0, [], False
   for line in text.split("\n"):
     start, offset = offset, offset + len(line) + 1
+    if line == _SECTION_MARK:
+      in_new_section = True
+      continue
     if line.startswith("\x00"):
       continue
     line = _SPACES.sub(" ", line)  # first: a long run of spaces made the patterns below quadratic
@@ -279,12 +285,22 @@ def _paragraphs(text: str) -> Tuple[List[str], int, int]:
     line = _SPACE_BEFORE_PUNCT.sub(r"\1", line)
     line = _SPACES.sub(" ", line).strip()
     if line and any(c.isalnum() for c in line):
+      if in_new_section:
+        section_firsts.append(len(paragraphs))
+        in_new_section = False
       paragraphs.append(line)
-  return paragraphs, unparsed, first
+  return paragraphs, unparsed, first, section_firsts
 
 
 def clean_wikitext(wikitext: str, max_unparsed_fraction: float = 0.25) -> str:
-  """Returns the prose of an article's wikitext: paragraphs joined by "\\n".
+  """The prose of an article's wikitext: paragraphs joined by "\\n" (`clean_wikitext_sections`'
+  text)."""
+  return clean_wikitext_sections(wikitext, max_unparsed_fraction)[0]
+
+
+def clean_wikitext_sections(wikitext: str,
+                            max_unparsed_fraction: float = 0.25) -> Tuple[str, Tuple[int, ...]]:
+  """Returns the prose of an article's wikitext and where its sections start.
 
   Args:
     wikitext: the page's wikitext.
@@ -292,7 +308,10 @@ def clean_wikitext(wikitext: str, max_unparsed_fraction: float = 0.25) -> str:
       they hold more than this fraction of the rendered text the page is malformed.
 
   Returns:
-    clean text, "" when the page has no prose.
+    (text, section_starts): clean text, paragraphs joined by "\\n" ("" when the page has no
+    prose); the ascending character offsets in it of the first paragraph of the lead (0) and
+    of each section (a level 1 or 2 heading's) that kept prose; () for an empty text. A
+    section starts at a paragraph start; subsections (level 3+) belong to their section.
 
   Raises:
     MalformedWikitextError: the parser failed, or more than `max_unparsed_fraction` of the
@@ -305,10 +324,13 @@ def clean_wikitext(wikitext: str, max_unparsed_fraction: float = 0.25) -> str:
   except Exception as e:  # pylint: disable=broad-except  (any input, a third-party parser)
     raise MalformedWikitextError(f"wikitext parser failed: {type(e).__name__}: {e}") from e
   text = text.replace("\r", "")
-  paragraphs, unparsed, first = _paragraphs(text)
+  paragraphs, unparsed, first, section_firsts = _paragraphs(text)
   kept = sum(len(p) for p in paragraphs)
   if unparsed and unparsed > max_unparsed_fraction * (kept + unparsed):
     raise MalformedWikitextError(
         f"{unparsed} of {kept + unparsed} characters are markup the parser could not resolve "
         f"(unbalanced {{{{, [[ or {{|), starting {text[first:first + 60]!r}", first)
-  return "\n".join(paragraphs)
+  if not paragraphs:
+    return "", ()
+  starts = list(itertools.accumulate((len(p) + 1 for p in paragraphs), initial=0))
+  return "\n".join(paragraphs), (0,) + tuple(starts[i] for i in section_firsts if i)
