@@ -40,6 +40,7 @@ from realm_tf.mips import index_publisher
 from realm_tf.retrieval import embedding
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_attributes
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.bert_packer import padded_length
 
 EMBEDDINGS_PREFIX = embedding_rows.EMBEDDINGS_PREFIX
@@ -74,10 +75,13 @@ def shard_of(block_id: int, num_shards: int) -> int:
   return (int(block_id) * num_shards) >> 63
 
 
-def length_bucket(block: block_records.BlockRecord, multiple: int, block_length: int) -> int:
-  """The packed length of `block` (`[CLS] title [SEP] body [SEP]`, capped at `block_length`)
-  rounded up to a multiple of `multiple`: the padded length the export embeds it at."""
-  return padded_length(len(block.title_ids) + len(block.body_ids) + 3, multiple, block_length)
+def length_bucket(block: block_records.BlockRecord, multiple: int, block_length: int,
+                  doc_input: str = doc_inputs.DEFAULT_DOC_INPUT) -> int:
+  """The packed length of `block` (`[CLS] title [SEP] body [SEP]`, or `[CLS] body [SEP]` for
+  `doc_input` "body"; capped at `block_length`) rounded up to a multiple of `multiple`: the
+  padded length the export embeds it at."""
+  return padded_length(doc_inputs.packed_lengths(len(block.title_ids), len(block.body_ids),
+                                                 doc_input), multiple, block_length)
 
 
 class DocEmbedderHandler(ModelHandler):
@@ -157,7 +161,8 @@ class EmbedBlocks(beam.PTransform):
     attributes = export_attributes(self.embedder_dir)
     multiple, block_length = attributes.length_multiple, attributes.block_length
     groups, num_shards = self.groups_per_bucket, self.num_shards
-    key = lambda b: (length_bucket(b, multiple, block_length), b.block_id % groups)
+    key = lambda b: (length_bucket(b, multiple, block_length, attributes.doc_input),
+                     b.block_id % groups)
     return (blocks
             | "KeyByLength" >> beam.Map(lambda b: (key(b), b))
             | "GroupByLength" >> beam.GroupByKey()
@@ -340,7 +345,7 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
                             blocks_per_batch, groups_per_bucket, verify=False)
     metadata = {"corpus_fingerprint": fingerprint,
                 "snapshot_step": snapshot_step, "embedder_dir": embedder_dir,
-                "num_blocks": int(len(corpus_ids))}
+                "num_blocks": int(len(corpus_ids)), **doc_inputs.metadata(attributes.doc_input)}
     directory = publish_embeddings(work_dir, num_shards, corpus_ids, dim, index_root, version,
                                    metadata, kind, scann, sharding, options)
   finally:

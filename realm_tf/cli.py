@@ -25,6 +25,7 @@ from realm_tf import errors
 
 ENCODERS = ("tiny", "minilm_l6", "bert_base")
 RETRIEVER_HEADS = ("auto", "realm", "sentence")
+DOC_INPUTS = ("title_body", "body")
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 INDEX_KINDS = ("scann", "brute_force")
 MASKINGS = ("salient_span", "random_span", "random_token", "spanbert")

@@ -73,6 +73,7 @@ class RetrieverConfig:
   pooling: str = "cls_pooled"
   projection: str = "dense_layernorm"
   score_scale: float = 1.0
+  doc_input: str = "title_body"
 
   def __post_init__(self):
     if self.projection == "l2_normalize" and self.projection_size != self.encoder.hidden_size:
@@ -81,10 +82,12 @@ class RetrieverConfig:
 
   @classmethod
   def sentence_embedding(cls, encoder: EncoderConfig, share_towers: bool = True,
-                         score_scale: float = SENTENCE_SCORE_SCALE) -> "RetrieverConfig":
+                         score_scale: float = SENTENCE_SCORE_SCALE,
+                         doc_input: str = "title_body") -> "RetrieverConfig":
     """The head all-MiniLM-L6-v2 was trained with: mean pooling -> L2 normalisation."""
     return cls(encoder=encoder, projection_size=encoder.hidden_size, share_towers=share_towers,
-               pooling="mean", projection="l2_normalize", score_scale=score_scale)
+               pooling="mean", projection="l2_normalize", score_scale=score_scale,
+               doc_input=doc_input)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,14 +103,16 @@ RETRIEVER_HEADS = ("realm", "sentence")
 
 
 def retriever_config(head: str, encoder: EncoderConfig, share_towers: bool = True,
-                     projection_size: int = 128) -> RetrieverConfig:
+                     projection_size: int = 128, doc_input: str = "title_body"
+                     ) -> RetrieverConfig:
   """"realm": [CLS] pooler -> Dense(projection_size) -> LayerNorm; "sentence": mean pooling
-  -> unit length (`RetrieverConfig.sentence_embedding`, projection_size unused)."""
+  -> unit length (`RetrieverConfig.sentence_embedding`, projection_size unused); the doc
+  tower reading blocks in the form `doc_input`."""
   if head == "realm":
     return RetrieverConfig(encoder=encoder, projection_size=projection_size,
-                           share_towers=share_towers)
+                           share_towers=share_towers, doc_input=doc_input)
   if head == "sentence":
-    return RetrieverConfig.sentence_embedding(encoder, share_towers)
+    return RetrieverConfig.sentence_embedding(encoder, share_towers, doc_input=doc_input)
   raise ValueError(f"retriever head must be one of {RETRIEVER_HEADS}, got {head!r}")
 
 
@@ -135,7 +140,8 @@ def build_retriever(config: RetrieverConfig) -> Retriever:
   return Retriever(query_encoder=query_encoder, doc_encoder=doc_encoder,
                    projection_size=config.projection_size,
                    layer_norm_epsilon=config.layer_norm_epsilon, pooling=config.pooling,
-                   projection=config.projection, score_scale=config.score_scale)
+                   projection=config.projection, score_scale=config.score_scale,
+                   doc_input=config.doc_input)
 
 
 def build_reader(config: ReaderConfig) -> Reader:

@@ -27,6 +27,7 @@ from realm_tf.losses.open_qa_loss import SPAN_NORMALIZATIONS
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
+from realm_tf.tokenization import doc_input as doc_inputs
 
 ENCODERS = ("tiny", "minilm_l6", "bert_base")
 DEFAULT_ENCODER = "minilm_l6"
@@ -89,13 +90,15 @@ def load_reader_weights(reader: Reader, bert_weights: str) -> bool:
 
 def build_retriever(encoder: configs.EncoderConfig, share_towers: bool = True,
                     bert_weights: str = "", saved_dir: str = "",
-                    projection_size: int = 128, head: str = "auto") -> Retriever:
-  """A saved retriever, or a new one with BERT weights from `bert_weights` and the retrieval
-  head `resolve_head(head, bert_weights)`."""
+                    projection_size: int = 128, head: str = "auto",
+                    doc_input: str = doc_inputs.DEFAULT_DOC_INPUT) -> Retriever:
+  """A saved retriever (with its own `doc_input`: the form it was trained on wins), or a new
+  one with BERT weights from `bert_weights`, the retrieval head `resolve_head(head,
+  bert_weights)` and the doc tower's block form `doc_input`."""
   if saved_dir:
     return load_model(saved_dir)
   retriever = configs.build_retriever(configs.retriever_config(
-      resolve_head(head, bert_weights), encoder, share_towers, projection_size))
+      resolve_head(head, bert_weights), encoder, share_towers, projection_size, doc_input))
   retriever.build()
   for tower in {id(e): e for e in (retriever.query_encoder, retriever.doc_encoder)}.values():
     load_bert_weights(tower, bert_weights)
@@ -129,6 +132,10 @@ class ModelConfig:
     span_hidden_size, max_span_width: the span head (256, 10).
     query_length: `[CLS] x [SEP]` wordpieces (ORQA: 64).
     block_length: `[CLS] title [SEP] body [SEP]` wordpieces (288).
+    doc_input: the doc tower's block form (`tokenization.doc_input`): "title_body" (REALM's
+      `[CLS] title [SEP] body [SEP]`) or "body" (`[CLS] body [SEP]`, the patent's body-only
+      embedding), in `block_length` wordpieces; the retriever's, so saved with it (a
+      `model.json` without it: "title_body"). The reader's input does not depend on it.
     reader_length: `[CLS] x [SEP] z_body [SEP]` wordpieces in fine-tuning (320).
     span_normalization: how the reader's span scores become p(y | x), in training and
       answering (`losses.open_qa_loss`): "joint" (ORQA: one softmax over every (block, span)
@@ -145,8 +152,10 @@ class ModelConfig:
   block_length: int = BLOCK_LENGTH
   reader_length: int = 320
   span_normalization: str = "joint"
+  doc_input: str = doc_inputs.DEFAULT_DOC_INPUT
 
   def __post_init__(self):
+    doc_inputs.check(self.doc_input)
     if self.span_normalization not in SPAN_NORMALIZATIONS:
       raise ValueError(f"span_normalization must be one of {SPAN_NORMALIZATIONS}, got "
                        f"{self.span_normalization!r}")
@@ -155,7 +164,13 @@ class ModelConfig:
                        f"{self.query_length} + 2")
 
   def to_dict(self) -> Dict[str, Any]:
-    return dataclasses.asdict(self)
+    """The fields as plain values; `doc_input` only when not "title_body", so that the
+    `model.json` and `run_config.json` of title_body models are those written before it was
+    a setting (and resume as before)."""
+    values = dataclasses.asdict(self)
+    if values["doc_input"] == doc_inputs.DEFAULT_DOC_INPUT:
+      del values["doc_input"]
+    return values
 
   @classmethod
   def from_dict(cls, values: Dict[str, Any]) -> "ModelConfig":
@@ -167,7 +182,8 @@ class ModelConfig:
 def build_models(config: ModelConfig, share_towers: bool = False) -> Tuple[Retriever, Reader]:
   """A retriever (separate towers unless `share_towers`) and a reader, all variables built."""
   retriever = configs.build_retriever(configs.retriever_config(
-      config.retriever_head, config.encoder, share_towers, config.projection_size))
+      config.retriever_head, config.encoder, share_towers, config.projection_size,
+      config.doc_input))
   reader = configs.build_reader(configs.ReaderConfig(
       encoder=config.encoder, span_hidden_size=config.span_hidden_size,
       max_span_width=config.max_span_width))

@@ -47,6 +47,7 @@ def test_readme_command_line_table_is_generated_from_the_flags():
 def test_shared_choices_are_the_libraries_choices():
   from pipelines import pretraining_examples_lib  # pylint: disable=g-import-not-at-top
   from realm_tf import presets  # pylint: disable=g-import-not-at-top
+  from realm_tf.tokenization import doc_input  # pylint: disable=g-import-not-at-top
   from realm_tf.demo.config import DemoConfig  # pylint: disable=g-import-not-at-top
   from realm_tf.mips import index_builder  # pylint: disable=g-import-not-at-top
   from realm_tf.models import precision  # pylint: disable=g-import-not-at-top
@@ -55,6 +56,7 @@ def test_shared_choices_are_the_libraries_choices():
   assert cli.ENCODERS == presets.ENCODERS
   assert presets.DEFAULT_ENCODER == DemoConfig().encoder
   assert set(cli.RETRIEVER_HEADS) == set(presets.HEAD_CHOICES)
+  assert cli.DOC_INPUTS == doc_input.DOC_INPUTS
   assert cli.STRATEGIES == distribute.STRATEGIES
   assert set(cli.INDEX_KINDS) == set(index_builder.KINDS)
   assert set(cli.MASKINGS) == set(pretraining_examples_lib.MASKINGS) == set(

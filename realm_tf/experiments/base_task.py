@@ -30,6 +30,7 @@ from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.models import precision
 from realm_tf.qa import datasets
 from realm_tf.retrieval.corpus import Corpus
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
@@ -73,6 +74,12 @@ class PreviousRun:
       return int(self.structure["model"]["projection_size"])
     retriever = self.structure.get("retriever")
     return int(retriever["projection_size"]) if retriever else None
+
+  @property
+  def doc_input(self) -> Optional[str]:
+    """Its retriever's doc-tower block form (None: a run without a retriever)."""
+    retriever = self.structure["model"] if self.fine_tuned else self.structure.get("retriever")
+    return retriever.get("doc_input", doc_inputs.DEFAULT_DOC_INPUT) if retriever else None
 
   @property
   def share_towers(self) -> bool:
@@ -156,19 +163,27 @@ class Task(abc.ABC):
   def model_config(self) -> presets.ModelConfig:
     """`task.model` for the vocabulary, its "auto" head resolved: the previous run's head,
     else REALM's for released towers (`init.realm_embedder`, `init.orqa`), else the head of
-    `init.bert_weights`; a previous run's retriever sets the projection size."""
+    `init.bert_weights`; a previous run's retriever sets the projection size and `doc_input`
+    (the form it was trained on; another non-default one in `task.model` is refused)."""
     model = self.task.model
     head, projection_size = model.retriever_head, model.projection_size
+    doc_input = model.doc_input
     if self.previous and self.previous.projection_size is not None:
       projection_size = self.previous.projection_size
       head = self.previous.retriever_head if head == "auto" else head
+      doc_input = self.previous.doc_input
+      if model.doc_input not in (doc_inputs.DEFAULT_DOC_INPUT, doc_input):
+        raise errors.InputError(errors.describe(
+            f"--doc_input={model.doc_input}", f"the retriever of {self.previous.model_dir} "
+            f"reads doc_input={doc_input!r}", f"Drop --doc_input (the retriever's own form "
+            f"is used), or start from a retriever trained with doc_input={model.doc_input!r}"))
     init = self.task.init
     # Released REALM and ORQA towers hold REALM's head, whatever BERT weights fill the rest.
     head_weights = "" if init.realm_embedder or init.orqa else init.bert_weights
     return dataclasses.replace(
         model, encoder=dataclasses.replace(model.encoder, vocab_size=self.tokenizer.vocab_size),
         retriever_head=presets.resolve_head(head, head_weights),
-        projection_size=projection_size)
+        projection_size=projection_size, doc_input=doc_input)
 
   def recall_monitor(self, store: Corpus) -> Optional[RecallMonitor]:
     """ICT's and pre-training's held-out recall: the monitor given, else one over

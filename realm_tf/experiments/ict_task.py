@@ -19,7 +19,7 @@ class IctTask(Task):
     with self.scope():
       return presets.build_retriever(model.encoder, self.task.share_towers,
                                      projection_size=model.projection_size,
-                                     head=model.retriever_head)
+                                     head=model.retriever_head, doc_input=model.doc_input)
 
   def check_settings(self) -> None:
     super().check_settings()

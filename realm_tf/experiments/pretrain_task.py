@@ -70,7 +70,8 @@ class PretrainTask(Task):
       retriever = (load_model(self.saved("retriever"), **vocab) if self.saved("retriever") else
                    presets.build_retriever(model.encoder, self.task.share_towers,
                                            projection_size=model.projection_size,
-                                           head=model.retriever_head))
+                                           head=model.retriever_head,
+                                           doc_input=model.doc_input))
       reader = (load_model(self.saved("reader"), **vocab) if self.saved("reader") else
                 self._new_reader(model))
     return retriever, reader

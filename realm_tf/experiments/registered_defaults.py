@@ -21,6 +21,7 @@ _EVERY = {
     "task.init.realm_embedder": "",
     "task.init.realm_encoder": "",
     "task.model.block_length": 288,
+    "task.model.doc_input": "title_body",
     "task.model.encoder": "minilm_l6",
     "task.model.max_span_width": 10,
     "task.model.projection_size": 128,

@@ -1,5 +1,6 @@
 """The model flags of the training binaries, onto `task.model` (`presets.ModelConfig`) and
-`task.share_towers`: the encoder preset and its dropout, the retrieval and span heads."""
+`task.share_towers`: the encoder preset and its dropout, the retrieval and span heads, the doc
+tower's block form."""
 from typing import Optional, Sequence
 
 from absl import flags
@@ -20,7 +21,7 @@ def encoder(default: Optional[str] = None,
 
 
 def define_model_flags(config: ConfigFlags, open_qa: bool = False) -> None:
-  """Binds `--encoder`, `--dropout` and `--retriever_head` to `task.model`; ICT and
+  """Binds `--encoder`, `--dropout`, `--retriever_head` and `--doc_input` to `task.model`; ICT and
   pre-training (not `open_qa`) add `--share_towers`, Open-QA the encoder's
   `--initializer_range`, `--projection_size` and the reader's span head."""
   config.bind(encoder(), "task.model.encoder")
@@ -32,6 +33,11 @@ def define_model_flags(config: ConfigFlags, open_qa: bool = False) -> None:
       "pooler, Dense, LayerNorm), 'sentence' (mean pooling, unit length); 'auto': the head of "
       "the weights they start from ('sentence' for --init_weights=minilm)."),
               "task.model.retriever_head")
+  config.bind(flags.DEFINE_enum(
+      "doc_input", None, cli.DOC_INPUTS, "What the doc tower of new retrievers reads of a "
+      "block: 'title_body' ([CLS] title [SEP] body [SEP], REALM's) or 'body' ([CLS] body "
+      "[SEP]); saved with the retriever, so its indexes, refreshes and exports use it (a "
+      "retriever of a previous run keeps its own)."), "task.model.doc_input")
   if not open_qa:
     config.bind(flags.DEFINE_bool("share_towers", None, "One BERT for queries and blocks (new "
                                   "retrievers)."), "task.share_towers")

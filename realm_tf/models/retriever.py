@@ -17,6 +17,7 @@ import tensorflow as tf
 from realm_tf.keras import keras
 from realm_tf.layers.embedding_projection import EmbeddingProjection
 from realm_tf.layers.l2_normalization import L2Normalization
+from realm_tf.tokenization import doc_input as doc_inputs
 
 Features = Dict[str, tf.Tensor]  # input_word_ids, input_mask, input_type_ids
 
@@ -90,18 +91,23 @@ class Retriever(keras.Model):
     pooling: "cls_pooled" or "mean".
     projection: "dense_layernorm" or "l2_normalize".
     score_scale: query embeddings are multiplied by it (1 for REALM's head).
+    doc_input: the form of the blocks the doc tower reads, "title_body" or "body"
+      (`tokenization.doc_input`); it travels with the retriever (its config, its exports)
+      so that every index of its embeddings is built in the form it was trained on.
   """
 
   def __init__(self, query_encoder: keras.layers.Layer,
                doc_encoder: Optional[keras.layers.Layer] = None, projection_size: int = 128,
                layer_norm_epsilon: float = 1e-12, pooling: str = "cls_pooled",
-               projection: str = "dense_layernorm", score_scale: float = 1.0, **kwargs):
+               projection: str = "dense_layernorm", score_scale: float = 1.0,
+               doc_input: str = doc_inputs.DEFAULT_DOC_INPUT, **kwargs):
     super().__init__(**kwargs)
     if pooling not in POOLINGS:
       raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
     if score_scale <= 0:
       raise ValueError(f"score_scale must be > 0, got {score_scale}")
     self.pooling, self.projection, self.score_scale = pooling, projection, float(score_scale)
+    self.doc_input = doc_inputs.check(doc_input)
     self.query_encoder = query_encoder
     self._separate_doc_encoder = doc_encoder
     self.doc_encoder = doc_encoder if doc_encoder is not None else query_encoder
@@ -177,7 +183,8 @@ class Retriever(keras.Model):
         layer_norm_epsilon=self.layer_norm_epsilon,
         pooling=self.pooling,
         projection=self.projection,
-        score_scale=self.score_scale)
+        score_scale=self.score_scale,
+        doc_input=self.doc_input)
 
   @classmethod
   def from_config(cls, config, custom_objects=None):

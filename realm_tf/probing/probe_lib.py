@@ -41,6 +41,7 @@ from realm_tf.models.saving import load_model
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
@@ -118,7 +119,8 @@ class Prober:
       raise errors.InputError(errors.describe(
           f"--k={k}", f"more blocks than the corpus {corpus.source!r} has ({len(corpus)})",
           f"Pass --k={len(corpus)} or less"))
-    self.featurizer = Featurizer(tokenizer, query_length, block_length)
+    self.featurizer = Featurizer(tokenizer, query_length, block_length,
+                                 doc_input=retriever.doc_input)
     self.candidates = CandidateBuilder(corpus, self.featurizer, k + 1, null_document=True,
                                        exclude_source=False)
     if index is None:
@@ -255,14 +257,16 @@ def _check_vocabulary(model_dir: str, reader: Reader, tokenizer: WordpieceTokeni
       vocab_file, f"{problem} (model {model_dir})", "Pass the run's --vocab_file"))
 
 
-def _published_index(model_dir: str, corpus: Corpus) -> MipsIndex:
-  """The run's latest published index, checked to index `corpus`."""
+def _published_index(model_dir: str, corpus: Corpus, doc_input: str) -> MipsIndex:
+  """The run's latest published index, checked to index `corpus` in the form `doc_input`."""
   root = os.path.join(model_dir, "index")
   version = index_publisher.latest_version(root) if tf.io.gfile.isdir(root) else None
   if version is None:
     raise _missing(model_dir, "published index in index/")
   index = index_publisher.load_version(root, version)
-  built_from = index_publisher.read_metadata(root, version).get("corpus_fingerprint")
+  metadata = index_publisher.read_metadata(root, version)
+  doc_inputs.check_index(doc_inputs.of_metadata(metadata), doc_input, os.path.join(root, version))
+  built_from = metadata.get("corpus_fingerprint")
   if index.num_docs != len(corpus) or built_from not in (None, corpus.fingerprint):
     raise errors.InputError(errors.describe(
         os.path.join(root, version), f"indexes another corpus ({index.num_docs} blocks) than "
@@ -306,7 +310,8 @@ def load_prober(model_dir: str, corpus: str = "", vocab_file: str = "", k: int =
   tokenizer = WordpieceTokenizer.from_vocab_file(vocab_file)
   _check_vocabulary(model_dir, towers["reader"], tokenizer, vocab_file)
   store = Corpus.load(corpus or task.corpus)
-  index = None if corpus else _published_index(model_dir, store)
+  index = None if corpus else _published_index(model_dir, store,
+                                                towers["retriever"].doc_input)
   return Prober(towers["retriever"], towers["reader"], tokenizer, store, index,
                 task.model.query_length, task.model.block_length, k, task.mlm_loss)
 

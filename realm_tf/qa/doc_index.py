@@ -2,9 +2,9 @@
 
 A `DocIndex` directory is an index version of `mips.index_publisher` (what pre-training and
 the index builder publish): the MIPS index files, `manifest.json` (its metadata holds
-"corpus_fingerprint", "snapshot_step", "embedding_dtype") and `block_embeddings.npy` [N, D]
-(`retrieval.embedding_file`: float32, bfloat16 or float16, memory-mapped; row r = corpus row
-r), whose rows fine-tuning's retriever logits read. A version without that file gives the
+"corpus_fingerprint", "snapshot_step", "embedding_dtype", "doc_input" if "body") and
+`block_embeddings.npy` [N, D] (`retrieval.embedding_file`: float32, bfloat16 or float16,
+memory-mapped; row r = corpus row r), whose rows fine-tuning's retriever logits read. A version without that file gives the
 index's float32 copy; the older layout (info.json, embeddings.npy, index/) is an error.
 
 Embeddings come from a doc tower (`retrieval.embedding.embed_blocks`, straight into the file).
@@ -36,6 +36,7 @@ from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval import embedding
 from realm_tf.retrieval import embedding_file
 from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.tokenization import doc_input as doc_inputs
 
 _PIPELINE_BATCH = 4096
 
@@ -117,6 +118,7 @@ class DocIndex:
     kind: "scann" or "brute_force" (of each shard of a sharded index).
     embedding_dtype: the precision the embeddings were computed in ("float32" / "bfloat16").
     storage_dtype: the dtype they are stored in ("float32" / "bfloat16" / "float16").
+    doc_input: the doc tower's block form they were embedded in (`tokenization.doc_input`).
     staging: the temporary directory holding the embeddings file of an index built here and
       not saved (it lives as long as the `DocIndex`).
   """
@@ -127,6 +129,7 @@ class DocIndex:
   kind: str = "scann"
   embedding_dtype: str = "float32"
   storage_dtype: str = "float32"
+  doc_input: str = doc_inputs.DEFAULT_DOC_INPUT
   staging: Optional[tempfile.TemporaryDirectory] = dataclasses.field(
       default=None, repr=False, compare=False)
 
@@ -156,23 +159,25 @@ class DocIndex:
     out.flush()
     del out
     return cls.from_file(path, corpus, kind, scann, sharding, snapshot_step, embedding_dtype,
-                         storage_dtype, staging)
+                         storage_dtype, staging, doc_embedder.doc_input)
 
   @classmethod
   def from_file(cls, path: str, corpus: Corpus, kind: str, scann: ScannSettings,
                 sharding: Sharding, snapshot_step: int, embedding_dtype: str, storage_dtype: str,
-                staging: Optional[tempfile.TemporaryDirectory] = None) -> "DocIndex":
-    """The `DocIndex` of `corpus` over the embeddings file at `path`, indexed here."""
+                staging: Optional[tempfile.TemporaryDirectory] = None,
+                doc_input: str = doc_inputs.DEFAULT_DOC_INPUT) -> "DocIndex":
+    """The `DocIndex` of `corpus` over the embeddings file at `path` (embedded in the form
+    `doc_input`), indexed here."""
     embeddings = embedding_file.open_embeddings(path, storage_dtype, len(corpus))
     index = build_index(embeddings, kind, scann, sharding)  # to float32 a shard at a time
     return cls(embeddings, index, corpus.fingerprint, snapshot_step, kind, embedding_dtype,
-               storage_dtype, staging)
+               storage_dtype, doc_input, staging)
 
   def metadata(self) -> Dict[str, Any]:
     """What the index directory records besides the index and the embeddings file's
     (`index_publisher` metadata)."""
     return {"corpus_fingerprint": self.corpus_fingerprint, "snapshot_step": self.snapshot_step,
-            "embedding_dtype": self.embedding_dtype}
+            "embedding_dtype": self.embedding_dtype, **doc_inputs.metadata(self.doc_input)}
 
   @classmethod
   def from_index(cls, index: MipsIndex, metadata: Dict[str, Any],
@@ -184,7 +189,8 @@ class DocIndex:
       embeddings, storage_dtype = index.document_embeddings(), "float32"
     return cls(embeddings, index, str(metadata.get("corpus_fingerprint", "")),
                int(metadata.get("snapshot_step", 0)), kind_of(index),
-               str(metadata.get("embedding_dtype", "float32")), storage_dtype)
+               str(metadata.get("embedding_dtype", "float32")), storage_dtype,
+               doc_inputs.of_metadata(metadata))
 
   def save(self, directory: str) -> None:
     """Writes the embeddings file, then the index with its metadata into `directory`
@@ -279,7 +285,8 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
       directory keeps its own).
 
   Raises:
-    EmbeddingMismatchError: the precomputed embeddings do not match the corpus or embedder.
+    EmbeddingMismatchError: the precomputed embeddings do not match the corpus or embedder
+      (a `DocIndex` of the other `doc_input`, too).
   """
   if not embeddings_dir:
     return DocIndex.build(doc_embedder, corpus, kind, batch_size=batch_size, progress=progress,
@@ -288,6 +295,7 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
   source = f"embeddings in {embeddings_dir}"
   if DocIndex.exists(embeddings_dir):
     doc_index = DocIndex.load(embeddings_dir, corpus)
+    doc_inputs.check_index(doc_index.doc_input, doc_embedder.doc_input, embeddings_dir)
     verify_embeddings(doc_embedder, corpus, doc_index.embeddings, source,
                       (doc_index.embedding_dtype, embedding_dtype, doc_index.storage_dtype))
     return doc_index
@@ -301,4 +309,4 @@ def index_corpus(doc_embedder: DocEmbedder, corpus: Corpus, embeddings_dir: str 
   verify_embeddings(doc_embedder, corpus, embeddings, source, (embedding_dtype, storage_dtype))
   del embeddings
   return DocIndex.from_file(path, corpus, kind, scann, sharding, 0, embedding_dtype,
-                            storage_dtype, staging)
+                            storage_dtype, staging, doc_embedder.doc_input)

@@ -126,7 +126,8 @@ class FineTuner:
       raise ValueError(f"vocabulary {task.vocab_file} has {self.tokenizer.vocab_size} "
                        f"wordpieces, the encoder {task.model.encoder.vocab_size}")
     self.featurizer = Featurizer(self.tokenizer, task.model.query_length,
-                                 task.model.block_length, task.model.reader_length)
+                                 task.model.block_length, task.model.reader_length,
+                                 doc_input=task.model.doc_input)
     self.num_retrieved = min(task.retriever_top_k, len(self.corpus))
     self.num_read = min(task.reader_top_k, self.num_retrieved)
     self.num_fresh = self.num_read if task.train_doc_tower else 0  # re-embedded in the step

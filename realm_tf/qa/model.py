@@ -39,6 +39,7 @@ from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_attributes
 from realm_tf.signatures.doc_embedder import export_doc_embedder
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
 
@@ -260,7 +261,8 @@ class QAModel:
       FileNotFoundError: not a model directory, or no checkpoint in it.
       errors.InputError: a path of model.json outside the model directory or missing,
         vocab.txt or model.json that does not fit the checkpoint.
-      EmbeddingMismatchError: the corpus and its embeddings or index disagree.
+      EmbeddingMismatchError: the corpus and its embeddings or index disagree, or the index
+        was embedded in another `doc_input` form than the model's.
     """
     info = ModelInfo.read(directory)
     paths = {key: resolve(directory, info, key) for key in _PATH_KEYS}
@@ -294,6 +296,8 @@ class QAModel:
     else:
       model.corpus = Corpus.load(paths["corpus"])
       model.doc_index = DocIndex.load(paths["doc_index"], model.corpus)
+      doc_inputs.check_index(model.doc_index.doc_input, info.model.doc_input,
+                             paths["doc_index"])
     return model
 
   def _export_doc_embedder(self, compute_dtype: str) -> None:

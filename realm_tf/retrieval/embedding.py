@@ -2,8 +2,8 @@
 
 Every path that embeds a corpus runs `embed_blocks` (refreshes, the recall monitor, the QA
 document index, retrieve-and-read, the Beam builder's `EmbedBlocks`); only the doc tower
-differs, behind `Tower`: `DocTower` (a retriever in memory, optionally bfloat16 and
-XLA-compiled) or `ExportTower` (a doc-embedder SavedModel).
+differs, behind `Tower`: `DocTower` (a retriever in memory, optionally bfloat16 and XLA) or
+`ExportTower` (a doc-embedder SavedModel), each packing blocks in its model's `doc_input` form.
 
 Blocks are embedded shortest first, each batch padded only to its longest block, rounded up to
 the tower's `bucket`: most blocks are far below 288 wordpieces, and few shapes mean few traces
@@ -28,6 +28,7 @@ from realm_tf.models.precision import with_compute_dtype
 from realm_tf.models.retriever import Retriever
 from realm_tf.retrieval.columns import RaggedColumn
 from realm_tf.signatures.doc_embedder import DocEmbedder
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.bert_packer import padded_length
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
@@ -56,12 +57,14 @@ class Tower(Protocol):
   """A doc tower as `embed_blocks` runs it.
 
   Attributes:
-    packer: packs `[CLS] title [SEP] body [SEP]` to at most `block_length` wordpieces.
+    packer: packs `doc_input`'s segments to at most `block_length` wordpieces.
+    doc_input: "title_body" (`[CLS] title [SEP] body [SEP]`) or "body" (`[CLS] body [SEP]`).
     bucket: padded lengths are multiples of this.
     dim: D.
     jit_compile: whether the forward is XLA-compiled (then every batch has `batch_size` rows).
   """
   packer: BertPacker
+  doc_input: str
   bucket: int
   dim: int
   jit_compile: bool
@@ -92,6 +95,7 @@ class DocTower:
                jit_compile: bool = False):
     self.retriever = retriever
     self.packer = BertPacker(block_length, cls_id, sep_id, pad_id)
+    self.doc_input = retriever.doc_input
     self.bucket, self.dim, self.jit_compile = bucket, retriever.projection_size, jit_compile
     self._embedder = with_compute_dtype(retriever, compute_dtype)
     embedder = self._embedder
@@ -115,7 +119,7 @@ class DocTower:
                     compute_dtype=self._embedder.compute_dtype, jit=self.jit_compile,
                     bucket=self.bucket, seq_length=self.packer.seq_length,
                     special_ids=(self.packer.cls_id, self.packer.sep_id, self.packer.pad_id),
-                    truncation=self.packer.truncation)
+                    truncation=self.packer.truncation, doc_input=self.doc_input)
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
     for weight in retriever.doc_encoder.weights + retriever.doc_projection.weights:
       value = weight.numpy()
@@ -132,6 +136,7 @@ class ExportTower:
     self.doc_embedder = doc_embedder
     self.packer = BertPacker(doc_embedder.block_length, doc_embedder.cls_id,
                              doc_embedder.sep_id, doc_embedder.pad_id)
+    self.doc_input = doc_embedder.doc_input
     self.bucket, self.dim = doc_embedder.length_multiple, doc_embedder.embedding_dim
     self.jit_compile = doc_embedder.jit_compile
 
@@ -173,16 +178,17 @@ def embed_blocks(tower: Tower, title_ids: Ragged, body_ids: Ragged, batch_size: 
       progress(num_blocks)
     return _memo[key].copy()
   tower.start()
-  lengths = title_ids.row_lengths() + body_ids.row_lengths() + 3
+  lengths = doc_inputs.packed_lengths(title_ids.row_lengths(), body_ids.row_lengths(),
+                                     tower.doc_input)
   order = np.argsort(lengths, kind="stable")
   block_length = tower.packer.seq_length
   embeddings = np.zeros([num_blocks, tower.dim], np.float32) if out is None else out
   for start in range(0, num_blocks, batch_size):
     rows = order[start:start + batch_size]
-    titles = tf.cast(title_ids.gather(rows), tf.int32)
-    bodies = tf.cast(body_ids.gather(rows), tf.int32)
+    segments = doc_inputs.segments(title_ids, body_ids, tower.doc_input)
+    segments = tuple(tf.cast(column.gather(rows), tf.int32) for column in segments)
     length = padded_length(int(lengths[rows].max()), tower.bucket, block_length)
-    features = {n: t[:, :length] for n, t in tower.packer((titles, bodies)).items()}
+    features = {n: t[:, :length] for n, t in tower.packer(segments).items()}
     if tower.jit_compile and len(rows) < batch_size:
       features = {n: tf.pad(t, [[0, batch_size - len(rows)], [0, 0]])
                   for n, t in features.items()}

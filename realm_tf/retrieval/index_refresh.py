@@ -37,6 +37,7 @@ from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.retrieval.embedding import embedding_tolerance
 from realm_tf.signatures.doc_embedder import export_doc_embedder
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 
@@ -103,6 +104,7 @@ class IndexRefresher(abc.ABC):
     self.snapshot_step = 0
     self.swaps = 0
     self._doc_tower_cache: Optional[DocTower] = None
+    self._doc_input = doc_inputs.DEFAULT_DOC_INPUT  # the retriever's, set by `start`
     self._wordpieces_cache: Optional[Tuple[RaggedColumn, RaggedColumn]] = None
     self._strategy = tf.distribute.get_strategy()
     self._chief = True
@@ -118,6 +120,7 @@ class IndexRefresher(abc.ABC):
           f"fingerprint {str(built_from)[:12]}; the corpus has {len(self.store)} blocks, "
           f"fingerprint {self.store.fingerprint[:12]}", "Pass the --corpus it was built from, "
           "or a new --index_root for this corpus"))
+    doc_inputs.check_index(doc_inputs.of_metadata(metadata), self._doc_input, where)
     self.embeddings = embedding_file.open_in(where, metadata, index.num_docs, index.dim,
                                              verify_checksum=False)
     self.index, self.version, self.metadata = index, version, metadata
@@ -221,7 +224,8 @@ class IndexRefresher(abc.ABC):
     `snapshot_root`, and with its embeddings file if there is an `embedding_storage_dtype`."""
     version = index_publisher.version_for_step(step)
     metadata = {"snapshot_step": step, "corpus_fingerprint": self.store.fingerprint,
-                "embedding_dtype": precision.resolve(self.compute_dtype)}
+                "embedding_dtype": precision.resolve(self.compute_dtype),
+                **doc_inputs.metadata(retriever.doc_input)}
     tower = self._doc_tower(retriever)
     path = None
     if self.embedding_storage_dtype:
@@ -264,6 +268,7 @@ class IndexRefresher(abc.ABC):
     """
     self._strategy = strategy or tf.distribute.get_strategy()
     self._chief = distribute.is_chief(self._strategy)
+    self._doc_input = retriever.doc_input
     if self._chief:
       self._start(step, retriever, resume_version, check_doc_tower)
     self._follow_chief()

@@ -25,6 +25,7 @@ from realm_tf.retrieval import embedding_file
 from realm_tf.retrieval.columns import RaggedColumn
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import export_doc_embedder
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _CHECKED_ROWS = 8  # sampled blocks re-embedded to check the embeddings
@@ -88,7 +89,8 @@ def publish_initial_index(index_root: str, corpus: Corpus, tokenizer: WordpieceT
   out = embedding_file.copy_rows(embeddings, path, storage_dtype)
   metadata = {"snapshot_step": 0, "corpus_fingerprint": corpus.fingerprint,
               "embedding_dtype": compute_dtype, "precomputed_from": source,
-              **embedding_file.metadata(path, storage_dtype)}
+              **embedding_file.metadata(path, storage_dtype),
+              **doc_inputs.metadata(retriever.doc_input)}
 
   def write(version_dir: str) -> None:
     embedding_file.move_into(path, version_dir)

@@ -6,10 +6,11 @@ N blocks, L length, D embedding dim:
   "embed_blocks":    title_ids, body_ids int64 ragged as (values, row_lengths) -> the same
   "embed_texts":     titles, texts string [N] -> the same (exported with a tokenizer only;
                      loading it then needs `import tensorflow_text`)
-"embed_blocks" packs `[CLS] title [SEP] body [SEP]` itself and pads a batch only to its
-longest block, rounded up to `length_multiple`: XLA (`jit_compile`) compiles once per shape,
-so the shapes stay few. `export_attributes` reads the scalars (`snapshot_step`, ...) back and
-`DocEmbedder` runs an export. docs/exports.md has the details.
+"embed_blocks" packs blocks itself, in the retriever's `doc_input` form (`[CLS] title [SEP]
+body [SEP]`, or `[CLS] body [SEP]` ignoring the titles), and pads a batch only to its longest
+block, rounded up to `length_multiple`: XLA (`jit_compile`) compiles once per shape, so the
+shapes stay few. `export_attributes` reads the scalars (`snapshot_step`, `doc_input`, ...)
+back and `DocEmbedder` runs an export. docs/exports.md has the details.
 """
 import dataclasses
 import os
@@ -27,6 +28,7 @@ from realm_tf.models.retriever import Retriever
 from realm_tf.models.retriever import tower_embedding
 from realm_tf.signatures.reusable import ReusableModule
 from realm_tf.signatures.reusable import tower_outputs
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -85,6 +87,8 @@ class _DocEmbedderModule(ReusableModule):
     self.snapshot_step = scalar(snapshot_step)
     self.length_multiple = scalar(length_multiple)
     self.jit_compile = tf.Variable(jit_compile, trainable=False)
+    self.doc_input = tf.Variable(retriever.doc_input, trainable=False)
+    self._doc_input = retriever.doc_input
     self._pooling = retriever.pooling
     self._forward = graph_functions.function(
         _encoder_forward(self.encoder, self.projection, retriever.pooling),
@@ -104,7 +108,8 @@ class _DocEmbedderModule(ReusableModule):
   def embed_blocks(self, title_values, title_row_lengths, body_values, body_row_lengths):
     titles = tf.RaggedTensor.from_row_lengths(title_values, title_row_lengths)
     bodies = tf.RaggedTensor.from_row_lengths(body_values, body_row_lengths)
-    features = self._packer((tf.cast(titles, tf.int32), tf.cast(bodies, tf.int32)))
+    features = self._packer(tuple(tf.cast(s, tf.int32) for s in doc_inputs.segments(
+        titles, bodies, self._doc_input)))
     longest = tf.reduce_max(tf.reduce_sum(features["input_mask"], axis=1))
     multiple = tf.cast(self.length_multiple, longest.dtype)
     length = tf.minimum(-(-longest // multiple) * multiple, tf.shape(features["input_mask"])[1])
@@ -122,8 +127,8 @@ class _DocEmbedderModule(ReusableModule):
     if "titles" in inputs:
       if not training:  # the index's path: padded to the length multiple, XLA if exported so
         return self._embed_texts(inputs["titles"], inputs["texts"])["embeddings"]
-      features = self._packer((self.tokenizer(inputs["titles"]),
-                               self.tokenizer(inputs["texts"])))
+      features = self._packer(doc_inputs.segments(
+          self.tokenizer(inputs["titles"]), self.tokenizer(inputs["texts"]), self._doc_input))
       return self._outputs(features, training)["embeddings"]
     return self._outputs(inputs, training)
 
@@ -137,7 +142,8 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
                         tokenizer: Optional[WordpieceTokenizer] = None,
                         compute_dtype: str = "float32", length_multiple: int = 32,
                         jit_compile: bool = False) -> str:
-  """Writes the doc tower of `retriever` as a SavedModel at `path`; returns `path`.
+  """Writes the doc tower of `retriever` as a SavedModel at `path`; returns `path`. It packs
+  blocks in `retriever.doc_input`'s form and records it (`ExportAttributes.doc_input`).
 
   With a `tokenizer` the export also takes strings: the "embed_texts" signature and the
   `{"titles", "texts"}` form of `__call__` (docs/exports.md). With
@@ -174,14 +180,22 @@ class ExportAttributes:
   cls_id: int
   sep_id: int
   pad_id: int
+  doc_input: str = doc_inputs.DEFAULT_DOC_INPUT
 
 
-def _export_values(path: str) -> Callable[[str], np.ndarray]:
-  """name -> the export's variable `name`, read from its checkpoint without loading the model
-  (one line naming the checkpoint if it is truncated or damaged)."""
+def _export_values(path: str) -> Callable[..., np.ndarray]:
+  """(name, absent=None) -> the export's variable `name`, read from its checkpoint without
+  loading the model (one line naming the checkpoint if it is truncated or damaged); `absent`
+  for an export written before the variable was (None: it must be there)."""
   variables = os.path.join(path, "variables", "variables")
-  get = tf2_checkpoint.tensor_getter(tf.train.load_checkpoint(variables), variables)
-  return lambda name: get(f"{name}/.ATTRIBUTES/VARIABLE_VALUE")
+  reader = tf.train.load_checkpoint(variables)
+  get = tf2_checkpoint.tensor_getter(reader, variables)
+
+  def value(name: str, absent=None):
+    key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+    return absent if absent is not None and not reader.has_tensor(key) else get(key)
+
+  return value
 
 
 def export_attributes(path: str) -> ExportAttributes:
@@ -192,7 +206,9 @@ def export_attributes(path: str) -> ExportAttributes:
       embedding_dim=int(value("embedding_dim")), block_length=int(value("block_length")),
       snapshot_step=int(value("snapshot_step")), length_multiple=int(value("length_multiple")),
       jit_compile=bool(value("jit_compile")), cls_id=int(value("cls_id")),
-      sep_id=int(value("sep_id")), pad_id=int(value("pad_id")))
+      sep_id=int(value("sep_id")), pad_id=int(value("pad_id")),
+      doc_input=doc_inputs.check(value("doc_input", doc_inputs.DEFAULT_DOC_INPUT.encode()
+                                       ).decode("utf-8")))
 
 
 def export_tokenizer(path: str) -> Optional[WordpieceTokenizer]:
@@ -217,6 +233,7 @@ class DocEmbedder:
     self.snapshot_step = attributes.snapshot_step
     self.length_multiple, self.jit_compile = attributes.length_multiple, attributes.jit_compile
     self.cls_id, self.sep_id, self.pad_id = attributes.cls_id, attributes.sep_id, attributes.pad_id
+    self.doc_input = attributes.doc_input
 
   @property
   def takes_text(self) -> bool:
@@ -257,7 +274,8 @@ class DocEmbedder:
     return np.concatenate(chunks, axis=0)
 
   def embed_blocks(self, title_ids: tf.RaggedTensor, body_ids: tf.RaggedTensor):
-    """[N, (T)] title and body wordpieces (no specials) -> float32 [N, D] numpy."""
+    """[N, (T)] title and body wordpieces (no specials) -> float32 [N, D] numpy (an export
+    of `doc_input` "body" ignores the titles)."""
     out = self._module.embed_blocks(
         tf.cast(title_ids.values, tf.int64), tf.cast(title_ids.row_lengths(), tf.int64),
         tf.cast(body_ids.values, tf.int64), tf.cast(body_ids.row_lengths(), tf.int64))

@@ -1,8 +1,8 @@
 """REALM input featurizers: evidence blocks, queries and reader inputs.
 
 B batch, T wordpieces of a segment, L packed length:
-- block: `[CLS] title [SEP] body [SEP]`, L = 288, the title first (waterfall truncation); types
-  0 for `[CLS] title [SEP]`, 1 for `body [SEP]`.
+- block: `[CLS] title [SEP] body [SEP]`, L = 288, the title first (waterfall truncation), types
+  0 then 1; or `[CLS] body [SEP]` (types 0) for a doc tower of `doc_input="body"`.
 - query: `[CLS] x [SEP]`, L = 96 in pre-training (64 for ICT).
 - reader: `[CLS] x [SEP] z_body [SEP]` (the title is not read), L = 384 = 96 + 288 in
   pre-training, 320 in fine-tuning. The query goes first, so a query packed at a length
@@ -20,6 +20,7 @@ import tensorflow as tf
 from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.keras import keras
 from realm_tf.tokenization import answer_text
+from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -193,21 +194,24 @@ class Featurizer(tf.Module):
     tokenizer: the `WordpieceTokenizer`.
     query_length: Lq of `[CLS] x [SEP]` (longer questions are truncated).
     block_length: Lb of `[CLS] title [SEP] body [SEP]` blocks (288); the reader reads the
-      body of this packing, i.e. exactly the wordpieces the doc tower embedded.
+      body of this packing, i.e. with "title_body" exactly the wordpieces the doc tower
+      embedded.
     reader_length: Lr of `[CLS] x [SEP] z_body [SEP]`, default Lq + Lb (pre-training's 384: a
       block's body is never cut); must leave room for a body wordpiece after the longest query.
+    doc_input: the doc tower's block form, "title_body" or "body" (`tokenization.doc_input`),
+      that `blocks` and `pack_blocks` pack; the reader's input does not depend on it.
     name: the module name.
   """
 
   def __init__(self, tokenizer: WordpieceTokenizer, query_length: int = 96,
                block_length: int = BLOCK_LENGTH, reader_length: Optional[int] = None,
-               name: str = "featurizer"):
+               doc_input: str = doc_inputs.DEFAULT_DOC_INPUT, name: str = "featurizer"):
     super().__init__(name=name)
     reader_length = query_length + block_length if reader_length is None else reader_length
     if reader_length < query_length + 2:
       raise ValueError(f"reader_length {reader_length} must be >= query_length "
                        f"{query_length} + 2 so that every question leaves room for the block")
-    self.tokenizer = tokenizer
+    self.tokenizer, self.doc_input = tokenizer, doc_inputs.check(doc_input)
     self.query_length, self.block_length, self.reader_length = (
         int(query_length), int(block_length), int(reader_length))
     self.query_featurizer = QueryFeaturizer(tokenizer, seq_length=query_length)
@@ -244,13 +248,17 @@ class Featurizer(tf.Module):
   # Blocks ------------------------------------------------------------------------------------
 
   def blocks(self, titles: tf.Tensor, texts: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """string [B] titles and texts -> {name: int32 [B, Lb]} block features, title first."""
-    return self.block_featurizer((titles, texts))
+    """string [B] titles and texts -> {name: int32 [B, Lb]} doc-tower features
+    (`doc_input`'s form)."""
+    if self.doc_input == "title_body":
+      return self.block_featurizer((titles, texts))
+    return self.pack_blocks(None, self.tokenizer(texts))
 
   def pack_blocks(self, title_ids, body_ids) -> Dict[str, tf.Tensor]:
-    """int [B, (T)] (or [T]) title and body wordpieces -> {name: int32 [B, Lb]}."""
-    return self.block_featurizer.packer((tf.cast(title_ids, tf.int32),
-                                         tf.cast(body_ids, tf.int32)))
+    """int [B, (T)] (or [T]) title and body wordpieces -> {name: int32 [B, Lb]} doc-tower
+    features (`doc_input`'s form; "body" ignores `title_ids`)."""
+    return self.block_featurizer.packer(tuple(
+        tf.cast(s, tf.int32) for s in doc_inputs.segments(title_ids, body_ids, self.doc_input)))
 
   # Reader ------------------------------------------------------------------------------------
 
@@ -271,7 +279,7 @@ class Featurizer(tf.Module):
       question-major (row b*k + j is question b with its j-th block).
     """
     num_blocks = tf.shape(titles)[1]
-    blocks = self.blocks(tf.reshape(titles, [-1]), tf.reshape(texts, [-1]))
+    blocks = self.block_featurizer((tf.reshape(titles, [-1]), tf.reshape(texts, [-1])))
     body = block_body_ids(blocks["input_word_ids"], blocks["input_type_ids"],
                           blocks["input_mask"])
     rows = tf.repeat(tf.range(query_ids.nrows(out_type=tf.int32)), num_blocks)

@@ -4,7 +4,8 @@ A pseudo-query is one sentence of a block; with probability `remove_prob` (0.9) 
 from the block, otherwise the block is left whole, so the retriever learns both lexical and
 semantic matching. Sentences come from the block text, split by the corpus pipelines' own
 splitter (`tokenization.sentence_splitter`: abbreviations, dotted abbreviations and initials do
-not end a sentence), and are tokenized separately; their concatenation is the block body.
+not end a sentence), and are tokenized separately; their concatenation is the block body. The
+block side follows the retriever's `doc_input` (ICT trains the doc tower on what it embeds).
 Legend: B batch, Lq query length (64), Lb block length (288).
 """
 from typing import Dict, List
@@ -92,11 +93,14 @@ class IctCorpus:
         raise ValueError("no block has two sentences: ICT needs multi-sentence blocks")
 
   def dataset(self, batch_size: int, seed: int = 0, remove_prob: float = 0.9,
-              query_length: int = 64, block_length: int = BLOCK_LENGTH) -> tf.data.Dataset:
+              query_length: int = 64, block_length: int = BLOCK_LENGTH,
+              doc_input: str = "title_body") -> tf.data.Dataset:
     """An endless dataset of {"query": [B, Lq] features, "block": [B, Lb] features}; the
-    i-th query's positive is the i-th block, every other block in the batch is a negative."""
+    i-th query's positive is the i-th block, every other block in the batch is a negative.
+    The block side is packed in the retriever's `doc_input` form (`tokenization.doc_input`):
+    ICT trains the doc tower on the input it will embed the corpus from."""
     spec = tf.TensorSpec([None], tf.int32)
-    featurizer = Featurizer(self.tokenizer, query_length, block_length)
+    featurizer = Featurizer(self.tokenizer, query_length, block_length, doc_input=doc_input)
 
     def pack(query, title, body) -> Dict[str, Dict[str, tf.Tensor]]:
       return {"query": featurizer.pack_queries(query),

@@ -109,7 +109,8 @@ def train_ict(experiment: ExperimentConfig, retriever: Retriever, store: Corpus,
   start = loop.restore()
   dataset = corpus.dataset(trainer.batch_size, seed=experiment.runtime.seed + start,
                            remove_prob=task.remove_prob, query_length=task.model.query_length,
-                           block_length=task.model.block_length)
+                           block_length=task.model.block_length,
+                           doc_input=retriever.doc_input)
   iterator = iter(dataset)
   step = graph_functions.function(ict_step(retriever, optimizer, trainer.batch_size))
 

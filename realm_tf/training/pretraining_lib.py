@@ -144,7 +144,8 @@ class RealmPretrainer:
     self.strategy = strategy or tf.distribute.get_strategy()
     self.tokenizer = tokenizer
     self.candidates = CandidateBuilder(
-        store, Featurizer(tokenizer, task.model.query_length, task.model.block_length),
+        store, Featurizer(tokenizer, task.model.query_length, task.model.block_length,
+                          doc_input=retriever.doc_input),
         task.num_candidates, task.null_document, task.exclude_source)
     with self.strategy.scope():
       self.optimizer = create_optimizer(OptimizerConfig(learning_rate=trainer.learning_rate,

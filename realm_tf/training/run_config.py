@@ -2,8 +2,8 @@
 every restore verifies it and that each model variable was restored.
 
 `run_config.json` beside the checkpoints holds what a checkpoint cannot be resumed without:
-the task, the encoder sizes, `share_towers`, the retriever head, the vocabulary and corpus
-fingerprints. A resume whose configuration differs raises `errors.InputError` with a one-line
+the task, the encoder sizes, `share_towers`, the retriever head and `doc_input`, the
+vocabulary and corpus fingerprints. A resume whose configuration differs raises `errors.InputError` with a one-line
 diff (`retriever.share_towers: saved False, now True`); a checkpoint that leaves a model
 variable unrestored (a tower it never held) raises one naming the checkpoint
 (`realm_tf.checkpoints.tf2_checkpoint.restore_checked`, which every restore goes through).
@@ -35,10 +35,15 @@ def encoder_structure(encoder) -> Dict[str, Any]:
 
 
 def retriever_structure(retriever) -> Dict[str, Any]:
-  return {"encoder": encoder_structure(retriever.query_encoder),
-          "share_towers": bool(retriever.share_towers),
-          "retriever_head": f"{retriever.pooling}/{retriever.projection}",
-          "projection_size": int(retriever.projection_size)}
+  """Its sizes and heads, and its `doc_input` when not "title_body" (the structure of
+  title_body retrievers is the one written before it was a setting)."""
+  structure = {"encoder": encoder_structure(retriever.query_encoder),
+               "share_towers": bool(retriever.share_towers),
+               "retriever_head": f"{retriever.pooling}/{retriever.projection}",
+               "projection_size": int(retriever.projection_size)}
+  if retriever.doc_input != "title_body":
+    structure["doc_input"] = retriever.doc_input
+  return structure
 
 
 def reader_structure(reader) -> Dict[str, Any]:
