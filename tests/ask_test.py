@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import emulation
 import released_bundle
+import untrained_model
 from realm_tf import errors
 from realm_tf.data import formats
 from realm_tf.mips import index_publisher
@@ -32,13 +33,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  return tiny_world.write_open_qa(str(tmp_path_factory.mktemp("world")))
+  return untrained_model.shared(tmp_path_factory)[0]
 
 
 @pytest.fixture(scope="module")
-def model_dir(world, tmp_path_factory):
+def model_dir(tmp_path_factory):
   """The (untrained) tiny model written as a QA model directory (0 fine-tuning steps)."""
-  return tiny_world.write_untrained_model(world, str(tmp_path_factory.mktemp("model")))
+  return untrained_model.shared(tmp_path_factory)[1]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """Shared by the `realm-serve` tests: the tiny-world QA model directory and its served app."""
+import untrained_model
 from realm_tf import tiny_world
 from realm_tf.serving import app as app_lib
 from realm_tf.serving.batcher import Batcher
@@ -8,12 +9,6 @@ from realm_tf.serving.validation import Limits
 QUESTIONS = [question for question, _ in tiny_world.QUESTIONS[:4]]
 
 
-def build_model_dir(directory: str) -> str:
-  """The (untrained) tiny-world model written as a QA model directory, as in ask_test."""
-  world = tiny_world.write_open_qa(directory + "/world")
-  return tiny_world.write_untrained_model(world, directory + "/model")
-
-
 _SHARED = {}
 
 
@@ -21,7 +16,7 @@ def shared_service(tmp_path_factory) -> AskService:
   """The tiny-world model loaded once per test session: the serve test modules share it and
   its traced functions."""
   if "service" not in _SHARED:
-    _SHARED["service"] = AskService.load(build_model_dir(str(tmp_path_factory.mktemp("serve"))))
+    _SHARED["service"] = AskService.load(untrained_model.shared(tmp_path_factory)[1])
   return _SHARED["service"]
 
 
