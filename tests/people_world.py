@@ -107,15 +107,21 @@ def cloze(person: Person) -> str:
   return f"{person.name} lives in the city of [MASK] ."
 
 
-def edit_rates(model_dir: str, world: PeopleWorld, people: slice, corpus: str) -> dict:
-  """Probes where `world.people[people]` live, over the run's corpus and over `corpus` (every
-  town moved, `moved`), five blocks each. Returns the shares of people whose fill is their town
+def edit_probes(world: PeopleWorld, model_dir: str, corpus: str) -> tuple:
+  """Probes where every person of `world` lives, over the run's corpus and over `corpus`
+  (every town moved, `moved`), five blocks each: (before, after), `Probe`s in people order."""
+  texts = [cloze(p) for p in world.people]
+  before = probe_lib.load_prober(model_dir, k=5).probe_many(texts, batch_size=64)
+  after = probe_lib.load_prober(model_dir, corpus=corpus, k=5).probe_many(texts, batch_size=64)
+  return before, after
+
+
+def edit_rates(world: PeopleWorld, probes: tuple, people: slice) -> dict:
+  """The shares of `world.people[people]`, of `edit_probes`' `probes`, whose fill is their town
   before the edit ("before"), their new town after it ("follows"), their old one after it
   ("keeps"), and whose first block after it is their edited one ("edited_block_first")."""
   old, new = world.people[people], moved(world)[people]
-  texts = [cloze(p) for p in old]
-  before = probe_lib.load_prober(model_dir, k=5).probe_many(texts, batch_size=64)
-  after = probe_lib.load_prober(model_dir, corpus=corpus, k=5).probe_many(texts, batch_size=64)
+  before, after = (p[people] for p in probes)
   share = lambda hits: float(np.mean(hits))
   first = lambda probe: [z for z in probe.evidence if z.block_id is not None][0]
   return {"before": share([list(b.tokens) == [p.city] for b, p in zip(before, old)]),

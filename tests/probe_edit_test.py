@@ -31,22 +31,28 @@ def trained(tmp_path_factory):
   return world, model_dir, corpus
 
 
-def test_probe_follows_an_edited_fact(trained):
+@pytest.fixture(scope="module")
+def probes(trained):
+  """Every person probed over the run's corpus and over the moved one (`edit_probes`)."""
+  return people_world.edit_probes(*trained)
+
+
+def test_probe_follows_an_edited_fact(trained, probes):
   """People of no pre-training sentence, every town moved: before the edit the probe fills
   their town, after it their new one, read from their edited block."""
-  world, model_dir, corpus = trained
-  rates = people_world.edit_rates(model_dir, world, slice(world.pretrained, None), corpus)
+  world = trained[0]
+  rates = people_world.edit_rates(world, probes, slice(world.pretrained, None))
   assert rates["edited_block_first"] >= 0.9, rates
   assert rates["before"] >= 0.8, rates
   assert rates["follows"] >= 0.8, rates
   assert rates["keeps"] <= 0.1, rates
 
 
-def test_probe_follows_edits_of_the_facts_it_pre_trained_on(trained):
+def test_probe_follows_edits_of_the_facts_it_pre_trained_on(trained, probes):
   """People whose facts REALM pre-training masked: the reader reads them too instead of
   remembering them, so the fill follows their edit."""
-  world, model_dir, corpus = trained
-  rates = people_world.edit_rates(model_dir, world, slice(0, world.pretrained), corpus)
+  world = trained[0]
+  rates = people_world.edit_rates(world, probes, slice(0, world.pretrained))
   assert rates["edited_block_first"] >= 0.9, rates
   assert rates["follows"] >= 0.8, rates
   assert rates["keeps"] <= 0.1, rates

@@ -73,16 +73,22 @@ def model_dir(tmp_path_factory):
   return str(model_dir)
 
 
+@pytest.fixture(scope="module")
+def published(model_dir):
+  """The model directory's prober over its published index, 3 blocks a text."""
+  return probe_lib.load_prober(model_dir, k=3)
+
+
 def _log_softmax(x, axis=-1):
   x = x - x.max(axis=axis, keepdims=True)
   return x - np.log(np.exp(x).sum(axis=axis, keepdims=True))
 
 
-def test_probe_matches_numpy(model_dir):
+def test_probe_matches_numpy(published):
   """Retrieval, p(z|x), p(y|z,x), the marginal in both forms, RU and the null-only p(y|x)
   against numpy over the towers' raw embeddings and MLM logits of inputs packed by hand; one
   batch holds texts with one and with two masks."""
-  sequence = probe_lib.load_prober(model_dir, k=3)
+  sequence = published
   assert sequence.mlm_loss == "sequence"  # the run's form: the default
   retriever, reader, store = sequence.retriever, sequence.reader, sequence.corpus
   prober = probe_lib.Prober(retriever, reader, sequence.tokenizer, store, sequence.index,
@@ -126,11 +132,10 @@ def test_probe_matches_numpy(model_dir):
                                     else t for i, t in enumerate(text.split())]
 
 
-def test_corpus_swap_embeds_the_new_corpus_with_the_doc_tower(model_dir, tmp_path):
+def test_corpus_swap_embeds_the_new_corpus_with_the_doc_tower(model_dir, published, tmp_path):
   """`corpus=`: the doc tower embeds the corpus into an exact index in memory, which probes as
   the published index of the same corpus does; tiny_world's updated corpus (Ada moved to
   Lima) is the one read."""
-  published = probe_lib.load_prober(model_dir, k=3)
   same = probe_lib.load_prober(model_dir, corpus=published.corpus.directory, k=3)
   for a, b in zip(published.probe_many(TEXTS), same.probe_many(TEXTS)):
     assert a.tokens == b.tokens and [e.block_id for e in a.evidence] == [
@@ -177,13 +182,12 @@ def test_text_without_mask_is_one_line_and_exit_2(model_dir):
       "wordpiece to fill, e.g. 'Ada lives in [MASK] .'.")
 
 
-def test_model_dir_without_towers_or_mlm_reader_names_it(model_dir, tmp_path):
+def test_model_dir_without_towers_or_mlm_reader_names_it(model_dir, published, tmp_path):
   with pytest.raises(errors.InputError, match=f"{tmp_path}: no retriever/: not the model "
                      "directory of a finished REALM pre-training run"):
     probe_lib.load_prober(str(tmp_path))
-  prober = probe_lib.load_prober(model_dir, k=1)
-  save_model(prober.retriever, str(tmp_path / "retriever"))
-  save_model(prober.retriever, str(tmp_path / "reader"))
+  save_model(published.retriever, str(tmp_path / "retriever"))
+  save_model(published.retriever, str(tmp_path / "reader"))
   with pytest.raises(errors.InputError, match="reader: holds a Retriever, not a REALM reader "
                      "with an MLM head"):
     probe_lib.load_prober(str(tmp_path))

@@ -60,13 +60,25 @@ def test_doc_tower_trains_during_fine_tuning(world, tmp_path):
   assert "fresh_input_word_ids" not in frozen.prepare_batch(frozen.train_examples[:4])
 
 
-def test_doc_tower_refresh_in_sync_keeps_checkpoints_and_index_paired(world, tmp_path):
-  model_dir = str(tmp_path / "sync")
-  tuner = FineTuner(tiny_config(world, model_dir, dev_data="", num_steps=5,
-                                train_doc_tower=True, index_refresh_steps=2,
-                                checkpoint_every=5), log=lambda message: None)
+def _sync_config(world, model_dir):
+  return tiny_config(world, model_dir, dev_data="", num_steps=5, train_doc_tower=True,
+                     index_refresh_steps=2, checkpoint_every=3, keep_checkpoints=2)
+
+
+@pytest.fixture(scope="module")
+def sync_run(world, tmp_path_factory):
+  """5 steps training the doc tower, its index refreshed in sync every 2 steps, checkpoints at
+  steps 3 and 5 (both kept); returns the tuner and its index's embeddings before training."""
+  tuner = FineTuner(_sync_config(world, str(tmp_path_factory.mktemp("sync"))),
+                    log=lambda message: None)
   initial = tuner.doc_index.embeddings.copy()
   tuner.run()
+  return tuner, initial
+
+
+def test_doc_tower_refresh_in_sync_keeps_checkpoints_and_index_paired(world, sync_run):
+  tuner, initial = sync_run
+  model_dir = tuner.experiment.trainer.model_dir
   assert int(tuner.doc_snapshot_step.numpy()) == 4 and tuner.doc_index.snapshot_step == 4
   assert not np.allclose(initial, tuner.doc_index.embeddings)
   info = ModelInfo.read(model_dir)
@@ -75,25 +87,19 @@ def test_doc_tower_refresh_in_sync_keeps_checkpoints_and_index_paired(world, tmp
   assert scalars["index_version"] == {1: 0, 2: 0, 3: 2, 4: 2, 5: 4}
   assert scalars["index_staleness"] == {1: 0, 2: 1, 3: 0, 4: 1, 5: 0}
   # A restart resumes on the index its checkpoint used (no doc-tower check: it trained on).
-  resumed = FineTuner(tiny_config(world, model_dir, dev_data="", num_steps=5,
-                                  train_doc_tower=True, index_refresh_steps=2,
-                                  checkpoint_every=5), log=lambda message: None)
+  resumed = FineTuner(_sync_config(world, model_dir), log=lambda message: None)
   assert resumed.refresher.version == "step-00000004"
 
 
-def test_kept_checkpoints_keep_their_indexes_through_swaps(world, tmp_path):
+def test_kept_checkpoints_keep_their_indexes_through_swaps(sync_run):
   """A checkpoint saved before a swap keeps the index it names: the refresher prunes only the
   versions no kept (or best) checkpoint uses."""
-  model_dir = str(tmp_path / "kept")
-  tuner = FineTuner(tiny_config(world, model_dir, dev_data="", num_steps=5,
-                                train_doc_tower=True, index_refresh_steps=2,
-                                checkpoint_every=3, keep_checkpoints=2),
-                    log=lambda message: None)
-  tuner.run()
+  tuner, _ = sync_run
   versions = checkpoint_versions(tuner.loop.manager.checkpoints)
   assert versions == {"step-00000002", "step-00000004"}  # ckpt-3 and ckpt-5
   for version in versions:
-    assert os.path.isdir(os.path.join(model_dir, "index", version)), version
+    assert os.path.isdir(os.path.join(tuner.experiment.trainer.model_dir, "index", version)), (
+        version)
 
 
 @pytest.mark.slow

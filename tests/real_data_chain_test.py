@@ -47,9 +47,14 @@ def world(tmp_path_factory):
   return cache_dir, config, make, chain, realm_dir
 
 
-def test_pretraining_starts_from_the_ict_retriever(world):
+@pytest.fixture(scope="module")
+def ict(world):
+  """The ICT run's saved retriever."""
+  return load_model(os.path.join(world[3].ict(), "retriever"))
+
+
+def test_pretraining_starts_from_the_ict_retriever(world, ict):
   _, _, _, chain, realm_dir = world
-  ict = load_model(os.path.join(chain.ict(), "retriever"))
   realm = load_model(os.path.join(realm_dir, "retriever"))
   assert _weights_equal(ict.get_weights(), realm.get_weights())
   raw = pretrained.minilm_retriever(head="sentence")
@@ -58,13 +63,12 @@ def test_pretraining_starts_from_the_ict_retriever(world):
     assert json.load(f)["step"] == 2
 
 
-def test_orqa_init_holds_the_ict_retriever_and_a_minilm_reader(world):
+def test_orqa_init_holds_the_ict_retriever_and_a_minilm_reader(world, ict):
   _, _, _, chain, _ = world
   init = chain.finetune_init("ict")
   assert init.checkpoint.endswith(os.path.join("orqa-init", "ckpt")) and not init.bert_weights
   retriever, reader = presets.build_models(chain.model, share_towers=init.checkpoint_share_towers)
   tf.train.Checkpoint(retriever=retriever, reader=reader).read(init.checkpoint).assert_consumed()
-  ict = load_model(os.path.join(chain.ict(), "retriever"))
   assert _weights_equal(retriever.get_weights(), ict.get_weights())
   _, minilm_reader = presets.build_models(chain.model)
   presets.load_reader_weights(minilm_reader, "minilm")

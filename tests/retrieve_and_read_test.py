@@ -25,16 +25,22 @@ def system():
   return tokenizer, retriever, reader, embeddings
 
 
+@pytest.fixture(scope="module")
+def read3(system):
+  """The system reading the top 3 blocks, jointly normalised, its readings 40 wordpieces."""
+  tokenizer, retriever, reader, embeddings = system
+  return RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), TITLES,
+                         BODIES, k=3, query_length=16, block_length=24, reader_length=40)
+
+
 def _embed(retriever, tokenizer, titles, bodies):
   tower = DocTower(retriever, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, bucket=1)
   return embed_texts(tower, tokenizer, titles, bodies, batch_size=4)
 
 
-def test_answers_come_from_retrieved_blocks(system):
-  tokenizer, retriever, reader, embeddings = system
-  index = BruteForceIndex(embeddings)
-  system_ = RetrieveAndRead(retriever, reader, tokenizer, index, TITLES, BODIES, k=3,
-                            query_length=16, block_length=24, reader_length=40)
+def test_answers_come_from_retrieved_blocks(system, read3):
+  retriever = system[1]
+  system_, index = read3, read3.index
   answers = system_.answer(["where is paris ?", "who sat on the mat ?"])
   assert len(answers) == 2
   for answer in answers:
@@ -83,23 +89,23 @@ def test_a_short_last_batch_reuses_the_traced_functions(system):
   np.testing.assert_allclose(alone.probability, answers[-1].probability, rtol=1e-5)
 
 
-def test_reading_inputs_cut_to_their_longest_row_gives_the_answers_of_full_length(system):
+def test_reading_inputs_cut_to_their_longest_row_gives_the_answers_of_full_length(system,
+                                                                                read3):
   tokenizer, retriever, reader, embeddings = system
-  make = lambda length: RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings),
-                                        TITLES, BODIES, k=3, query_length=16, block_length=24,
-                                        reader_length=length)
+  full = RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), TITLES,
+                         BODIES, k=3, query_length=16, block_length=24, reader_length=96)
   questions = ["where is paris ?", "who sat on the mat ?", "a river ?"]
-  cut = make(40)  # the longest input here is 13 wordpieces: read at 32
+  cut = read3  # reader_length 40; the longest input here is 13 wordpieces: read at 32
   features = cut.featurizer.reader_inputs(
       tokenizer(np.array(questions[:1])), np.array([TITLES[:3]]), np.array([BODIES[:3]]))
   assert retrieve_and_read._cut_padding(features)["input_word_ids"].shape == (3, 32)  # pylint: disable=protected-access
   assert retrieve_and_read._cut_padding(features, 8)["input_word_ids"].shape == (3, 16)  # pylint: disable=protected-access
-  for short, full in zip(cut.answer(questions), make(96).answer(questions)):
-    assert short.answer == full.answer and short.block == full.block
-    np.testing.assert_allclose(short.probability, full.probability, rtol=1e-4)
+  for short, whole in zip(cut.answer(questions), full.answer(questions)):
+    assert short.answer == whole.answer and short.block == whole.block
+    np.testing.assert_allclose(short.probability, whole.probability, rtol=1e-4)
 
 
-def test_per_document_span_normalization_answers_with_p_z_times_p_span(system):
+def test_per_document_span_normalization_answers_with_p_z_times_p_span(system, read3):
   """A reader trained with the patent's per-document span softmax answers with the best
   p(z|x) p(s|z,x), computed here from its raw span logits."""
   tokenizer, retriever, reader, embeddings = system
@@ -124,5 +130,5 @@ def test_per_document_span_normalization_answers_with_p_z_times_p_span(system):
              for z in range(3) for s in np.flatnonzero(valid[z]))
   answer = system_.answer([question])[0]
   np.testing.assert_allclose(answer.probability, np.exp(best), rtol=1e-4)
-  joint = make("joint").answer([question])[0]
+  joint = read3.answer([question])[0]  # the same system with span_normalization="joint"
   assert abs(joint.probability - answer.probability) > 1e-4  # another form, another score

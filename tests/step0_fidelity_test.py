@@ -59,8 +59,8 @@ def _recall_at(k, query_embeddings, doc_embeddings, hits):
 
 @pytest.fixture(scope="module")
 def sample():
-  """A fixed NQ-open dev sample: the articles the questions mention most, and the questions
-  some article answers."""
+  """A fixed NQ-open dev sample: the articles the questions mention most, the questions some
+  article answers, and the checkpoint's (HF) mean-pooled embeddings of both."""
   titles, bodies = wikipedia.load_wiki_summaries()
   nq = datasets.load_pyserini_topics("nq-dev")[:2000]
   rows = wikipedia.select_articles(titles, [e.question for e in nq], NUM_ARTICLES)
@@ -77,7 +77,9 @@ def sample():
       tf.constant([e.question for e in examples])).items()}
   reference = transformers.BertModel.from_pretrained(pretrained.minilm_dir(),
                                                      local_files_only=True).eval()
-  return dict(blocks=blocks, queries=queries, hits=hits, reference=reference)
+  return dict(blocks=blocks, queries=queries, hits=hits,
+              docs_raw=_hf_mean_pooled(reference, blocks),
+              queries_raw=_hf_mean_pooled(reference, queries))
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +97,7 @@ def test_minilm_gets_its_own_head_by_default(retriever):
 
 def test_mean_pooled_tower_matches_transformers(sample, retriever):
   blocks = {k: v[:16] for k, v in sample["blocks"].items()}
-  expected = _hf_mean_pooled(sample["reference"], blocks)
+  expected = sample["docs_raw"][:16]
   ours = pool(retriever.doc_encoder(blocks, training=False), blocks["input_mask"], "mean")
   np.testing.assert_allclose(ours.numpy(), expected, atol=1e-4)
   unit = expected / np.linalg.norm(expected, axis=1, keepdims=True)
@@ -103,8 +105,7 @@ def test_mean_pooled_tower_matches_transformers(sample, retriever):
 
 
 def test_step0_recall_equals_the_raw_checkpoint(sample, retriever):
-  docs_raw = _hf_mean_pooled(sample["reference"], sample["blocks"])
-  queries_raw = _hf_mean_pooled(sample["reference"], sample["queries"])
+  docs_raw, queries_raw = sample["docs_raw"], sample["queries_raw"]
   docs = _ours(lambda f: retriever.embed_documents(f, training=False), sample["blocks"])
   queries = _ours(lambda f: retriever.embed_query(f, training=False), sample["queries"])
   raw_scores = _unit(queries_raw) @ _unit(docs_raw).T  # cosines [Q, N]
@@ -129,8 +130,7 @@ def test_realm_head_on_minilm_loses_the_geometry(sample):
   realm_head = presets.build_retriever(
       presets.encoder_config("minilm_l6", pretrained.minilm_tokenizer().vocab_size),
       bert_weights="minilm", head="realm")
-  docs_raw = _hf_mean_pooled(sample["reference"], sample["blocks"])
-  queries_raw = _hf_mean_pooled(sample["reference"], sample["queries"])
+  docs_raw, queries_raw = sample["docs_raw"], sample["queries_raw"]
   docs = _ours(lambda f: realm_head.embed_documents(f, training=False), sample["blocks"])
   queries = _ours(lambda f: realm_head.embed_query(f, training=False), sample["queries"])
   assert (_recall_at(5, queries, docs, sample["hits"]) <
