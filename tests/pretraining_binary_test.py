@@ -62,7 +62,7 @@ def test_mirrored_strategy_matches_single_device(world, tmp_path):
 def test_kill_9_then_restart_resumes_and_finishes(world, tmp_path):
   model_dir = tmp_path / "run"
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-  process = subprocess.Popen(_command(world, model_dir, "--num_steps=40", "--checkpoint_every=4"),
+  process = subprocess.Popen(_command(world, model_dir, "--num_steps=24", "--checkpoint_every=4"),
                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
   deadline = time.time() + 240
@@ -75,10 +75,10 @@ def test_kill_9_then_restart_resumes_and_finishes(world, tmp_path):
   os.kill(process.pid, signal.SIGKILL)
   process.wait()
   killed_at = max(m["step"] for m in _metrics(model_dir))
-  assert 8 <= killed_at < 40
-  _run(_command(world, model_dir, "--num_steps=40", "--checkpoint_every=4"))
+  assert 8 <= killed_at < 24
+  _run(_command(world, model_dir, "--num_steps=24", "--checkpoint_every=4"))
   metrics = _metrics(model_dir)
-  assert [m["step"] for m in metrics] == list(range(1, 41))
+  assert [m["step"] for m in metrics] == list(range(1, 25))
   assert all(np.isfinite(m["loss"]) for m in metrics)
   state = (checkpoints / "checkpoint").read_text()
-  assert 'model_checkpoint_path: "ckpt-40"' in state
+  assert 'model_checkpoint_path: "ckpt-24"' in state
