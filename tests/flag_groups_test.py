@@ -30,35 +30,45 @@ BINARIES = [
      {"task.corpus": "c", "task.train_data": "t", "trainer.model_dir": "m"}),
 ] + [("realm_tf.train", name, f"--experiment={name}", {}) for name in registry.NAMES]
 
-# Parses `argv` in the binary's process and prints the config it would run, with its flags'
-# settings and the defaults its --help shows, parsed back by each flag's parser.
+# Parses each argv in turn (every flag back at its default first) in the binary's process and
+# prints, a line each, the config it would run, with its flags' settings and the defaults its
+# --help shows, parsed back by each flag's parser. One process per binary, not per argv: each
+# process pays for importing TensorFlow (the registry's config classes import it).
 _BUILD = """
 import ast, json, sys
 from absl import flags
 from realm_tf.experiments import overrides
 module = __import__(sys.argv[1], fromlist=["CONFIG"])
-flags.FLAGS(["binary"] + sys.argv[2].split())
-bound = getattr(module, "CONFIG", None)  # realm-train has none: its own experiment_config
-settings = bound.settings if bound else {}
-shown = {name: flags.FLAGS[name].parser.parse(ast.literal_eval(flags.FLAGS[name].default_as_str))
-         for name in settings if flags.FLAGS[name].default_as_str is not None}
-print(json.dumps({"config": overrides.to_dict((bound or module).experiment_config()),
-                  "settings": settings, "shown": shown}, default=list))
+for argv in sys.argv[2:]:
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS(["binary"] + argv.split())
+  bound = getattr(module, "CONFIG", None)  # realm-train has none: its own experiment_config
+  settings = bound.settings if bound else {}
+  shown = {name: flags.FLAGS[name].parser.parse(
+               ast.literal_eval(flags.FLAGS[name].default_as_str))
+           for name in settings if flags.FLAGS[name].default_as_str is not None}
+  print(json.dumps({"config": overrides.to_dict((bound or module).experiment_config()),
+                    "settings": settings, "shown": shown}, default=list))
 """
 
 
 @pytest.fixture(scope="module")
 def built():
   """{(module, argv): what `_BUILD` printed}, the binaries' processes run side by side."""
-  runs = {(module, argv): subprocess.Popen([sys.executable, "-c", _BUILD, module, argv],
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           text=True, cwd=ROOT)
-          for module, _, argv, _ in BINARIES}
+  argvs = collections.defaultdict(list)
+  for module, _, argv, _ in BINARIES:
+    argvs[module].append(argv)
+  runs = {module: subprocess.Popen([sys.executable, "-c", _BUILD, module, *module_argvs],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   cwd=ROOT)
+          for module, module_argvs in argvs.items()}
   results = {}
-  for key, process in runs.items():
+  for module, process in runs.items():
     stdout, stderr = process.communicate(timeout=900)
     assert process.returncode == 0, stderr[-3000:]
-    results[key] = json.loads(stdout.strip().splitlines()[-1])
+    lines = stdout.strip().splitlines()[-len(argvs[module]):]
+    results.update({(module, argv): json.loads(line)
+                    for argv, line in zip(argvs[module], lines)})
   return results
 
 

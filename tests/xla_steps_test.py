@@ -38,11 +38,10 @@ RTOL = 1e-4
 ATOL = 1e-5
 
 
-def _two_steps(step_fn, batch, variables, jit_compile: bool):
-  """Per-step outputs of two steps of `step_fn` on `batch`, from the variables' values now
-  (restored afterwards)."""
+def _two_steps(step, batch, variables):
+  """Per-step outputs of two steps of the `tf.function` `step` on `batch`, from the variables'
+  values now (restored afterwards)."""
   start = [v.numpy() for v in variables]
-  step = tf.function(step_fn, jit_compile=jit_compile)
   outputs = [{k: float(v) for k, v in step(batch).items()} for _ in range(2)]
   for variable, value in zip(variables, start):
     variable.assign(value)
@@ -50,17 +49,22 @@ def _two_steps(step_fn, batch, variables, jit_compile: bool):
 
 
 def _assert_compiles_and_matches(step_fn, batch, models, optimizers):
-  tf.function(step_fn)(batch)  # creates the optimizer slots before the snapshot
+  plain_step = tf.function(step_fn)
+  plain_step(batch)  # creates the optimizer slots before the snapshot (traced once here)
   variables = [v for m in models for v in m.variables]
   variables += [v for o in optimizers for v in o.variables()]
-  plain = _two_steps(step_fn, batch, variables, jit_compile=False)
-  compiled = _two_steps(step_fn, batch, variables, jit_compile=True)
+  plain = _two_steps(plain_step, batch, variables)
+  compiled = _two_steps(tf.function(step_fn, jit_compile=True), batch, variables)
   assert all(np.isfinite(list(o.values())).all() for o in compiled)
   for p, c in zip(plain, compiled):
     assert p.keys() == c.keys()
     for name in p:
       np.testing.assert_allclose(c[name], p[name], rtol=RTOL, atol=ATOL, err_msg=name)
   assert plain[1]["loss"] != plain[0]["loss"]  # the first step did update the weights
+
+
+class _Captured(Exception):
+  """Stops the trainer's step once the host has prepared its batch."""
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +97,16 @@ def test_realm_pretraining_step_compiles_with_xla(world, tmp_path):
                             learning_rate=1e-3))
   trainer = RealmPretrainer(config, retriever, reader, store, tokenizer, refresher)
   batches = []  # the host's step batch: searched candidates and packed reader inputs
-  train_step = trainer._train_step  # pylint: disable=protected-access
-  trainer._train_step = lambda batch: batches.append(batch) or train_step(batch)  # pylint: disable=protected-access
+
+  def capture(batch):  # the step is the one compiled below, not the trainer's own
+    batches.append(batch)
+    raise _Captured()
+
+  trainer._train_step = capture  # pylint: disable=protected-access
   refresher.start(0, retriever)
-  trainer._step(next(iter(masked_query_dataset(  # pylint: disable=protected-access
-      directory, tokenizer, 4, config.task.masking, 16, config.task.max_predictions))))
+  with pytest.raises(_Captured):
+    trainer._step(next(iter(masked_query_dataset(  # pylint: disable=protected-access
+        directory, tokenizer, 4, config.task.masking, 16, config.task.max_predictions))))
   step_fn = pretraining_step(retriever, reader, trainer.optimizer, null_document=True)
   _assert_compiles_and_matches(step_fn, batches[0], [retriever, reader], [trainer.optimizer])
 
