@@ -268,7 +268,8 @@ class IndexRefresher(abc.ABC):
     """
     self._strategy = strategy or tf.distribute.get_strategy()
     self._chief = distribute.is_chief(self._strategy)
-    self._doc_input = retriever.doc_input
+    if retriever is not None:  # None: a refresher whose builder never embeds (its tests)
+      self._doc_input = retriever.doc_input
     if self._chief:
       self._start(step, retriever, resume_version, check_doc_tower)
     self._follow_chief()
