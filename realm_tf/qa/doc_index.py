@@ -1,11 +1,11 @@
 """The frozen document index of a QA system: block embeddings [N, D] and a MIPS index.
 
-A `DocIndex` directory is an index version of `mips.index_publisher` (what pre-training and
-the index builder publish): the MIPS index files, `manifest.json` (its metadata holds
+A `DocIndex` directory is an index version of `mips.index_publisher` (what pre-training and the
+index builder publish): the MIPS index files, `manifest.json` (its metadata holds
 "corpus_fingerprint", "snapshot_step", "embedding_dtype", "doc_input" if "body") and
 `block_embeddings.npy` [N, D] (`retrieval.embedding_file`: float32, bfloat16 or float16,
-memory-mapped; row r = corpus row r), whose rows fine-tuning's retriever logits read. A version without that file gives the
-index's float32 copy; the older layout (info.json, embeddings.npy, index/) is an error.
+memory-mapped; row r = corpus row r), read by fine-tuning's retriever logits; without it, the
+index's float32 copy. The older layout (info.json, embeddings.npy, index/) is an error.
 
 Embeddings come from a doc tower (`retrieval.embedding.embed_blocks`, straight into the file).
 Embeddings from elsewhere (another `DocIndex`, the pipeline's `embeddings-*.tfrecord`, the

@@ -183,10 +183,10 @@ def embed_blocks(tower: Tower, title_ids: Ragged, body_ids: Ragged, batch_size: 
   order = np.argsort(lengths, kind="stable")
   block_length = tower.packer.seq_length
   embeddings = np.zeros([num_blocks, tower.dim], np.float32) if out is None else out
+  columns = doc_inputs.segments(title_ids, body_ids, tower.doc_input)
   for start in range(0, num_blocks, batch_size):
     rows = order[start:start + batch_size]
-    segments = doc_inputs.segments(title_ids, body_ids, tower.doc_input)
-    segments = tuple(tf.cast(column.gather(rows), tf.int32) for column in segments)
+    segments = tuple(tf.cast(column.gather(rows), tf.int32) for column in columns)
     length = padded_length(int(lengths[rows].max()), tower.bucket, block_length)
     features = {n: t[:, :length] for n, t in tower.packer(segments).items()}
     if tower.jit_compile and len(rows) < batch_size:

@@ -50,8 +50,8 @@ def of_metadata(metadata_values) -> str:
 
 
 def check_index(index_doc_input: str, model_doc_input: str, where: str) -> None:
-  """Raises `errors.EmbeddingMismatchError` (an `InputError`) when an index (at `where`) was embedded in another form
-  than the model's doc tower reads."""
+  """Raises `errors.EmbeddingMismatchError` (an `InputError`) when an index (at `where`) was
+  embedded in another form than the model's doc tower reads."""
   if index_doc_input != model_doc_input:
     raise errors.EmbeddingMismatchError(errors.describe(
         where, f"index embedded with doc_input={index_doc_input!r}, but the model's doc tower "

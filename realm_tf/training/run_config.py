@@ -1,11 +1,11 @@
 """Checked resumes: a run's structural configuration is saved with its first checkpoint, and
 every restore verifies it and that each model variable was restored.
 
-`run_config.json` beside the checkpoints holds what a checkpoint cannot be resumed without:
-the task, the encoder sizes, `share_towers`, the retriever head and `doc_input`, the
-vocabulary and corpus fingerprints. A resume whose configuration differs raises `errors.InputError` with a one-line
-diff (`retriever.share_towers: saved False, now True`); a checkpoint that leaves a model
-variable unrestored (a tower it never held) raises one naming the checkpoint
+`run_config.json` beside the checkpoints holds what a checkpoint cannot be resumed without: the
+task, the encoder sizes, `share_towers`, the retriever head and `doc_input`, the vocabulary and
+corpus fingerprints. A resume whose configuration differs raises `errors.InputError` with a
+one-line diff (`retriever.share_towers: saved False, now True`); a checkpoint that leaves a
+model variable unrestored (a tower it never held) raises one naming the checkpoint
 (`realm_tf.checkpoints.tf2_checkpoint.restore_checked`, which every restore goes through).
 """
 import hashlib
