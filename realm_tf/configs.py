@@ -11,6 +11,7 @@ from official.nlp.modeling import networks
 
 from realm_tf.keras import keras
 from realm_tf.layers import activations
+from realm_tf.models.reader import DEFAULT_SPAN_HEAD
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 
@@ -97,6 +98,7 @@ class ReaderConfig:
   span_hidden_size: int = 256
   max_span_width: int = 10
   span_layer_norm_epsilon: float = 1e-3
+  span_head: str = DEFAULT_SPAN_HEAD  # `models.reader.SPAN_HEADS`
 
 
 RETRIEVER_HEADS = ("realm", "sentence")
@@ -150,4 +152,5 @@ def build_reader(config: ReaderConfig) -> Reader:
                 mlm_activation=config.encoder.hidden_act,
                 span_hidden_size=config.span_hidden_size,
                 max_span_width=config.max_span_width,
-                span_layer_norm_epsilon=config.span_layer_norm_epsilon)
+                span_layer_norm_epsilon=config.span_layer_norm_epsilon,
+                span_head=config.span_head)

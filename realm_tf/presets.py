@@ -15,6 +15,7 @@ import dataclasses
 import os
 from typing import Any, Dict, Optional, Tuple
 
+from absl import logging
 import tensorflow as tf
 
 from realm_tf import checkpoints
@@ -24,7 +25,9 @@ from realm_tf import pretrained
 from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.losses.open_qa_loss import SPAN_NORMALIZATIONS
+from realm_tf.models.reader import DEFAULT_SPAN_HEAD
 from realm_tf.models.reader import Reader
+from realm_tf.models.reader import SPAN_HEADS
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
 from realm_tf.tokenization import doc_input as doc_inputs
@@ -107,13 +110,14 @@ def build_retriever(encoder: configs.EncoderConfig, share_towers: bool = True,
 
 def build_reader(encoder: configs.EncoderConfig, bert_weights: str = "",
                  saved_dir: str = "", span_hidden_size: int = 256,
-                 max_span_width: int = 10) -> Reader:
+                 max_span_width: int = 10, span_head: str = DEFAULT_SPAN_HEAD) -> Reader:
   """A saved reader, or a new one with `load_reader_weights(bert_weights)` and the span head
-  of `span_hidden_size`, `max_span_width` (`ModelConfig`'s)."""
+  `span_head` of `span_hidden_size`, `max_span_width` (`ModelConfig`'s)."""
   if saved_dir:
     return load_model(saved_dir)
   reader = configs.build_reader(configs.ReaderConfig(
-      encoder=encoder, span_hidden_size=span_hidden_size, max_span_width=max_span_width))
+      encoder=encoder, span_hidden_size=span_hidden_size, max_span_width=max_span_width,
+      span_head=span_head))
   reader.build()
   load_reader_weights(reader, bert_weights)
   return reader
@@ -130,6 +134,9 @@ class ModelConfig:
     retriever_head: "realm" ([CLS] pooler -> Dense -> LayerNorm) or "sentence" (mean pooling
       -> unit length, D = hidden size; the head of all-MiniLM-L6-v2), `configs.retriever_config`.
     span_hidden_size, max_span_width: the span head (256, 10).
+    span_head: the reader's span head (`models.reader.SPAN_HEADS`): "endpoint_mlp" (ORQA) or
+      "markers" (the patent's start/end marker tokens read by two separate transformers,
+      `layers.marker_span_scorer`); written to `model.json` only when not "endpoint_mlp".
     query_length: `[CLS] x [SEP]` wordpieces (ORQA: 64).
     block_length: `[CLS] title [SEP] body [SEP]` wordpieces (288).
     doc_input: the doc tower's block form (`tokenization.doc_input`): "title_body" (REALM's
@@ -153,9 +160,12 @@ class ModelConfig:
   reader_length: int = 320
   span_normalization: str = "joint"
   doc_input: str = doc_inputs.DEFAULT_DOC_INPUT
+  span_head: str = DEFAULT_SPAN_HEAD
 
   def __post_init__(self):
     doc_inputs.check(self.doc_input)
+    if self.span_head not in SPAN_HEADS:
+      raise ValueError(f"span_head must be one of {SPAN_HEADS}, got {self.span_head!r}")
     if self.span_normalization not in SPAN_NORMALIZATIONS:
       raise ValueError(f"span_normalization must be one of {SPAN_NORMALIZATIONS}, got "
                        f"{self.span_normalization!r}")
@@ -164,12 +174,14 @@ class ModelConfig:
                        f"{self.query_length} + 2")
 
   def to_dict(self) -> Dict[str, Any]:
-    """The fields as plain values; `doc_input` only when not "title_body", so that the
-    `model.json` and `run_config.json` of title_body models are those written before it was
-    a setting (and resume as before)."""
+    """The fields as plain values; `doc_input` and `span_head` only when not their defaults,
+    so that the `model.json` and `run_config.json` of default models are those written before
+    they were settings (and resume as before)."""
     values = dataclasses.asdict(self)
-    if values["doc_input"] == doc_inputs.DEFAULT_DOC_INPUT:
-      del values["doc_input"]
+    for key, default in (("doc_input", doc_inputs.DEFAULT_DOC_INPUT),
+                         ("span_head", DEFAULT_SPAN_HEAD)):
+      if values[key] == default:
+        del values[key]
     return values
 
   @classmethod
@@ -186,7 +198,7 @@ def build_models(config: ModelConfig, share_towers: bool = False) -> Tuple[Retri
       config.doc_input))
   reader = configs.build_reader(configs.ReaderConfig(
       encoder=config.encoder, span_hidden_size=config.span_hidden_size,
-      max_span_width=config.max_span_width))
+      max_span_width=config.max_span_width, span_head=config.span_head))
   retriever.build()
   reader.build()
   return retriever, reader
@@ -246,6 +258,21 @@ def _copy_towers(source: Retriever, target: Retriever) -> None:
   target.doc_projection.set_weights(source.doc_projection.get_weights())
 
 
+def _restorable_reader(reader: Reader, path: str):
+  """`reader`, or its encoder and MLM head alone when checkpoint `path` holds a span head of
+  another form (`ModelConfig.span_head`): a new head of that form starts fresh (pre-training
+  never trains the span head)."""
+  names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+  saved = ("markers" if any(n.startswith("reader/span_scorer/start_marker/") for n in names)
+           else DEFAULT_SPAN_HEAD)
+  if saved == reader.span_head:
+    return reader
+  logging.info("%s: span head %s; the reader's (%s) starts fresh", path, saved,
+               reader.span_head)
+  return tf.train.Checkpoint(**{name: item for name, item in reader.checkpoint_items.items()
+                                if name != "span_scorer"})
+
+
 def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
                init: InitConfig) -> None:
   """Loads the weights of `init` into a separate-tower retriever and a reader of `config`.
@@ -261,8 +288,8 @@ def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
             if tf.io.gfile.isdir(init.checkpoint) else init.checkpoint)
     if not path:
       raise FileNotFoundError(f"no checkpoint in {init.checkpoint}")
-    tf2_checkpoint.restore_checked(tf.train.Checkpoint(retriever=source, reader=reader), path,
-                                   read=True)
+    tf2_checkpoint.restore_checked(tf.train.Checkpoint(
+        retriever=source, reader=_restorable_reader(reader, path)), path, read=True)
     _copy_towers(source, retriever)
   if init.realm_embedder:
     checkpoints.load_realm_embedder(retriever, init.realm_embedder)

@@ -111,6 +111,9 @@ def orqa_map(retriever, reader, query_tower_only: bool = False) -> VariableMap:
   """The released ORQA checkpoints fine-tuned from REALM (`orqa_{nq,wq}_model_from_realm`):
   their query tower into both retriever towers, or only the query tower with
   `query_tower_only` (their document index was embedded by the pre-trained embedder)."""
+  if reader.span_head != "endpoint_mlp":  # `models.reader.DEFAULT_SPAN_HEAD`
+    raise ValueError(f"ORQA checkpoints hold the endpoint-MLP span head; this reader's is "
+                     f"{reader.span_head!r}: build it with span_head='endpoint_mlp'")
   towers = _towers(retriever)[:1] if query_tower_only else _towers(retriever)
   retriever_map = _merge(*(_merge(encoder_map(encoder, "module/module/module/module/bert/"),
                                   _head_map(projection, _PROJECTION_NAMES, "module/module/module/"))

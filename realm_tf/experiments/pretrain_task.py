@@ -80,7 +80,7 @@ class PretrainTask(Task):
     if self.task.reader_seed is not None:
       keras.utils.set_random_seed(self.task.reader_seed)
     return presets.build_reader(model.encoder, span_hidden_size=model.span_hidden_size,
-                                max_span_width=model.max_span_width)
+                                max_span_width=model.max_span_width, span_head=model.span_head)
 
   def initialize(self, model: Tuple[Retriever, Reader]) -> Tuple[Retriever, Reader]:
     """The initial weights of the new towers (the saved ones keep theirs): the released REALM

@@ -27,6 +27,7 @@ _EVERY = {
     "task.model.projection_size": 128,
     "task.model.reader_length": 320,
     "task.model.retriever_head": "auto",
+    "task.model.span_head": "endpoint_mlp",
     "task.model.span_hidden_size": 256,
     "task.model.span_normalization": "joint",
     "task.vocab_file": "",

@@ -52,6 +52,10 @@ def define_model_flags(config: ConfigFlags, open_qa: bool = False) -> None:
   config.bind(flags.DEFINE_integer("max_span_width", None, "Longest answer span (wordpieces).",
                                    lower_bound=1), "task.model.max_span_width")
   config.bind(flags.DEFINE_enum(
+      "span_head", None, ["endpoint_mlp", "markers"], "The reader's span head: ORQA's endpoint MLP, or "
+      "the patent's start/end marker tokens read by two separate transformers (eq. 7-9)."),
+      "task.model.span_head")
+  config.bind(flags.DEFINE_enum(
       "span_normalization", None, ["joint", "per_document"], "Reader spans in one softmax over "
       "every (block, span) pair (ORQA) or per block, times p(z|x) (the patent's eq. 9); "
       "answering uses the same form."), "task.model.span_normalization")

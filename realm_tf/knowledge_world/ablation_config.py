@@ -21,10 +21,10 @@ from realm_tf.knowledge_world.world import WorldConfig
 VARIANTS = ("no_retrieval", "orqa", "realm_retriever_bert_reader",
             "ict_retriever_realm_reader", "realm", "realm_random_token", "realm_random_span",
             "realm_spanbert", "realm_stale_index", "realm_sequence_mlm", "realm_per_document_spans",
-            "realm_train_doc_tower", "realm_null_document")
+            "realm_train_doc_tower", "realm_null_document", "realm_marker_reader")
 # The variants of the loss forms and of the patent's fine-tuning, off the default table.
-FORM_VARIANTS = VARIANTS[-4:]
-TABLE_VARIANTS = VARIANTS[:-4]
+FORM_VARIANTS = VARIANTS[-5:]
+TABLE_VARIANTS = VARIANTS[:-5]
 # variant -> (retriever: "ict" or a pre-training run, reader: a pre-training run)
 SYSTEMS = {"no_retrieval": ("ict", "bert"), "orqa": ("ict", "bert"),
            "realm_retriever_bert_reader": ("realm", "bert"),
@@ -37,7 +37,8 @@ SYSTEMS = {"no_retrieval": ("ict", "bert"), "orqa": ("ict", "bert"),
            "realm_sequence_mlm": ("realm_sequence_mlm", "realm_sequence_mlm"),
            "realm_per_document_spans": ("realm", "realm"),
            "realm_train_doc_tower": ("realm", "realm"),
-           "realm_null_document": ("realm", "realm")}
+           "realm_null_document": ("realm", "realm"),
+           "realm_marker_reader": ("realm", "realm")}
 DESCRIPTIONS = {
     "no_retrieval": "No retrieval (BERT reader, null document only)",
     "orqa": "ORQA (ICT retriever + BERT reader)",
@@ -52,13 +53,15 @@ DESCRIPTIONS = {
     "realm_per_document_spans": "REALM, fine-tuned with per-document span softmax",
     "realm_train_doc_tower": "REALM, fine-tuned with the doc tower trained",
     "realm_null_document": "REALM, fine-tuned with the null document",
+    "realm_marker_reader": "REALM, fine-tuned with the patent's marker span reader",
 }
 # variant -> its fine-tuning's settings besides the benchmark's (dotted keys of the `open_qa`
 # experiment); the doc-tower variant's refresh period is `refresh_every` * 5.
 FINETUNE_SETTINGS = {
     "realm_per_document_spans": {"task.model.span_normalization": "per_document"},
     "realm_train_doc_tower": {"task.train_doc_tower": True},
-    "realm_null_document": {"task.null_document": True}}
+    "realm_null_document": {"task.null_document": True},
+    "realm_marker_reader": {"task.model.span_head": "markers"}}
 # pre-training run -> (masking, reader it starts from: None = fresh)
 PRETRAINING_RUNS = {"bert": ("random_token", None), "bert_pairs": ("random_token", None),
                      "realm": ("salient_span", "bert_pairs"),

@@ -78,6 +78,8 @@ ORDERINGS = (
     ("R@5 after fine-tuning: frozen doc tower > trained", "finetuned_recall", "realm",
      "realm_train_doc_tower"),
     ("EM: without null document > with", "exact_match", "realm", "realm_null_document"),
+    ("EM: endpoint-MLP span reader > marker span reader", "exact_match", "realm",
+     "realm_marker_reader"),
 )
 
 

@@ -66,12 +66,13 @@ class SpanScorer(keras.layers.Layer):
         1, kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
         name="dense_1")
 
-  def call(self, sequence_output, block_mask):
+  def call(self, sequence_output, block_mask, input_mask=None):
     """Scores all candidate spans.
 
     Args:
       sequence_output: [N, L, H] reader output for N (question, block) inputs.
       block_mask: [N, L] 1 where a span may start or end (block body wordpieces).
+      input_mask: unused (`MarkerSpanScorer`'s markers attend to the tokens it marks).
 
     Returns:
       logits [N, S], starts [S] int32, ends [S] int32 (ends inclusive).

@@ -6,9 +6,13 @@ from official.nlp.modeling import layers as nlp_layers
 
 from realm_tf.keras import keras
 from realm_tf.layers import activations
+from realm_tf.layers.marker_span_scorer import MarkerSpanScorer
 from realm_tf.layers.span_scorer import SpanScorer
 
 Features = Dict[str, tf.Tensor]
+# The span heads: ORQA's endpoint MLP, and the patent's marker tokens read by two transformers.
+SPAN_HEADS = ("endpoint_mlp", "markers")
+DEFAULT_SPAN_HEAD = "endpoint_mlp"
 
 
 def _dummy_features(length: int = 2) -> Features:
@@ -22,7 +26,9 @@ class Reader(keras.Model):
 
   * MLM head (pre-training): BERT `cls/predictions` (Dense + activation, LayerNorm, output bias)
     with the decoder tied to the word embeddings; scored only at the masked positions.
-  * Span head (Open-QA): `SpanScorer` over every span inside the block body.
+  * Span head (Open-QA), over every span inside the block body: `SpanScorer` (ORQA's
+    endpoint MLP, `span_head="endpoint_mlp"`) or `MarkerSpanScorer` (the patent's marker
+    tokens and separate start/end transformers, `span_head="markers"`).
 
   `call` runs whichever heads its inputs ask for: "masked_lm_positions" [N, M] -> "mlm_logits"
   [N, M, V]; "block_mask" [N, L] -> "span_logits" [N, S], "span_starts" [S], "span_ends" [S].
@@ -31,16 +37,20 @@ class Reader(keras.Model):
     encoder: a Model Garden BERT encoder with `get_embedding_table()`.
     mlm_activation: "gelu_approximate" (BERT/REALM) or "gelu" (HF BERT).
     span_hidden_size, max_span_width, span_layer_norm_epsilon: see `SpanScorer`.
+    span_head: one of `SPAN_HEADS`; "markers" uses the encoder's attention head count.
   """
 
   def __init__(self, encoder: keras.layers.Layer, mlm_activation: str = "gelu_approximate",
                span_hidden_size: int = 256, max_span_width: int = 10,
                span_layer_norm_epsilon: float = 1e-3, initializer_range: float = 0.02,
-               **kwargs):
+               span_head: str = DEFAULT_SPAN_HEAD, **kwargs):
     super().__init__(**kwargs)
+    if span_head not in SPAN_HEADS:
+      raise ValueError(f"span_head must be one of {SPAN_HEADS}, got {span_head!r}")
     self.encoder = encoder
     self.mlm_activation = mlm_activation
     self.initializer_range = initializer_range
+    self.span_head = span_head
     # Creates the encoder's variables so that its word-embedding table can be tied (a
     # deserialized encoder reports `built` before its variables exist).
     encoder(_dummy_features())
@@ -49,8 +59,13 @@ class Reader(keras.Model):
         activation=activations.get_activation(mlm_activation),
         initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
         name="cls/predictions")
-    self.span_scorer = SpanScorer(span_hidden_size, max_span_width, span_layer_norm_epsilon,
-                                  initializer_range, name="span_scorer")
+    if span_head == "markers":
+      self.span_scorer = MarkerSpanScorer(
+          span_hidden_size, max_span_width, encoder.get_config()["num_attention_heads"],
+          span_layer_norm_epsilon, initializer_range, name="span_scorer")
+    else:
+      self.span_scorer = SpanScorer(span_hidden_size, max_span_width, span_layer_norm_epsilon,
+                                    initializer_range, name="span_scorer")
 
   @property
   def checkpoint_items(self):
@@ -61,7 +76,7 @@ class Reader(keras.Model):
     build lazily, and SavedModel revival restores only variables that exist."""
     sequence = self.sequence_output(_dummy_features())
     self.masked_lm(sequence, tf.zeros([1, 1], tf.int32))
-    self.span_scorer(sequence, tf.ones([1, 2], tf.int32))
+    self.span_scorer(sequence, tf.ones([1, 2], tf.int32), tf.ones([1, 2], tf.int32))
     keras.layers.Layer.build(self, input_shape)  # Model.build would trace placeholders.
 
   def sequence_output(self, features: Features, training=None) -> tf.Tensor:
@@ -76,7 +91,8 @@ class Reader(keras.Model):
 
   def span_logits(self, features: Features, block_mask: tf.Tensor, training=None):
     """[N, L] features, [N, L] block mask -> (logits [N, S], starts [S], ends [S])."""
-    return self.span_scorer(self.sequence_output(features, training), block_mask)
+    return self.span_scorer(self.sequence_output(features, training), block_mask,
+                            features["input_mask"])
 
   def call(self, inputs, training=None):
     features = {k: inputs[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}
@@ -86,7 +102,8 @@ class Reader(keras.Model):
       outputs["mlm_logits"] = self.masked_lm(
           sequence, tf.convert_to_tensor(inputs["masked_lm_positions"], tf.int32))
     if "block_mask" in inputs:
-      logits, starts, ends = self.span_scorer(sequence, inputs["block_mask"])
+      logits, starts, ends = self.span_scorer(sequence, inputs["block_mask"],
+                                              features["input_mask"])
       outputs.update(span_logits=logits, span_starts=starts, span_ends=ends)
     return outputs
 
@@ -98,7 +115,8 @@ class Reader(keras.Model):
         span_hidden_size=self.span_scorer.span_hidden_size,
         max_span_width=self.span_scorer.max_span_width,
         span_layer_norm_epsilon=self.span_scorer.layer_norm_epsilon,
-        initializer_range=self.initializer_range)
+        initializer_range=self.initializer_range,
+        span_head=self.span_head)
 
   @classmethod
   def from_config(cls, config, custom_objects=None):

@@ -47,7 +47,12 @@ def retriever_structure(retriever) -> Dict[str, Any]:
 
 
 def reader_structure(reader) -> Dict[str, Any]:
-  return {"encoder": encoder_structure(reader.encoder)}
+  """The encoder's structure, and the span head's form when not ORQA's (so that the run
+  configs of endpoint-MLP readers are those written before it was a setting)."""
+  structure = {"encoder": encoder_structure(reader.encoder)}
+  if reader.span_head != "endpoint_mlp":  # `models.reader.DEFAULT_SPAN_HEAD`
+    structure["span_head"] = reader.span_head
+  return structure
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
