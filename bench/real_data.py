@@ -43,7 +43,7 @@ from realm_tf.real_data import embedding_cache  # pylint: disable=wrong-import-p
 from realm_tf.retrieval.corpus import Corpus  # pylint: disable=wrong-import-position
 
 ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0", "realm_tf_step0_bf16", "finetuned", "ict",
-             "realm_salient", "realm_random", "orqa", "realm_finetuned")
+             "realm_salient", "realm_random", "realm_spanbert", "orqa", "realm_finetuned")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "bench/results/real_data",
                                   "Results (<name>.md, <name>.json) and cache/ go here.")
 _CACHE_DIR = flags.DEFINE_string("cache_dir", "", "Prepared corpus and block embeddings "
@@ -461,6 +461,7 @@ ROWS = {"bm25": bm25_row, "raw_minilm": raw_minilm_row, "realm_tf_step0": realm_
         "ict": lambda ctx: zero_shot_chain_row(ctx, "ict", ""),
         "realm_salient": lambda ctx: zero_shot_chain_row(ctx, "realm_salient", "salient_span"),
         "realm_random": lambda ctx: zero_shot_chain_row(ctx, "realm_random", "random_span"),
+        "realm_spanbert": lambda ctx: zero_shot_chain_row(ctx, "realm_spanbert", "spanbert"),
         "orqa": lambda ctx: finetuned_chain_row(ctx, "orqa", ""),
         "realm_finetuned": lambda ctx: finetuned_chain_row(ctx, "realm_finetuned",
                                                            "salient_span")}
