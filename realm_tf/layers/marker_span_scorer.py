@@ -19,9 +19,8 @@ import tensorflow as tf
 
 from realm_tf.keras import keras
 from realm_tf.layers import activations
-from realm_tf.layers.span_scorer import dynamic_span_candidates
-from realm_tf.layers.span_scorer import masked_logit_value
-from realm_tf.layers.span_scorer import span_candidates
+from realm_tf.layers.span_scorer import mask_spans_outside
+from realm_tf.layers.span_scorer import sequence_span_candidates
 
 
 def _dense(units: int, initializer_range: float, name: str, activation=None):
@@ -147,11 +146,7 @@ class MarkerSpanScorer(keras.layers.Layer):
     Returns:
       logits [N, S], starts [S] int32, ends [S] int32 (ends inclusive).
     """
-    seq_length = sequence_output.shape[1]
-    if seq_length is None:
-      starts, ends = dynamic_span_candidates(tf.shape(sequence_output)[1], self.max_span_width)
-    else:
-      starts, ends = (tf.constant(c) for c in span_candidates(seq_length, self.max_span_width))
+    starts, ends = sequence_span_candidates(sequence_output, self.max_span_width)
     key_mask = (tf.ones(tf.shape(sequence_output)[:2], tf.bool) if input_mask is None else
                 tf.cast(input_mask, tf.bool))
     start_inputs = sequence_output + tf.cast(self.start_marker, sequence_output.dtype)
@@ -162,12 +157,7 @@ class MarkerSpanScorer(keras.layers.Layer):
                                  ends, starts)
     logits = tf.squeeze(self.mlp_output(self.mlp_hidden(
         tf.concat([h_start, h_end], axis=-1))), -1)  # [N, S]
-    block_mask = tf.cast(block_mask, tf.bool)
-    span_mask = tf.logical_and(tf.gather(block_mask, starts, axis=1),
-                               tf.gather(block_mask, ends, axis=1))
-    logits = tf.where(span_mask, logits,
-                      tf.cast(masked_logit_value(logits.dtype), logits.dtype))
-    return logits, starts, ends
+    return mask_spans_outside(logits, block_mask, starts, ends), starts, ends
 
   def get_config(self):
     return dict(super().get_config(), span_hidden_size=self.span_hidden_size,

@@ -29,6 +29,27 @@ def dynamic_span_candidates(seq_length: tf.Tensor, max_span_width: int
   return starts, starts + tf.repeat(widths - 1, counts)
 
 
+def sequence_span_candidates(sequence_output: tf.Tensor, max_span_width: int
+                             ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """The spans (starts, ends: int32 [S]) of [N, L, H] `sequence_output`: constants when L is
+  static, else computed when the graph runs (inputs cut to their longest row,
+  `RetrieveAndRead.read`)."""
+  seq_length = sequence_output.shape[1]
+  if seq_length is None:
+    return dynamic_span_candidates(tf.shape(sequence_output)[1], max_span_width)
+  return tuple(tf.constant(c) for c in span_candidates(seq_length, max_span_width))
+
+
+def mask_spans_outside(logits: tf.Tensor, block_mask: tf.Tensor, starts: tf.Tensor,
+                       ends: tf.Tensor) -> tf.Tensor:
+  """[N, S] `logits` with `masked_logit_value` where a span's start or end is outside the
+  block ([N, L] `block_mask` 0)."""
+  block_mask = tf.cast(block_mask, tf.bool)
+  span_mask = tf.logical_and(tf.gather(block_mask, starts, axis=1),
+                             tf.gather(block_mask, ends, axis=1))
+  return tf.where(span_mask, logits, tf.cast(masked_logit_value(logits.dtype), logits.dtype))
+
+
 def masked_logit_value(dtype: tf.DType) -> float:
   """A finite, very negative logit for excluded candidates; half the dtype's minimum so that
   adding another logit never overflows to -inf."""
@@ -77,22 +98,13 @@ class SpanScorer(keras.layers.Layer):
     Returns:
       logits [N, S], starts [S] int32, ends [S] int32 (ends inclusive).
     """
-    seq_length = sequence_output.shape[1]
-    if seq_length is None:  # e.g. inputs cut to their longest row (`RetrieveAndRead.read`)
-      starts, ends = dynamic_span_candidates(tf.shape(sequence_output)[1], self.max_span_width)
-    else:
-      starts, ends = (tf.constant(c) for c in span_candidates(seq_length, self.max_span_width))
+    starts, ends = sequence_span_candidates(sequence_output, self.max_span_width)
     projected = self.projection(sequence_output)  # [N, L, 2*P]
     start_proj, end_proj = tf.split(projected, 2, axis=-1)  # [N, L, P] each
     hidden = tf.gather(start_proj, starts, axis=1) + tf.gather(end_proj, ends, axis=1)
     hidden = self.layer_norm(tf.nn.relu(hidden))  # [N, S, P]
     logits = tf.squeeze(self.output_dense(hidden), -1)  # [N, S]
-    block_mask = tf.cast(block_mask, tf.bool)
-    span_mask = tf.logical_and(tf.gather(block_mask, starts, axis=1),
-                               tf.gather(block_mask, ends, axis=1))
-    logits = tf.where(span_mask, logits,
-                      tf.cast(masked_logit_value(logits.dtype), logits.dtype))
-    return logits, starts, ends
+    return mask_spans_outside(logits, block_mask, starts, ends), starts, ends
 
   def get_config(self):
     return dict(super().get_config(), span_hidden_size=self.span_hidden_size,
