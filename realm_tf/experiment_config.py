@@ -313,7 +313,8 @@ class ClassificationTaskConfig:
     retrieval: the k blocks' source: "dense" (the query tower's MIPS search over the frozen
       doc tower's index), "bm25" (BM25 picks them, the query tower still weighs them) or
       "none" (the null document alone: the reader without retrieval).
-    null_document: the null document (an empty block) among the blocks read.
+    null_document: the null document (an empty block) among the blocks read (needed by
+      "bm25" and "none").
     index_kind: the document index, "brute_force" or "scann".
     head_dropout: dropout on the reader's [CLS] vector before the classification head.
   """
@@ -336,8 +337,9 @@ class ClassificationTaskConfig:
     if self.retrieval not in CLASSIFICATION_RETRIEVALS:
       raise ValueError(f"retrieval must be one of {CLASSIFICATION_RETRIEVALS}, got "
                        f"{self.retrieval!r}")
-    if self.retrieval == "none" and not self.null_document:
-      raise ValueError("retrieval 'none' reads the null document only: it needs null_document")
+    if self.retrieval != "dense" and not self.null_document:
+      raise ValueError(f"retrieval {self.retrieval!r} needs null_document (BM25 finds no block "
+                       f"for a text sharing no term with the corpus; 'none' reads it alone)")
     if not 0 <= self.head_dropout < 1:
       raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
     if len(set(self.labels)) != len(self.labels) or len(self.labels) == 1:
