@@ -1,8 +1,9 @@
 """The experiment config tree: an `ExperimentConfig` is runtime / trainer / task.
 
 `runtime` says where and how the step runs, `trainer` is the loop's schedule
-(`training.train_loop.TrainLoop`), `task` an `IctTaskConfig`, `PretrainTaskConfig` or
-`OpenQATaskConfig` (data, model, initial weights and the task's own settings). The tasks of
+(`training.train_loop.TrainLoop`), `task` an `IctTaskConfig`, `PretrainTaskConfig`,
+`OpenQATaskConfig` or `ClassificationTaskConfig` (data, model, initial weights and the task's
+own settings). The tasks of
 `realm_tf.experiments` build it (their registered experiments hold the defaults of `realm-ict`,
 `realm-pretrain` and `realm-finetune`) and `training.ict_lib.train_ict`,
 `training.pretraining_lib.RealmPretrainer` and `qa.finetune_lib.FineTuner` take it.
@@ -292,7 +293,61 @@ class OpenQATaskConfig:
     dataset_spec(self.dataset)
 
 
-TaskConfig = Union[IctTaskConfig, PretrainTaskConfig, OpenQATaskConfig]
+CLASSIFICATION_RETRIEVALS = ("dense", "bm25", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationTaskConfig:
+  """Retrieval-augmented classification (`classification.trainer`): p(y|x) = Σ_z p(z|x)
+  p(y|z,x) over the top k blocks and the null document.
+
+  Attributes:
+    corpus: the knowledge corpus (blocks-*.tfrecord directory, JSONL or DPR TSV).
+    train_data, dev_data: JSONL `{"text": ..., "label": ...}`; dev: evaluation every
+      `trainer.eval_every` steps and at the end, its predictions with their evidence in
+      `<model_dir>/predictions.jsonl` ("": none; `best/` is then the last step).
+    labels: the label set, in order ((): the sorted labels of `train_data`).
+    vocab_file, model, init: as `OpenQATaskConfig` (`init.checkpoint`: a REALM pre-training
+      or ICT model directory).
+    reader_top_k: k blocks read per text (the null document comes on top).
+    retrieval: the k blocks' source: "dense" (the query tower's MIPS search over the frozen
+      doc tower's index), "bm25" (BM25 picks them, the query tower still weighs them) or
+      "none" (the null document alone: the reader without retrieval).
+    null_document: the null document (an empty block) among the blocks read (needed by
+      "bm25" and "none").
+    index_kind: the document index, "brute_force" or "scann".
+    head_dropout: dropout on the reader's [CLS] vector before the classification head.
+  """
+  corpus: str = ""
+  train_data: str = ""
+  dev_data: str = ""
+  labels: Tuple[str, ...] = ()
+  vocab_file: str = ""
+  model: ModelConfig = ModelConfig(retriever_head="auto")
+  init: InitConfig = InitConfig()
+  reader_top_k: int = 5
+  retrieval: str = "dense"
+  null_document: bool = True
+  index_kind: str = "brute_force"
+  head_dropout: float = 0.1
+
+  def __post_init__(self):
+    if self.reader_top_k < 1:
+      raise ValueError(f"reader_top_k must be >= 1, got {self.reader_top_k}")
+    if self.retrieval not in CLASSIFICATION_RETRIEVALS:
+      raise ValueError(f"retrieval must be one of {CLASSIFICATION_RETRIEVALS}, got "
+                       f"{self.retrieval!r}")
+    if self.retrieval != "dense" and not self.null_document:
+      raise ValueError(f"retrieval {self.retrieval!r} needs null_document (BM25 finds no block "
+                       f"for a text sharing no term with the corpus; 'none' reads it alone)")
+    if not 0 <= self.head_dropout < 1:
+      raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+    if len(set(self.labels)) != len(self.labels) or len(self.labels) == 1:
+      raise ValueError(f"labels must be >= 2 distinct names (or none), got {self.labels}")
+
+
+TaskConfig = Union[IctTaskConfig, PretrainTaskConfig, OpenQATaskConfig,
+                   ClassificationTaskConfig]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`realm-train`: runs a registered experiment (ICT, REALM pre-training, Open-QA fine-tuning).
+"""`realm-train`: runs a registered experiment (ICT, pre-training, Open-QA, classification).
 
   realm-train --experiment=ict --params_override=trainer.model_dir=runs/ict,task.corpus=corpus
   realm-train --experiment=open_qa --config_file=runs/qa/experiment.json \\

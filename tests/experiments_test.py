@@ -1,6 +1,6 @@
 """Experiment configs: overrides and their errors, config files, and the ICT -> REALM
 pre-training -> Open-QA chain run through `run_experiment` on the tiny world, each stage
-initialised from the previous one's model directory."""
+initialised from the previous one's model directory (and classification from ICT or REALM)."""
 import json
 import os
 import subprocess
@@ -16,8 +16,10 @@ from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
 from realm_tf.experiments.base_task import previous_run
 from realm_tf.experiments.base_task import EXPERIMENT_FILE
+from realm_tf.experiments.classification_task import ClassificationTask
 from realm_tf.experiments.pretrain_task import PretrainTask
 from realm_tf.experiments.train_lib import run_experiment
+from realm_tf.models.saving import load_model
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
 from realm_tf.training.train_loop import BEST_DIR
@@ -255,3 +257,27 @@ def test_realm_train_binary_prints_the_final_config(tmp_path):
       capture_output=True, text=True, cwd=ROOT, timeout=600)
   assert result.returncode == errors.EXIT_BAD_INPUT
   assert "realm-train: trainer.num_stepz: not a setting of TrainerConfig" in result.stderr
+
+
+@pytest.mark.parametrize("stage", ["ict", "pretrain"])
+def test_classification_starts_from_an_ict_or_pretraining_run(chain, tmp_path, stage):
+  """`task.init.checkpoint`: an ICT run's saved retriever, or a pre-training run's retriever
+  and reader; the frozen doc tower (the index's) stays that run's."""
+  runs, _ = chain
+  data = tmp_path / "claims.jsonl"
+  data.write_text("".join(json.dumps({"text": f"{p.name} lives in {p.city} .", "label": label})
+                          + "\n" for p, label in zip(tiny_world.PEOPLE, ["true", "false"] * 8)))
+  config = registry.build("classification", params_override=(
+      f"{TINY},task.corpus={runs['ict'].task.corpus},"
+      f"task.vocab_file={runs['ict'].task.vocab_file},"
+      f"task.train_data={data},task.init.checkpoint={runs[stage].trainer.model_dir},"
+      f"trainer.model_dir={tmp_path / 'run'},trainer.num_steps=1,trainer.batch_size=4,"
+      "task.reader_top_k=2"))
+  task = ClassificationTask(config, tf.distribute.get_strategy(), verbose=False)
+  retriever, _ = task.initialize(task.build_model())
+  source = previous_run(runs[stage].trainer.model_dir)
+  assert task.from_ict == (stage == "ict") and retriever.projection_size == 16
+  saved = load_model(source.saved("retriever"))  # the run's last weights, as its checkpoint's
+  for got, expected in zip(retriever.doc_encoder.get_weights(), saved.doc_encoder.get_weights()):
+    np.testing.assert_array_equal(got, expected)
+  assert task.run()["loss"] > 0

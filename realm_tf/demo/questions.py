@@ -50,6 +50,12 @@ class AnswerFinder:
       rows &= self._rows.get(run, set())
     return rows
 
+  def answer_rows(self, answer: str) -> List[int]:
+    """The rows of the blocks holding the (string) `answer`, in order."""
+    matcher = AnswerMatcher([answer])
+    return [row for row in sorted(self._candidates(answer))
+            if matcher.has_answer(self.texts[row])]
+
   def has_answer(self, example: QAExample) -> bool:
     """Whether some block holds one of the example's (string) answers."""
     matcher = AnswerMatcher(example.answers, example.match)

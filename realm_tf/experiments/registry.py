@@ -7,6 +7,7 @@ from typing import Dict
 
 from realm_tf import errors
 from realm_tf.experiments import overrides
+from realm_tf.experiment_config import ClassificationTaskConfig
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiment_config import IctTaskConfig
 from realm_tf.experiment_config import OpenQATaskConfig
@@ -26,6 +27,10 @@ EXPERIMENTS: Dict[str, ExperimentConfig] = {
         task=OpenQATaskConfig(),
         trainer=TrainerConfig(num_steps=10000, batch_size=4, learning_rate=1e-5,
                               checkpoint_every=1000)),
+    "classification": ExperimentConfig(
+        task=ClassificationTaskConfig(),
+        trainer=TrainerConfig(num_steps=1000, batch_size=8, learning_rate=2e-5,
+                              checkpoint_every=500, eval_every=500)),
 }
 NAMES = tuple(EXPERIMENTS)
 

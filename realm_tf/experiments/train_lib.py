@@ -4,15 +4,18 @@ final config to `model_dir/experiment.json`)."""
 from typing import Dict
 
 from realm_tf import distribute
+from realm_tf.experiment_config import ClassificationTaskConfig
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.experiment_config import IctTaskConfig
 from realm_tf.experiment_config import OpenQATaskConfig
 from realm_tf.experiment_config import PretrainTaskConfig
+from realm_tf.experiments.classification_task import ClassificationTask
 from realm_tf.experiments.ict_task import IctTask
 from realm_tf.experiments.open_qa_task import OpenQATask
 from realm_tf.experiments.pretrain_task import PretrainTask
 
-TASKS = {IctTaskConfig: IctTask, PretrainTaskConfig: PretrainTask, OpenQATaskConfig: OpenQATask}
+TASKS = {IctTaskConfig: IctTask, PretrainTaskConfig: PretrainTask, OpenQATaskConfig: OpenQATask,
+         ClassificationTaskConfig: ClassificationTask}
 
 
 def run_experiment(config: ExperimentConfig, **options) -> Dict[str, float]:
