@@ -117,20 +117,33 @@ def test_training_lowers_the_loss_and_evaluation_writes_the_evidence(world, tmp_
     assert json.load(f) == ["false", "true"]
 
 
-def test_registered_experiment_runs_without_retrieval(world, tmp_path):
+def test_registered_experiment_runs_without_retrieval_and_resumes(world, tmp_path):
+  """Two steps, then the same run asked for four: it goes on from its step-2 checkpoint."""
   files, train, dev = world
-  config = registry.build("classification", params_override=",".join([
-      f"trainer.model_dir={tmp_path}", "trainer.num_steps=2", "trainer.batch_size=4",
-      f"task.corpus={files.corpus}", f"task.train_data={train}", f"task.dev_data={dev}",
-      f"task.vocab_file={files.vocab_file}", "task.model.encoder=tiny",
-      "task.model.query_length=16", "task.model.block_length=32",
-      "task.model.reader_length=48", "task.model.projection_size=16",
-      "task.retrieval=none", "runtime.compute_dtype=float32"]))
-  metrics = run_experiment(config, verbose=False)
+
+  def run(num_steps):
+    return run_experiment(registry.build("classification", params_override=",".join([
+        f"trainer.model_dir={tmp_path}", f"trainer.num_steps={num_steps}",
+        "trainer.batch_size=4", "trainer.checkpoint_every=2",
+        f"task.corpus={files.corpus}", f"task.train_data={train}", f"task.dev_data={dev}",
+        f"task.vocab_file={files.vocab_file}", "task.model.encoder=tiny",
+        "task.model.query_length=16", "task.model.block_length=32",
+        "task.model.reader_length=48", "task.model.projection_size=16",
+        "task.retrieval=none", "runtime.compute_dtype=float32"])), verbose=False)
+
+  metrics = run(2)
   assert metrics["step"] == 2 and 0 <= metrics["accuracy"] <= 1
   with open(os.path.join(str(tmp_path), PREDICTIONS_FILE), encoding="utf-8") as f:
     evidence = json.loads(f.readline())["evidence"]
   assert [(e["row"], e["p_z"]) for e in evidence] == [(-2, 1.0)]
+  metrics_file = os.path.join(str(tmp_path), "metrics.jsonl")
+  with open(metrics_file, encoding="utf-8") as f:
+    first = f.readlines()
+  assert run(4)["step"] == 4
+  with open(metrics_file, encoding="utf-8") as f:
+    lines = f.readlines()
+  # Steps 1-2 are not redone: their records (with their step times) stay as they were.
+  assert lines[:2] == first and [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("line, problem", [
