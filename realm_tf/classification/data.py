@@ -8,9 +8,8 @@ import dataclasses
 import json
 from typing import List, Sequence, Tuple
 
-import tensorflow as tf
-
 from realm_tf import errors
+from realm_tf.data.text_file import read_text_file
 
 LABELS_FILE = "labels.json"
 
@@ -31,16 +30,7 @@ def load_examples(path: str) -> List[TextExample]:
       a string "label" (the message names the file and line), or a file that is not UTF-8.
     InputError: a directory, or a file without examples.
   """
-  if tf.io.gfile.isdir(path):
-    raise errors.InputError(errors.describe(path, "is a directory, not a JSONL file",
-                                            'Pass a file of {"text": ..., "label": ...} lines'))
-  with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
-  try:
-    text = data.decode("utf-8-sig")
-  except UnicodeDecodeError as e:
-    raise errors.MalformedRecordError(path, data[:e.start].count(b"\n") + 1,
-                                      "not UTF-8. Save the file as UTF-8") from e
+  text = read_text_file(path, "a JSONL file", 'Pass a file of {"text": ..., "label": ...} lines')
   examples = []
   for number, line in enumerate(text.split("\n"), 1):
     if not line.strip():

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.data.text_file import read_text_file
 from realm_tf.errors import MalformedRecordError
 from realm_tf.evaluation import InvalidAnswerPattern
 from realm_tf.evaluation import regex_match
@@ -232,17 +233,7 @@ def load_examples(path: str, dataset: str = "nq", file_format: str = "auto") -> 
   if path.startswith(PYSERINI_PREFIX):
     return load_pyserini_topics(path[len(PYSERINI_PREFIX):])
   match = dataset_spec(dataset).match
-  if tf.io.gfile.isdir(path):
-    raise errors.InputError(errors.describe(path, "is a directory, not a question file",
-                                            "Pass the JSONL or TSV file"))
-  with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
-  try:
-    text = data.decode("utf-8-sig")  # a byte-order mark (editors on Windows) is skipped
-  except UnicodeDecodeError as e:
-    line = data[:e.start].count(b"\n") + 1
-    raise MalformedRecordError(path, line, f"not UTF-8 (byte {e.start} of the file, "
-                               f"{data[e.start:e.start + 1]!r}). Save the file as UTF-8") from e
+  text = read_text_file(path, "a question file", "Pass the JSONL or TSV file")
   return parse_examples(text, path, match, file_format)
 
 
