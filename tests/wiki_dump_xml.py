@@ -1,5 +1,6 @@
 """MediaWiki XML dump text for tests: `page_xml(...)` pages joined by `dump_xml(...)`; and a real
-dump, gensim's test data (`real_dump_path`; the test is skipped without it)."""
+dump, gensim's test data (`real_dump_path`; `make install` installs it, and a test that needs
+it fails without it, naming the fix)."""
 import importlib.util
 import os
 from xml.sax import saxutils
@@ -14,10 +15,12 @@ def real_dump_path() -> str:
   """gensim 4.4.0's 107-article English Wikipedia dump (`pip install --no-deps gensim==4.4.0`)."""
   spec = importlib.util.find_spec("gensim")
   if spec is None:
-    pytest.skip("the gensim==4.4.0 data package is not installed")
+    pytest.fail("the gensim==4.4.0 data package is not installed: run `make install` "
+                "(it installs gensim==4.4.0 with --no-deps for its real Wikipedia dump)")
   path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", GENSIM_DUMP)
   if not os.path.exists(path):
-    pytest.skip(f"{GENSIM_DUMP} is not in the installed gensim")
+    pytest.fail(f"{GENSIM_DUMP} is not in the installed gensim: run `make install` "
+                "(gensim==4.4.0 carries it)")
   return path
 
 
