@@ -4,8 +4,9 @@
 
 Loads the model directory once (as `realm-ask` does) and serves `GET /` (a page),
 `POST /v1/ask`, `GET /v1/info` and `GET /healthz` on 127.0.0.1 unless `--host` says
-otherwise. Concurrent questions are answered in batches (`--max_batch_size`,
-`--max_wait_ms`, `--max_queue`). See `serving/`.
+otherwise; a classification run's directory (its labels.json) is served at
+`POST /v1/classify` instead, without the page. Concurrent requests are answered in batches
+(`--max_batch_size`, `--max_wait_ms`, `--max_queue`). See `serving/`.
 """
 import os
 import sys
@@ -35,8 +36,8 @@ _MAX_WAIT = flags.DEFINE_float("max_wait_ms", 5.0, "How long a batch waits to fi
                                "first question (ms).", lower_bound=0)
 _MAX_QUEUE = flags.DEFINE_integer("max_queue", 256, "Most questions waiting; more get 503.",
                                   lower_bound=1)
-_MAX_CHARS = flags.DEFINE_integer("max_question_chars", 1000, "Longest question (characters).",
-                                  lower_bound=1)
+_MAX_CHARS = flags.DEFINE_integer("max_question_chars", 1000, "Longest question, or text to "
+                                  "classify (characters).", lower_bound=1)
 _MAX_BODY = flags.DEFINE_integer("max_body_bytes", 65536, "Largest request body (bytes); "
                                  "larger ones get 413.", lower_bound=1)
 
@@ -45,6 +46,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   # Imported here so that `--help` does not import TensorFlow.
+  from realm_tf.classification import model as runs  # pylint: disable=g-import-not-at-top
   from realm_tf.mips.index_builder import ScannSettings  # pylint: disable=g-import-not-at-top
   from realm_tf.mips.index_builder import Sharding  # pylint: disable=g-import-not-at-top
   from realm_tf.qa import ask_lib  # pylint: disable=g-import-not-at-top
@@ -53,24 +55,30 @@ def main(argv):
   from realm_tf.serving import app as app_lib  # pylint: disable=g-import-not-at-top
   from realm_tf.serving.batcher import Batcher  # pylint: disable=g-import-not-at-top
   from realm_tf.serving.service import AskService  # pylint: disable=g-import-not-at-top
+  from realm_tf.serving.service import ClassifyService  # pylint: disable=g-import-not-at-top
   from realm_tf.serving.validation import Limits  # pylint: disable=g-import-not-at-top
 
   model_dir = _MODEL.model_dir.value or os.environ.get(ask_lib.MODEL_ENV, "")
   if not model_dir:
     raise errors.InputError(errors.describe("--model_dir", "no model directory", "Pass "
                             f"--model_dir=<fine-tuned model> or set ${ask_lib.MODEL_ENV}"))
-  service = AskService.load(model_dir, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
-                            _MODEL.index_kind.value, batch_size=_MAX_BATCH.value,
-                            scann=ScannSettings(**_MODEL.index.scann_values()),
-                            sharding=Sharding(**_MODEL.index.sharding_values()),
-                            embedding_dtype=_MODEL.embedding_dtype.value,
-                            released=ReleasedSettings(**_MODEL.released.values()))
+  if runs.is_classification_run(model_dir):
+    service = ClassifyService.load(model_dir, _MODEL.corpus.value, batch_size=_MAX_BATCH.value)
+  else:
+    service = AskService.load(
+        model_dir, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,
+        _MODEL.index_kind.value, batch_size=_MAX_BATCH.value,
+        scann=ScannSettings(**_MODEL.index.scann_values()),
+        sharding=Sharding(**_MODEL.index.sharding_values()),
+        embedding_dtype=_MODEL.embedding_dtype.value,
+        released=ReleasedSettings(**_MODEL.released.values()))
   service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions
   limits = Limits(max_body_bytes=_MAX_BODY.value, max_question_chars=_MAX_CHARS.value,
                   num_blocks=service.num_blocks, max_top_k=_MAX_TOP_K.value,
                   default_top_k=service.default_top_k)
   batcher = Batcher(service.answer_batch, _MAX_BATCH.value, _MAX_WAIT.value, _MAX_QUEUE.value)
-  print(f"realm-serve: {service.model.directory} ({service.num_blocks} blocks) on "
+  print(f"realm-serve: {service.kind} model {service.model.directory} "
+        f"({service.num_blocks} blocks) on "
         f"http://{_HOST.value}:{_PORT.value}/", file=sys.stderr, flush=True)
   server.serve(app_lib.create_app(service, batcher, limits), _HOST.value, _PORT.value)
 

@@ -7,12 +7,12 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import hub_fresh_process
 from realm_tf.qa.evaluate_lib import read_predictions
 from realm_tf.qa.model import QAModel
 from realm_tf.qa.model import find_model_dir
@@ -28,21 +28,7 @@ TEXTS = ["Ada lives in Doha. Ada works as a tailor.", "Bob lives in Kyiv. Bob wo
 MASKED = ["[MASK] lives in the city of doha .", "the [MASK] is [MASK] .", "no mask here"]
 
 # Runs in a fresh interpreter that cannot import realm_tf at all.
-FRESH_PROCESS = textwrap.dedent("""
-    import json, sys
-    import numpy as np
-
-    class NoRealm:
-      def find_spec(self, name, path=None, target=None):
-        if name == "realm_tf" or name.startswith("realm_tf."):
-          raise ImportError("realm_tf must not be needed to load the exports")
-        return None
-
-    sys.meta_path.insert(0, NoRealm())
-    import tensorflow as tf
-    import tensorflow_hub as hub
-    import tensorflow_text  # registers the tokenizer ops
-
+FRESH_PROCESS = hub_fresh_process.script("""
     hub_dir, out_path, inputs_path = sys.argv[1:4]
     with open(inputs_path) as f:
       inputs = json.load(f)
@@ -86,10 +72,6 @@ FRESH_PROCESS = textwrap.dedent("""
       out["empty_question_error"] = ""
     except tf.errors.InvalidArgumentError as e:
       out["empty_question_error"] = e.message
-    assert not any(name.startswith("realm_tf") for name in sys.modules)
-    arrays = {k: np.asarray(v) for k, v in out.items()}
-    np.savez(out_path, **{k: a.astype(bytes) if a.dtype == object else a
-                          for k, a in arrays.items()})
 """)
 
 

@@ -30,6 +30,14 @@ def metrics(gold: Sequence[int], predicted: Sequence[int], num_labels: int) -> D
           "examples": float(len(gold))}
 
 
+def evidence_order(rows: np.ndarray, p_z: np.ndarray, p_label_given_z: np.ndarray
+                   ) -> List[int]:
+  """The blocks read of one text (rows [K], -1: none) by their share p(z|x) p(ŷ|z,x) of the
+  predicted label's p(ŷ|x), largest first (ties in reading order)."""
+  return [int(j) for j in np.argsort(-(p_z * p_label_given_z), kind="stable")
+          if rows[j] != -1]
+
+
 def prediction_records(texts: Sequence[str], gold: Sequence[int], labels: Sequence[str],
                        rows: np.ndarray, log_p_z: np.ndarray, log_p_y_given_z: np.ndarray,
                        log_p_y: np.ndarray, titles: Sequence[str], bodies: Sequence[str]
@@ -49,7 +57,7 @@ def prediction_records(texts: Sequence[str], gold: Sequence[int], labels: Sequen
     predicted = int(np.argmax(log_p_y[b]))
     p_z = np.exp(log_p_z[b])
     p_y_z = np.exp(log_p_y_given_z[b, :, predicted])
-    order = [j for j in np.argsort(-(p_z * p_y_z), kind="stable") if rows[b, j] != -1]
+    order = evidence_order(rows[b], p_z, p_y_z)
     evidence = [{"row": int(rows[b, j]),
                  "title": titles[rows[b, j]] if rows[b, j] >= 0 else "",
                  "text": bodies[rows[b, j]][:_SNIPPET] if rows[b, j] >= 0 else "",

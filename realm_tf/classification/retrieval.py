@@ -99,15 +99,17 @@ class BlockRetrieval:
     _, query_ids = self.featurizer.questions(texts)
     return self.featurizer.reader_inputs(query_ids, titles, bodies)
 
-  def search(self, texts: List[str]) -> Dict[str, np.ndarray]:
+  def search(self, texts: List[str], num_read: Optional[int] = None) -> Dict[str, np.ndarray]:
     """"query_*" int32 [B, Lq] and "rows" int64 [B, K] (`NULL_ROW`: the null document, -1:
-    no block) of `texts`."""
+    no block) of `texts`; `num_read`: k for these texts (default the constructor's, capped
+    at the corpus size)."""
     features, query_emb = self._embed_fn(tf.constant(texts, tf.string))
     batch = len(texts)
+    num_read = self.num_read if num_read is None else min(num_read, len(self.corpus))
     if self.retrieval == "dense":
-      rows = self.block_index.index.search(query_emb, self.num_read)[1].numpy()
+      rows = self.block_index.index.search(query_emb, num_read)[1].numpy()
     elif self.retrieval == "bm25":
-      rows = self.bm25.search(texts, self.num_read)[0]
+      rows = self.bm25.search(texts, num_read)[0]
     else:
       rows = np.zeros([batch, 0], np.int64)
     rows = np.concatenate([np.full([batch, self.null], NULL_ROW), rows], axis=1)
@@ -115,11 +117,11 @@ class BlockRetrieval:
     prepared["rows"] = rows.astype(np.int64)
     return prepared
 
-  def __call__(self, texts: List[str]) -> Dict[str, np.ndarray]:
-    """The step's inputs for `texts`: `search`'s, "block_embeddings" float32 [B, K, D] (zeros
-    with "none": one null document needs no score), "block_mask" bool [B, K] and
-    "reader_*" int32 [B, K, Lr]."""
-    prepared = self.search(texts)
+  def __call__(self, texts: List[str], num_read: Optional[int] = None) -> Dict[str, np.ndarray]:
+    """The step's inputs for `texts` (`num_read` as `search`'s): `search`'s,
+    "block_embeddings" float32 [B, K, D] (zeros with "none": one null document needs no
+    score), "block_mask" bool [B, K] and "reader_*" int32 [B, K, Lr]."""
+    prepared = self.search(texts, num_read)
     rows = prepared["rows"]
     batch, k = rows.shape
     titles = [[self.corpus.titles[r] if r >= 0 else "" for r in row] for row in rows]

@@ -13,6 +13,7 @@ from typing import Callable, Dict, List
 import tensorflow as tf
 
 from realm_tf.layers.classification_head import ClassificationHead
+from realm_tf.losses.classification_loss import classification_log_probs
 from realm_tf.losses.classification_loss import classification_loss
 from realm_tf.qa.open_qa_step import QUERY_FEATURES
 from realm_tf.qa.open_qa_step import query_tower_variables
@@ -23,7 +24,8 @@ def classification_outputs(retriever, reader, head: ClassificationHead,
                            inputs: Dict[str, tf.Tensor], training: bool) -> Dict[str, tf.Tensor]:
   """`classification_loss` of prepared inputs ("query_*" [B, Lq], "block_embeddings"
   [B, K, D], "block_mask" [B, K], "reader_*" [B, K, Lr], "labels" [B]): "loss" [B], "log_p_z"
-  [B, K], "log_p_y_given_z" [B, K, C], "log_p_y" [B, C]."""
+  [B, K], "log_p_y_given_z" [B, K, C], "log_p_y" [B, C]; without "labels" the three
+  distributions alone (`classification_log_probs`)."""
   query = {n: inputs[f"query_{n}"] for n in QUERY_FEATURES}
   query_emb = tf.cast(retriever.embed_query(query, training=training), tf.float32)
   blocks = tf.cast(inputs["block_embeddings"], tf.float32)
@@ -33,6 +35,8 @@ def classification_outputs(retriever, reader, head: ClassificationHead,
   flat = {n: tf.reshape(inputs[f"reader_{n}"], [batch * k, -1]) for n in QUERY_FEATURES}
   label_logits = head(reader.sequence_output(flat, training=training), training=training)
   label_logits = tf.reshape(label_logits, [batch, k, head.num_labels])
+  if "labels" not in inputs:
+    return classification_log_probs(retriever_logits, label_logits, inputs["block_mask"])
   return classification_loss(retriever_logits, label_logits, inputs["block_mask"],
                              inputs["labels"])
 

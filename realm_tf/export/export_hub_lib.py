@@ -1,9 +1,11 @@
 """Exports a fine-tuned QA model as five TF Hub SavedModels, as Model Garden's
-`export_tfhub_lib` does; `realm_tf/export_hub.py` is the binary, which loads the model.
+`export_tfhub_lib` does, and a classification run as three; `realm_tf/export_hub.py` is the
+binary, which loads the model.
 
 `<export_dir>/` holds `preprocessor/`, `query_embedder/`, `doc_embedder/`, `reader/`,
-`realm_qa/` (`MODULES`, their signatures in `SIGNATURES`) and `export.json` (model, step,
-corpus, sizes, signatures). docs/exports.md lists every signature with its shapes.
+`realm_qa/` (`MODULES`, their signatures in `SIGNATURES`), or for a classifier
+`preprocessor/`, `query_embedder/`, `realm_classifier/` (`CLASSIFIER_MODULES`), and
+`export.json` (model, step, corpus, sizes, signatures). docs/exports.md lists every signature.
 
 `doc_embedder/` is not exported again: it is a copy of the very export that embedded the
 model's index, so a user re-embedding blocks gets the index's own embeddings.
@@ -16,6 +18,7 @@ import tensorflow as tf
 
 from realm_tf.export.preprocessor import export_preprocessor
 from realm_tf.export.query_embedder import export_query_embedder
+from realm_tf.export.realm_classifier import export_realm_classifier
 from realm_tf.export.realm_qa import export_realm_qa
 from realm_tf.export.reader import export_reader
 
@@ -26,7 +29,9 @@ SIGNATURES = {
     "doc_embedder": ("serving_default", "embed_blocks", "embed_texts"),
     "reader": ("span", "mlm", "read_text", "mlm_text"),
     "realm_qa": ("serving_default", "answer_ids"),
+    "realm_classifier": ("serving_default",),
 }
+CLASSIFIER_MODULES = ("preprocessor", "query_embedder", "realm_classifier")
 
 
 def copy_tree(source: str, destination: str) -> None:
@@ -59,10 +64,43 @@ def export_hub(model, export_dir: str, k: int = 5) -> Dict[str, str]:
                 block_length=config.block_length, reader_length=config.reader_length)
   export_realm_qa(model.system(k=k), model.doc_index.embeddings, paths["realm_qa"])
   export_preprocessor(tokenizer, paths["preprocessor"], seq_length=config.query_length)
-  with tf.io.gfile.GFile(os.path.join(export_dir, "export.json"), "w") as f:
-    json.dump({"model_dir": model.directory, "step": model.info.step,
-               "corpus": model.corpus.source, "corpus_fingerprint": model.corpus.fingerprint,
-               "num_blocks": len(model.corpus), "k": k, "model": model.config.to_dict(),
-               "signatures": {name: list(SIGNATURES[name]) for name in MODULES}}, f, indent=2)
+  write_manifest(model, paths, model.info.step, k, model=model.config.to_dict())
   return paths
+
+
+def export_classifier_hub(model, export_dir: str, k: int = 0) -> Dict[str, str]:
+  """Writes the SavedModels of a classification run under `export_dir` (`CLASSIFIER_MODULES`;
+  no query embedder without retrieval); returns {module: path}.
+
+  Args:
+    model: a loaded `realm_tf.classification.model.ClassificationModel`.
+    export_dir: where the SavedModels go.
+    k: blocks read per text in `realm_classifier` (0: the run's `task.reader_top_k`).
+  """
+  tf.io.gfile.makedirs(export_dir)
+  k = k or model.default_k
+  names = [n for n in CLASSIFIER_MODULES
+           if n != "query_embedder" or model.block_index is not None]
+  paths = {name: os.path.join(export_dir, name) for name in names}
+  if "query_embedder" in paths:  # a run without retrieval has no query tower to export
+    export_query_embedder(model.retriever, model.tokenizer, paths["query_embedder"],
+                          query_length=model.config.query_length)
+  export_realm_classifier(model, paths["realm_classifier"], k)
+  export_preprocessor(model.tokenizer, paths["preprocessor"],
+                      seq_length=model.config.query_length)
+  write_manifest(model, paths, model.step, k, labels=list(model.labels),
+                 retrieval=model.settings.retrieval, model=model.config.to_dict())
+  return paths
+
+
+def write_manifest(loaded, paths: Dict[str, str], step: int, k: int, **fields) -> None:
+  """`export.json` beside the modules of `paths`: the `loaded` model's directory, its step and
+  corpus, k, `fields` and each module's signatures."""
+  corpus = loaded.corpus
+  with tf.io.gfile.GFile(os.path.join(os.path.dirname(paths["preprocessor"]), "export.json"),
+                         "w") as f:
+    json.dump(dict({"model_dir": loaded.directory, "step": step, "corpus": corpus.source,
+                    "corpus_fingerprint": corpus.fingerprint, "num_blocks": len(corpus),
+                    "k": k}, **fields,
+                   signatures={name: list(SIGNATURES[name]) for name in paths}), f, indent=2)
 

@@ -30,6 +30,16 @@ ID_SPECS = {n: tf.TensorSpec([None, None], tf.int32, name=n)
 QUESTIONS_SPEC = tf.TensorSpec([None], tf.string, name="questions")
 
 
+def checked_nonblank(strings: tf.Tensor, message: str) -> tf.Tensor:
+  """`strings` [B], failing with InvalidArgumentError ("`message` [the strings]") where one is
+  empty or blank."""
+  blank = tf.equal(tf.strings.length(tf.strings.strip(strings)), 0)
+  check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(blank)), [message, strings],
+                              summarize=8)
+  with tf.control_dependencies([check]):
+    return tf.identity(strings)
+
+
 class _RealmQAModule(ReusableModule):
 
   def __init__(self, system: RetrieveAndRead, embeddings: np.ndarray, staging_dir: str):
@@ -74,11 +84,8 @@ class _RealmQAModule(ReusableModule):
     }
 
   def _answer_questions(self, questions, training=False):
-    blank = tf.equal(tf.strings.length(tf.strings.strip(questions)), 0)
-    check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(blank)),
-                                ["realm_qa: empty question in", questions], summarize=8)
-    with tf.control_dependencies([check]):
-      features, _ = self._parts.system.featurizer.questions(tf.identity(questions))
+    features, _ = self._parts.system.featurizer.questions(
+        checked_nonblank(questions, "realm_qa: empty question in"))
     return self._answer(features, training)
 
   @graph_functions.function

@@ -1,13 +1,18 @@
-"""`Answer` -> the JSON of `POST /v1/ask`.
+"""`Answer` -> the JSON of `POST /v1/ask`, `Classification`s -> that of `POST /v1/classify`.
 
     {"question", "answer", "score": p(best block and span), "answer_block": index into
      "evidence" (-1: no span), "top_k", "latency_ms",
      "evidence": [{"block_id", "title", "text", "score": p(z | x) among the top_k blocks,
                    "answer_start", "answer_end": the answer's character offsets in "text"
                    (null outside the answer block)}], best retrieval score first}
+    {"top_k", "latency_ms", "classifications": [{"text", "label", "probability": p(ŷ | x),
+     "label_probabilities": {label: p(y | x)}, "evidence": [{"block_id" (-2: the null
+     document), "title", "text", "probability": p(z | x), "label_probability": p(ŷ | z, x)}],
+     largest p(z | x) p(ŷ | z, x) first}], one a text, in the request's order}
 """
+import dataclasses
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 
 def answer_span(answer: str, text: str) -> Optional[Tuple[int, int]]:
@@ -40,3 +45,10 @@ def answer_json(answer, top_k: int, latency_ms: float) -> Dict[str, Any]:
   return {"question": answer.question, "answer": answer.answer, "score": answer.probability,
           "answer_block": answer.block, "top_k": top_k, "latency_ms": round(latency_ms, 3),
           "evidence": evidence}
+
+
+def classifications_json(classifications: Sequence[Any], top_k: int,
+                         latency_ms: float) -> Dict[str, Any]:
+  """The response to one `/v1/classify` request (`classification.model.Classification`s)."""
+  return {"top_k": top_k, "latency_ms": round(latency_ms, 3),
+          "classifications": [dataclasses.asdict(c) for c in classifications]}

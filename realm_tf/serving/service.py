@@ -1,8 +1,10 @@
-"""The served model: one `Asker` loaded at start, answering batches of questions.
+"""The served model, loaded at start: a QA model (`AskService`, an `Asker`) or a classification
+run (`ClassifyService`, a `ClassificationModel`), answering batches of texts.
 
-`answer_batch(questions [B], top_k)` runs one retrieval and one reader pass over the B
-questions (`RetrieveAndRead.answer`, the path of `realm-ask`), reading `top_k` blocks each;
-`info()` names the model, its corpus and its index.
+`answer_batch(texts [B], top_k)` runs one retrieval and one reader pass over the B texts
+(`RetrieveAndRead.answer`, the path of `realm-ask`; `ClassificationModel.classify`, that of
+the classification evaluation), reading `top_k` blocks each; `kind` is "qa" or
+"classification"; `info()` names the kind, the model, its corpus and its index.
 """
 import os
 from typing import Any, Dict, List, Sequence
@@ -19,6 +21,8 @@ class AskService:
     asker: a `realm_tf.qa.ask_lib.Asker`.
     batch_size: most questions per forward pass.
   """
+
+  kind = "qa"
 
   def __init__(self, asker, batch_size: int = 16):
     self.asker, self.batch_size = asker, int(batch_size)
@@ -67,6 +71,7 @@ class AskService:
     """The model, corpus and index identity (`GET /v1/info`)."""
     info, index = self.model.info, self.model.doc_index
     return {
+        "kind": self.kind,
         "model_dir": os.path.abspath(self.model.directory),
         "step": info.step,
         "config": info.model.to_dict(),
@@ -79,3 +84,55 @@ class AskService:
                   "corpus_fingerprint": index.corpus_fingerprint, "dim": index.dim},
         "default_top_k": self.default_top_k,
     }
+
+
+class ClassifyService:
+  """A loaded classification run, `model` (a `classification.model.ClassificationModel`),
+  classifying at most `batch_size` texts per forward pass."""
+
+  kind = "classification"
+
+  def __init__(self, model, batch_size: int = 16):
+    self.model, self.batch_size = model, int(batch_size)
+
+  @classmethod
+  def load(cls, model_dir: str, corpus: str = "", batch_size: int = 16) -> "ClassifyService":
+    """Loads a classification run's directory (`ClassificationModel.load`; `corpus`: another
+    knowledge corpus).
+
+    Raises:
+      InputError: the directory (or the corpus) does not load; the message says why.
+    """
+    # pylint: disable=g-import-not-at-top (TensorFlow)
+    from realm_tf.classification.model import ClassificationModel
+    try:
+      model = ClassificationModel.load(model_dir, corpus)
+    except Exception as e:  # pylint: disable=broad-except
+      problem = f"does not load as a classification run ({one_line(e).rstrip('.')})"
+      raise InputError(describe(model_dir, problem, "Pass --model_dir=<the trainer.model_dir "
+                                "of realm-train --experiment=classification>")) from e
+    return cls(model, batch_size)
+
+  @property
+  def num_blocks(self) -> int:
+    """Blocks a request may read: the corpus's (0 for a run without retrieval)."""
+    return 0 if self.model.block_index is None else len(self.model.corpus)
+
+  @property
+  def default_top_k(self) -> int:
+    return self.model.default_k
+
+  def answer_batch(self, texts: Sequence[str], top_k: int) -> List[Any]:
+    """`Classification`s of the texts, each reading its `top_k` best blocks."""
+    return [result for begin in range(0, len(texts), self.batch_size)
+            for result in self.model.classify(texts[begin:begin + self.batch_size], top_k)]
+
+  def info(self) -> Dict[str, Any]:
+    """The kind, model, labels and corpus (`GET /v1/info`)."""
+    model = self.model
+    return {"kind": self.kind, "model_dir": os.path.abspath(model.directory),
+            "step": model.step, "config": model.config.to_dict(), "labels": list(model.labels),
+            "retrieval": model.settings.retrieval,
+            "corpus": {"source": model.corpus.source, "fingerprint": model.corpus.fingerprint,
+                       "num_blocks": len(model.corpus)},
+            "default_top_k": self.default_top_k}
