@@ -32,18 +32,19 @@ def main(argv):
   # pylint: disable=g-import-not-at-top  (TensorFlow after flag parsing: a fast --help)
   from realm_tf import errors
   from realm_tf.classification.model import ClassificationModel
-  from realm_tf.classification.model import is_classification_run
+  from realm_tf.classification.model import classification_run_dir
   from realm_tf.data import shards
   from realm_tf.export import export_hub_lib
   from realm_tf.qa.model import QAModel
   from realm_tf.qa.model import find_model_dir
   shards.check_output_directory(_EXPORT_DIR.value, "--export_dir")
-  if is_classification_run(_MODEL_DIR.value):
+  run_dir = classification_run_dir(_MODEL_DIR.value)
+  if run_dir:
     if _EMBEDDINGS.value:
       raise errors.InputError(errors.describe(
           "--embeddings_dir", "applies to QA models, not to a classification run",
           "Drop it: the run's doc tower embeds --corpus"))
-    model = ClassificationModel.load(_MODEL_DIR.value, corpus=_CORPUS.value)
+    model = ClassificationModel.load(run_dir, corpus=_CORPUS.value)
     k = _K.value if flags.FLAGS["k"].present else 0
     paths = export_hub_lib.export_classifier_hub(model, _EXPORT_DIR.value, k)
   else:

@@ -62,8 +62,9 @@ def main(argv):
   if not model_dir:
     raise errors.InputError(errors.describe("--model_dir", "no model directory", "Pass "
                             f"--model_dir=<fine-tuned model> or set ${ask_lib.MODEL_ENV}"))
-  if runs.is_classification_run(model_dir):
-    service = ClassifyService.load(model_dir, _MODEL.corpus.value, batch_size=_MAX_BATCH.value)
+  run_dir = runs.classification_run_dir(model_dir)
+  if run_dir:
+    service = ClassifyService.load(run_dir, _MODEL.corpus.value, batch_size=_MAX_BATCH.value)
   else:
     service = AskService.load(
         model_dir, _MODEL.corpus.value, _MODEL.embeddings_dir.value, _K.value,

@@ -18,6 +18,7 @@ import serve_helpers
 from classification_test import write_claims
 from realm_tf import tiny_world
 from realm_tf.classification.model import ClassificationModel
+from realm_tf.classification.model import classification_run_dir
 from realm_tf.classification.trainer import PREDICTIONS_FILE
 from realm_tf.experiments import registry
 from realm_tf.experiments.train_lib import run_experiment
@@ -105,6 +106,15 @@ def exported(model, tmp_path_factory):
                           capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stderr[-5000:]
   return hub_dir, dict(np.load(out_path))
+
+
+def test_the_binaries_find_the_run_from_its_directory_or_its_best(model):
+  """`realm-export-hub` and `realm-serve` take the run's directory or its `best/`, as they take
+  a QA model's; another directory is not a classification run."""
+  assert classification_run_dir(model.directory) == model.directory
+  assert classification_run_dir(os.path.join(model.directory, "best") + "/") == model.directory
+  assert classification_run_dir(os.path.join(model.directory, "checkpoints")) == ""
+  assert classification_run_dir(os.path.dirname(model.directory)) == ""
 
 
 def test_export_reloads_in_a_fresh_process_with_the_loaded_models_outputs(model, exported):

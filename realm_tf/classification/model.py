@@ -78,9 +78,15 @@ class Classification:
   evidence: List[Evidence]
 
 
-def is_classification_run(model_dir: str) -> bool:
-  """Whether `model_dir` is a classification run's directory (it holds `labels.json`)."""
-  return tf.io.gfile.exists(os.path.join(model_dir, data.LABELS_FILE))
+def classification_run_dir(model_dir: str) -> str:
+  """The classification run `model_dir` names: itself when it holds `labels.json`, the run
+  when it is the run's `best/` (as a QA model's `best/` is passed), else ""."""
+  model_dir = model_dir.rstrip("/")
+  for directory in (model_dir, os.path.dirname(model_dir)
+                    if os.path.basename(model_dir) == BEST_DIR else None):
+    if directory and tf.io.gfile.exists(os.path.join(directory, data.LABELS_FILE)):
+      return directory
+  return ""
 
 
 def _require(path: str) -> str:
