@@ -23,6 +23,8 @@ from realm_tf.presets import InitConfig
 from realm_tf.presets import ModelConfig
 from realm_tf.retrieval.embedding_file import check_storage_dtype
 
+EXPERIMENT_FILE = "experiment.json"  # a run's resolved config, in its model directory
+
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:

@@ -15,7 +15,7 @@ from realm_tf import tiny_world
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
 from realm_tf.experiments.base_task import previous_run
-from realm_tf.experiments.base_task import EXPERIMENT_FILE
+from realm_tf.experiment_config import EXPERIMENT_FILE
 from realm_tf.experiments.classification_task import ClassificationTask
 from realm_tf.experiments.pretrain_task import PretrainTask
 from realm_tf.experiments.train_lib import run_experiment

@@ -17,7 +17,7 @@ from realm_tf import presets
 from realm_tf import tiny_world
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
-from realm_tf.experiments.base_task import EXPERIMENT_FILE
+from realm_tf.experiment_config import EXPERIMENT_FILE
 from realm_tf.mips import index_publisher
 from realm_tf.mips.brute_force_index import BruteForceIndex
 from realm_tf.models.saving import save_model

@@ -8,4 +8,5 @@ set is `real_data.fact_verification`.
     step.py               the marginal likelihood (`losses.classification_loss`) and the update
     evaluation.py         accuracy, macro-F1 and each prediction's evidence
     trainer.py            ClassificationTrainer: the run on `training.train_loop.TrainLoop`
+    model.py              a trained run loaded for use (`realm-export-hub`, `realm-serve`)
 """

@@ -7,7 +7,7 @@ label's p(ŷ|x), with p(z|x) and p(ŷ|z,x) (`EVIDENCE_BLOCKS` of them, the null 
 among them as row -2, title "" and text "").
 """
 import json
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +38,16 @@ def evidence_order(rows: np.ndarray, p_z: np.ndarray, p_label_given_z: np.ndarra
           if rows[j] != -1]
 
 
+def ranked_evidence(rows: np.ndarray, p_z: np.ndarray, p_label_given_z: np.ndarray,
+                    titles: Sequence[str], bodies: Sequence[str]
+                    ) -> List[Tuple[int, str, str, float, float]]:
+  """The blocks read of one text in `evidence_order`: (row, title, text, p(z|x), p(ŷ|z,x))
+  each, title and text "" for the null document."""
+  return [(int(rows[j]), titles[rows[j]] if rows[j] >= 0 else "",
+           bodies[rows[j]] if rows[j] >= 0 else "", float(p_z[j]), float(p_label_given_z[j]))
+          for j in evidence_order(rows, p_z, p_label_given_z)]
+
+
 def prediction_records(texts: Sequence[str], gold: Sequence[int], labels: Sequence[str],
                        rows: np.ndarray, log_p_z: np.ndarray, log_p_y_given_z: np.ndarray,
                        log_p_y: np.ndarray, titles: Sequence[str], bodies: Sequence[str]
@@ -55,14 +65,11 @@ def prediction_records(texts: Sequence[str], gold: Sequence[int], labels: Sequen
   records = []
   for b, text in enumerate(texts):
     predicted = int(np.argmax(log_p_y[b]))
-    p_z = np.exp(log_p_z[b])
-    p_y_z = np.exp(log_p_y_given_z[b, :, predicted])
-    order = evidence_order(rows[b], p_z, p_y_z)
-    evidence = [{"row": int(rows[b, j]),
-                 "title": titles[rows[b, j]] if rows[b, j] >= 0 else "",
-                 "text": bodies[rows[b, j]][:_SNIPPET] if rows[b, j] >= 0 else "",
-                 "p_z": float(p_z[j]), "p_label_given_z": float(p_y_z[j])}
-                for j in order[:EVIDENCE_BLOCKS]]
+    ranked = ranked_evidence(rows[b], np.exp(log_p_z[b]),
+                             np.exp(log_p_y_given_z[b, :, predicted]), titles, bodies)
+    evidence = [{"row": row, "title": title, "text": text[:_SNIPPET], "p_z": p_z,
+                 "p_label_given_z": p_label}
+                for row, title, text, p_z, p_label in ranked[:EVIDENCE_BLOCKS]]
     records.append({"text": text, "label": labels[gold[b]], "predicted": labels[predicted],
                     "p_labels": {name: float(np.exp(log_p_y[b, c]))
                                  for c, name in enumerate(labels)},

@@ -22,10 +22,11 @@ from realm_tf import graph_functions
 from realm_tf import pretrained
 from realm_tf.checkpoints import tf2_checkpoint
 from realm_tf.classification import data
-from realm_tf.classification.evaluation import evidence_order
+from realm_tf.classification.evaluation import ranked_evidence
 from realm_tf.classification.retrieval import BlockIndex
 from realm_tf.classification.retrieval import BlockRetrieval
 from realm_tf.classification.step import classification_outputs
+from realm_tf.experiment_config import EXPERIMENT_FILE
 from realm_tf.layers.classification_head import ClassificationHead
 from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
@@ -37,7 +38,6 @@ from realm_tf.training import run_config
 from realm_tf.training.train_loop import BEST_DIR
 
 _FIX = "Pass --model_dir=<the trainer.model_dir of realm-train --experiment=classification>"
-_EXPERIMENT_FILE = "experiment.json"  # `experiments.base_task.EXPERIMENT_FILE`, the run's config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +136,7 @@ class ClassificationModel:
       errors.InputError: a file of the run missing, a vocabulary that is not the run's, or a
         checkpoint that does not fit the model.
     """
-    task = RunSettings.read(os.path.join(model_dir, _EXPERIMENT_FILE))
+    task = RunSettings.read(os.path.join(model_dir, EXPERIMENT_FILE))
     labels = tuple(_read_json(os.path.join(model_dir, data.LABELS_FILE)))
     structure = _read_json(os.path.join(model_dir, "checkpoints", run_config.RUN_CONFIG))
     vocab_file = task.vocab_file or os.path.join(pretrained.minilm_dir(), "vocab.txt")
@@ -178,14 +178,9 @@ class ClassificationModel:
     for b, text in enumerate(texts):
       label = int(np.argmax(p_y[b]))
       p_label = np.exp(outputs["log_p_y_given_z"][b, :, label])
-      evidence = []
-      for j in evidence_order(prepared["rows"][b], p_z[b], p_label):
-        row = int(prepared["rows"][b, j])
-        null = row == NULL_ROW
-        evidence.append(Evidence(
-            NULL_ROW if null else int(self.corpus.block_ids[row]),
-            "" if null else self.corpus.titles[row], "" if null else self.corpus.texts[row],
-            float(p_z[b, j]), float(p_label[j])))
+      evidence = [Evidence(int(self.corpus.block_ids[row]) if row >= 0 else NULL_ROW, *read)
+                  for row, *read in ranked_evidence(prepared["rows"][b], p_z[b], p_label,
+                                                    self.corpus.titles, self.corpus.texts)]
       results.append(Classification(
           text, self.labels[label], float(p_y[b, label]),
           {name: float(p_y[b, c]) for c, name in enumerate(self.labels)}, evidence))

@@ -22,13 +22,11 @@ from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.retriever import Retriever
 from realm_tf.qa.open_qa_step import MISSING_ROW
 from realm_tf.qa.open_qa_step import NULL_ROW
-from realm_tf.qa.open_qa_step import QUERY_FEATURES
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
+from realm_tf.tokenization.featurizers import FEATURES
 from realm_tf.tokenization.featurizers import Featurizer
-
-READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 @dataclasses.dataclass
@@ -113,7 +111,7 @@ class BlockRetrieval:
     else:
       rows = np.zeros([batch, 0], np.int64)
     rows = np.concatenate([np.full([batch, self.null], NULL_ROW), rows], axis=1)
-    prepared = {f"query_{n}": features[n].numpy() for n in QUERY_FEATURES}
+    prepared = {f"query_{n}": features[n].numpy() for n in FEATURES}
     prepared["rows"] = rows.astype(np.int64)
     return prepared
 
@@ -129,7 +127,7 @@ class BlockRetrieval:
     reader = self._reader_fn(tf.constant(texts, tf.string), tf.constant(titles, tf.string),
                              tf.constant(bodies, tf.string))
     prepared.update({f"reader_{n}": reader[n].numpy().reshape([batch, k, -1])
-                     for n in READER_FEATURES})
+                     for n in FEATURES})
     dim = self.retriever.projection_size
     prepared["block_embeddings"] = (self.block_index.gather(rows) if self.block_index
                                     else np.zeros([batch, k, dim], np.float32))

@@ -15,8 +15,8 @@ import tensorflow as tf
 from realm_tf.layers.classification_head import ClassificationHead
 from realm_tf.losses.classification_loss import classification_log_probs
 from realm_tf.losses.classification_loss import classification_loss
-from realm_tf.qa.open_qa_step import QUERY_FEATURES
 from realm_tf.qa.open_qa_step import query_tower_variables
+from realm_tf.tokenization.featurizers import FEATURES
 from realm_tf.training.optimizer import apply_gradients
 
 
@@ -26,13 +26,13 @@ def classification_outputs(retriever, reader, head: ClassificationHead,
   [B, K, D], "block_mask" [B, K], "reader_*" [B, K, Lr], "labels" [B]): "loss" [B], "log_p_z"
   [B, K], "log_p_y_given_z" [B, K, C], "log_p_y" [B, C]; without "labels" the three
   distributions alone (`classification_log_probs`)."""
-  query = {n: inputs[f"query_{n}"] for n in QUERY_FEATURES}
+  query = {n: inputs[f"query_{n}"] for n in FEATURES}
   query_emb = tf.cast(retriever.embed_query(query, training=training), tf.float32)
   blocks = tf.cast(inputs["block_embeddings"], tf.float32)
   retriever_logits = tf.einsum("bd,bkd->bk", query_emb, blocks)
   ids = inputs["reader_input_word_ids"]
   batch, k = tf.shape(ids)[0], tf.shape(ids)[1]
-  flat = {n: tf.reshape(inputs[f"reader_{n}"], [batch * k, -1]) for n in QUERY_FEATURES}
+  flat = {n: tf.reshape(inputs[f"reader_{n}"], [batch * k, -1]) for n in FEATURES}
   label_logits = head(reader.sequence_output(flat, training=training), training=training)
   label_logits = tf.reshape(label_logits, [batch, k, head.num_labels])
   if "labels" not in inputs:

@@ -26,6 +26,7 @@ from realm_tf import presets
 from realm_tf.data import shards
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
+from realm_tf.experiment_config import EXPERIMENT_FILE
 from realm_tf.experiment_config import ExperimentConfig
 from realm_tf.models import precision
 from realm_tf.qa import datasets
@@ -35,7 +36,6 @@ from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 from realm_tf.training import run_config
 from realm_tf.training.recall_monitor import RecallMonitor
 
-EXPERIMENT_FILE = "experiment.json"
 # `run_config.retriever_structure`'s "pooling/projection" -> the `presets` head.
 _HEADS = {"mean/l2_normalize": "sentence", "cls_pooled/dense_layernorm": "realm"}
 

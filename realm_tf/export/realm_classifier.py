@@ -24,10 +24,10 @@ from realm_tf.mips.index_builder import build_index
 from realm_tf.signatures.doc_embedder import Untracked
 from realm_tf.signatures.doc_embedder import vocab_asset
 from realm_tf.signatures.reusable import ReusableModule
+from realm_tf.tokenization.featurizers import FEATURES
 
 TEXTS_SPEC = tf.TensorSpec([None], tf.string, name="texts")
 NULL_BLOCK_ID = -2  # the null document's id: predictions.jsonl's row (`open_qa_step.NULL_ROW`)
-_READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 class _RealmClassifierModule(ReusableModule):
@@ -83,7 +83,7 @@ class _RealmClassifierModule(ReusableModule):
     batch, k = tf.shape(ids)[0], tf.shape(ids)[1]
     reader = parts.featurizer.reader_inputs(query_ids, titles, bodies)  # [B*K, Lr]
     logits = parts.head(parts.reader.sequence_output(
-        {n: reader[n] for n in _READER_FEATURES}, training=training), training=training)
+        {n: reader[n] for n in FEATURES}, training=training), training=training)
     probs = classification_log_probs(
         retriever_logits, tf.reshape(logits, [batch, k, -1]), tf.ones([batch, k], tf.bool))
     p_y = tf.exp(probs["log_p_y"])  # [B, C]

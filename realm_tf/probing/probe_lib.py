@@ -26,7 +26,7 @@ from realm_tf import graph_functions
 from realm_tf import pretrained
 from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.experiments import registry
-from realm_tf.experiments.base_task import EXPERIMENT_FILE
+from realm_tf.experiment_config import EXPERIMENT_FILE
 from realm_tf.losses.mlm_marginal_likelihood import MLM_LOSS_FORMS
 from realm_tf.losses.mlm_marginal_likelihood import marginal_token_log_probs
 from realm_tf.losses.mlm_marginal_likelihood import masked_token_log_probs

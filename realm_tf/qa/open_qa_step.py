@@ -20,10 +20,11 @@ import tensorflow as tf
 from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.losses.open_qa_loss import correct_spans
 from realm_tf.losses.open_qa_loss import open_qa_loss
+from realm_tf.tokenization.featurizers import FEATURES
 from realm_tf.training.optimizer import apply_gradients
 
-READER_FEATURES = ("input_word_ids", "input_mask", "input_type_ids", "block_mask")
-QUERY_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
+READER_FEATURES = FEATURES + ("block_mask",)
+QUERY_FEATURES = FEATURES
 MISSING_ROW = -1
 NULL_ROW = -2
 

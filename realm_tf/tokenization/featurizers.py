@@ -24,6 +24,9 @@ from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.bert_packer import BertPacker
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
+# The int32 [B, L] BERT inputs every `Featurizer` method packs.
+FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
+
 
 class _Featurizer(keras.layers.Layer):
   """A tokenizer plus a waterfall `BertPacker` of length `seq_length`."""
