@@ -9,13 +9,17 @@ extracts, one block per article (its title and first `--block_words` words), spl
 answer block's article; `--train_examples` and `--test_examples` claims are sampled (seed 0)
 from each split. The corpus read is the sampled claims' articles plus other articles (title
 order) up to `--num_articles`. Rows, each `realm-train --experiment=classification` from
-all-MiniLM-L6-v2 weights (both towers and the reader), trained `--num_steps` per seed and
-evaluated once at the end on the test claims (no model selection): `realm` (dense retrieval of
-k blocks + the null document), `null_only` (`task.retrieval=none`: the same reader on the null
-document only) and `bm25` (BM25's k blocks + the null document). Writes
-`bench/results/<--name>.{md,json}` after every run: mean ± sd of accuracy and macro-F1
-over the seeds run.
+`--init_checkpoint` (a REALM or ICT run) or all-MiniLM-L6-v2 weights, trained `--num_steps`
+per seed and evaluated once at the end on the test claims (no model selection): `realm`
+(dense retrieval of k blocks + the null document), `null_only` (`task.retrieval=none`: the
+same reader on the null document only) and `bm25` (BM25's k blocks + the null document).
+Besides accuracy and macro-F1, each run reports `answer_read` (the share of test claims one of
+whose read blocks holds the claim's answer) and `accuracy_realm_read` (its accuracy on the
+claims the `realm` run of its seed read the answer for: every row on the same claims). A run
+that reached `--num_steps` in `--output_dir` before is read back, not retrained. Writes
+`bench/results/<--name>.{md,json}` after every run: mean ± sd over the seeds run.
 """
+import json
 import os
 import random
 import statistics
@@ -30,6 +34,7 @@ from absl import flags  # pylint: disable=wrong-import-position
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import bench_utils  # pylint: disable=wrong-import-position
 from realm_tf.demo import wikipedia  # pylint: disable=wrong-import-position
+from realm_tf.evaluation.answer_matcher import AnswerMatcher  # pylint: disable=wrong-import-position
 from realm_tf.experiments import registry  # pylint: disable=wrong-import-position
 from realm_tf.experiments.train_lib import run_experiment  # pylint: disable=wrong-import-position
 from realm_tf.qa import datasets  # pylint: disable=wrong-import-position
@@ -50,6 +55,11 @@ _TOP_K = flags.DEFINE_integer("reader_top_k", 2, "Blocks read besides the null d
 _LR = flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
 _OUTPUT = flags.DEFINE_string("output_dir", "/tmp/realm_classification", "Runs and data.")
 _NAME = flags.DEFINE_string("name", "classification", "Results under bench/results/<name>.")
+_DTYPE = flags.DEFINE_enum("compute_dtype", "float32", ["float32", "auto", "bfloat16"],
+                           "`runtime.compute_dtype` of every run.")
+_INIT = flags.DEFINE_string(
+    "init_checkpoint", "", "A REALM pre-training or ICT run (or checkpoint) every row starts "
+    "from (`task.init.checkpoint`); empty: all-MiniLM-L6-v2 weights.")
 
 
 def build_data(output_dir: str):
@@ -89,12 +99,65 @@ def run_row(row: str, seed: int, paths) -> dict:
               f"task.dev_data={paths['test']}", "task.init.bert_weights=minilm",
               f"task.retrieval={ROWS[row]}", f"task.reader_top_k={_TOP_K.value}",
               "task.model.query_length=32", "task.model.block_length=64",
-              "task.model.reader_length=96", "runtime.compute_dtype=float32"]
+              "task.model.reader_length=96", f"runtime.compute_dtype={_DTYPE.value}"]
   started = time.perf_counter()
-  metrics = run_experiment(registry.build("classification", params_override=",".join(
-      settings)), verbose=False)
-  return {"row": row, "seed": seed, "accuracy": metrics["accuracy"],
-          "macro_f1": metrics["macro_f1"], "seconds": time.perf_counter() - started}
+  finished = _finished_eval(model_dir)
+  if finished:  # a run of these settings ended before: read back, not retrained
+    with open(os.path.join(model_dir, _SECONDS_FILE), encoding="utf-8") as f:
+      metrics, seconds = finished, json.load(f)["seconds"]
+  else:
+    metrics = run_experiment(registry.build("classification", params_override=",".join(
+        settings)), verbose=False)
+    seconds = time.perf_counter() - started
+    with open(os.path.join(model_dir, _SECONDS_FILE), "w", encoding="utf-8") as f:
+      json.dump({"seconds": seconds}, f)
+  return dict({"row": row, "seed": seed, "accuracy": metrics["accuracy"],
+               "macro_f1": metrics["macro_f1"], "seconds": seconds},
+              **evidence_breakdown(model_dir, paths["test"]))
+
+
+_SECONDS_FILE = "bench_seconds.json"
+
+
+def _finished_eval(model_dir: str):
+  """The last evaluation of a run in `model_dir` when it reached `--num_steps`, else None."""
+  path = os.path.join(model_dir, "eval.jsonl")
+  if not os.path.exists(path) or not os.path.exists(os.path.join(model_dir, _SECONDS_FILE)):
+    return None
+  with open(path, encoding="utf-8") as f:
+    last = [json.loads(line) for line in f if line.strip()][-1]
+  return last if last["step"] == _STEPS.value else None
+
+
+def evidence_breakdown(model_dir: str, test_path: str) -> dict:
+  """What the read blocks held: the share of test claims one of whose read blocks (not the null
+  document) holds the claim's answer (Open-QA's `has_answer`), and the accuracy on the claims
+  with and without such a block (`predictions.jsonl` is in the test file's order)."""
+  with open(test_path, encoding="utf-8") as f:
+    claims = [json.loads(line) for line in f]
+  with open(os.path.join(model_dir, "predictions.jsonl"), encoding="utf-8") as f:
+    predictions = [json.loads(line) for line in f]
+  read, correct = [], []
+  for claim, prediction in zip(claims, predictions, strict=True):
+    matcher = AnswerMatcher([claim["answer"]])
+    read.append(any(e["row"] >= 0 and matcher.has_answer(e["text"])
+                    for e in prediction["evidence"]))
+    correct.append(prediction["predicted"] == claim["label"])
+  def accuracy(want):
+    chosen = [c for c, r in zip(correct, read) if r == want]
+    return sum(chosen) / len(chosen) if chosen else float("nan")
+  return {"answer_read": sum(read) / len(read), "accuracy_answer_read": accuracy(True),
+          "accuracy_answer_not_read": accuracy(False), "read": read, "correct": correct}
+
+
+def pair_with_realm(runs) -> None:
+  """Adds to each run `accuracy_realm_read`: its accuracy on the test claims for which the
+  `realm` run of its seed read a block holding the answer (the same claims for every row)."""
+  for run in runs:
+    realm = [r for r in runs if r["row"] == "realm" and r["seed"] == run["seed"]]
+    if realm:
+      chosen = [c for c, r in zip(run["correct"], realm[0]["read"]) if r]
+      run["accuracy_realm_read"] = sum(chosen) / len(chosen) if chosen else float("nan")
 
 
 def mean_sd(values) -> str:
@@ -104,7 +167,7 @@ def mean_sd(values) -> str:
 
 def settings() -> dict:
   return {flag.name: flag.value for flag in (_TRAIN, _TEST, _ARTICLES, _BLOCK_WORDS, _STEPS,
-                                             _BATCH, _TOP_K, _LR)}
+                                             _BATCH, _TOP_K, _LR, _DTYPE, _INIT)}
 
 
 def write(runs, counts, rows) -> str:
@@ -113,13 +176,20 @@ def write(runs, counts, rows) -> str:
   summary = [{"row": row, "seeds": len(found),
               "accuracy": mean_sd([r["accuracy"] for r in found]),
               "macro_f1": mean_sd([r["macro_f1"] for r in found]),
+              "answer_read": mean_sd([r["answer_read"] for r in found]),
+              "accuracy_realm_read": mean_sd([r.get("accuracy_realm_read", float("nan"))
+                                              for r in found]),
               "seconds_per_run": statistics.mean(r["seconds"] for r in found)}
              for row in rows for found in [[r for r in runs if r["row"] == row]] if found]
   markdown = (f"{bench_utils.machine_line()}\n\nsettings: {settings()}\n\ndata: {counts}\n\n" +
               bench_utils.markdown_table(summary, ["row", "seeds", "accuracy", "macro_f1",
+                                                   "answer_read", "accuracy_realm_read",
                                                    "seconds_per_run"]) + "\n" +
               bench_utils.markdown_table(runs, ["row", "seed", "accuracy", "macro_f1",
-                                                "seconds"]))
+                                                "answer_read", "accuracy_answer_read",
+                                                "accuracy_answer_not_read",
+                                                "accuracy_realm_read", "seconds"]))
+  runs = [{k: v for k, v in r.items() if k not in ("read", "correct")} for r in runs]
   bench_utils.write_results(_NAME.value, runs + [dict(s, summary=True) for s in summary] +
                             [dict(counts, data=True, **settings())], markdown)
   return markdown
@@ -134,7 +204,8 @@ def main(argv):
   for seed in [int(s) for s in _SEEDS.value]:
     for row in _ROWS.value:
       runs.append(run_row(row, seed, paths))
-      print(runs[-1], flush=True)
+      pair_with_realm(runs)
+      print({k: v for k, v in runs[-1].items() if k not in ("read", "correct")}, flush=True)
       markdown = write(runs, counts, _ROWS.value)  # kept after every run
   print(markdown)
 
