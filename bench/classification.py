@@ -13,11 +13,12 @@ order) up to `--num_articles`. Rows, each `realm-train --experiment=classificati
 per seed and evaluated once at the end on the test claims (no model selection): `realm`
 (dense retrieval of k blocks + the null document), `null_only` (`task.retrieval=none`: the
 same reader on the null document only) and `bm25` (BM25's k blocks + the null document).
-Besides accuracy and macro-F1, each run reports `answer_read` (the share of test claims one of
-whose read blocks holds the claim's answer) and `accuracy_realm_read` (its accuracy on the
-claims the `realm` run of its seed read the answer for: every row on the same claims). A run
-that reached `--num_steps` in `--output_dir` before is read back, not retrained. Writes
-`bench/results/<--name>.{md,json}` after every run: mean ± sd over the seeds run.
+Besides accuracy and macro-F1, each run reports `answer_read` (the share of test claims one
+of whose evidence blocks, the `EVIDENCE_BLOCKS` read blocks that decided it, holds the
+claim's answer) and `accuracy_realm_read` (its accuracy on the claims the `realm` run of its
+seed read the answer for: every row on the same claims). A run that reached `--num_steps` in
+`--output_dir` before is read back, not retrained. Writes `bench/results/<--name>.{md,json}`
+after every run: mean ± sd over the seeds run.
 """
 import json
 import os
@@ -55,6 +56,9 @@ _TOP_K = flags.DEFINE_integer("reader_top_k", 2, "Blocks read besides the null d
 _LR = flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
 _OUTPUT = flags.DEFINE_string("output_dir", "/tmp/realm_classification", "Runs and data.")
 _NAME = flags.DEFINE_string("name", "classification", "Results under bench/results/<name>.")
+_QUERY_LR = flags.DEFINE_float(
+    "retriever_learning_rate", None, "The query tower's peak rate "
+    "(`trainer.retriever_learning_rate`; default `--learning_rate`, 0 freezes it).")
 _DTYPE = flags.DEFINE_enum("compute_dtype", "float32", ["float32", "auto", "bfloat16"],
                            "`runtime.compute_dtype` of every run.")
 _INIT = flags.DEFINE_string(
@@ -130,9 +134,10 @@ def _finished_eval(model_dir: str):
 
 
 def evidence_breakdown(model_dir: str, test_path: str) -> dict:
-  """What the read blocks held: the share of test claims one of whose read blocks (not the null
-  document) holds the claim's answer (Open-QA's `has_answer`), and the accuracy on the claims
-  with and without such a block (`predictions.jsonl` is in the test file's order)."""
+  """What the evidence held: the share of test claims one of whose evidence blocks in
+  `predictions.jsonl` (the null document aside; all k blocks read when k < `EVIDENCE_BLOCKS`)
+  holds the claim's answer (Open-QA's `has_answer`), and the accuracy on the claims with and
+  without such a block (`predictions.jsonl` is in the test file's order)."""
   with open(test_path, encoding="utf-8") as f:
     claims = [json.loads(line) for line in f]
   with open(os.path.join(model_dir, "predictions.jsonl"), encoding="utf-8") as f:
@@ -167,7 +172,7 @@ def mean_sd(values) -> str:
 
 def settings() -> dict:
   return {flag.name: flag.value for flag in (_TRAIN, _TEST, _ARTICLES, _BLOCK_WORDS, _STEPS,
-                                             _BATCH, _TOP_K, _LR, _DTYPE, _INIT)}
+                                             _BATCH, _TOP_K, _LR, _QUERY_LR, _DTYPE, _INIT)}
 
 
 def write(runs, counts, rows) -> str:
