@@ -104,33 +104,41 @@ def run_row(row: str, seed: int, paths) -> dict:
               f"task.retrieval={ROWS[row]}", f"task.reader_top_k={_TOP_K.value}",
               "task.model.query_length=32", "task.model.block_length=64",
               "task.model.reader_length=96", f"runtime.compute_dtype={_DTYPE.value}"]
+  if _QUERY_LR.value is not None:
+    settings.append(f"trainer.retriever_learning_rate={_QUERY_LR.value}")
+  if _INIT.value:
+    settings.append(f"task.init.checkpoint={_INIT.value}")
   started = time.perf_counter()
-  finished = _finished_eval(model_dir)
+  finished = _finished_eval(model_dir, settings)
   if finished:  # a run of these settings ended before: read back, not retrained
-    with open(os.path.join(model_dir, _SECONDS_FILE), encoding="utf-8") as f:
-      metrics, seconds = finished, json.load(f)["seconds"]
+    metrics, seconds = finished
   else:
     metrics = run_experiment(registry.build("classification", params_override=",".join(
         settings)), verbose=False)
     seconds = time.perf_counter() - started
-    with open(os.path.join(model_dir, _SECONDS_FILE), "w", encoding="utf-8") as f:
-      json.dump({"seconds": seconds}, f)
+    with open(os.path.join(model_dir, _RUN_FILE), "w", encoding="utf-8") as f:
+      json.dump({"settings": settings, "seconds": seconds}, f)
   return dict({"row": row, "seed": seed, "accuracy": metrics["accuracy"],
                "macro_f1": metrics["macro_f1"], "seconds": seconds},
               **evidence_breakdown(model_dir, paths["test"]))
 
 
-_SECONDS_FILE = "bench_seconds.json"
+_RUN_FILE = "bench_run.json"  # the settings a finished run was trained with, and its seconds
 
 
-def _finished_eval(model_dir: str):
-  """The last evaluation of a run in `model_dir` when it reached `--num_steps`, else None."""
-  path = os.path.join(model_dir, "eval.jsonl")
-  if not os.path.exists(path) or not os.path.exists(os.path.join(model_dir, _SECONDS_FILE)):
+def _finished_eval(model_dir: str, settings: list):
+  """(the last evaluation, seconds) of the run in `model_dir` when it was trained with
+  `settings` and reached `--num_steps`, else None."""
+  paths = [os.path.join(model_dir, name) for name in ("eval.jsonl", _RUN_FILE)]
+  if not all(os.path.exists(path) for path in paths):
     return None
-  with open(path, encoding="utf-8") as f:
+  with open(paths[0], encoding="utf-8") as f:
     last = [json.loads(line) for line in f if line.strip()][-1]
-  return last if last["step"] == _STEPS.value else None
+  with open(paths[1], encoding="utf-8") as f:
+    run = json.load(f)
+  if run["settings"] != settings or last["step"] != _STEPS.value:
+    return None
+  return last, run["seconds"]
 
 
 def evidence_breakdown(model_dir: str, test_path: str) -> dict:
