@@ -100,14 +100,14 @@ def run_row(row: str, seed: int, paths) -> dict:
               f"trainer.eval_every={_STEPS.value}", f"trainer.checkpoint_every={_STEPS.value}",
               f"trainer.log_every={_STEPS.value}", f"runtime.seed={seed}",
               f"task.corpus={paths['corpus']}", f"task.train_data={paths['train']}",
-              f"task.dev_data={paths['test']}", "task.init.bert_weights=minilm",
+              f"task.dev_data={paths['test']}",
               f"task.retrieval={ROWS[row]}", f"task.reader_top_k={_TOP_K.value}",
               "task.model.query_length=32", "task.model.block_length=64",
               "task.model.reader_length=96", f"runtime.compute_dtype={_DTYPE.value}"]
   if _QUERY_LR.value is not None:
     settings.append(f"trainer.retriever_learning_rate={_QUERY_LR.value}")
-  if _INIT.value:
-    settings.append(f"task.init.checkpoint={_INIT.value}")
+  settings.append(f"task.init.checkpoint={_INIT.value}" if _INIT.value else
+                  "task.init.bert_weights=minilm")  # one source of the initial weights
   started = time.perf_counter()
   finished = _finished_eval(model_dir, settings)
   if finished:  # a run of these settings ended before: read back, not retrained
