@@ -93,7 +93,9 @@ def build_data(output_dir: str):
   return paths, counts
 
 
-def run_row(row: str, seed: int, paths) -> dict:
+def run_row(row: str, seed: int, paths):
+  """Trains (or reads back) `row` for `seed`: its reported figures, and per test claim
+  (answer read, classified right) for `pair_with_realm`."""
   model_dir = os.path.join(_OUTPUT.value, f"{row}_seed{seed}")
   settings = [f"trainer.model_dir={model_dir}", f"trainer.num_steps={_STEPS.value}",
               f"trainer.batch_size={_BATCH.value}", f"trainer.learning_rate={_LR.value}",
@@ -118,9 +120,13 @@ def run_row(row: str, seed: int, paths) -> dict:
     seconds = time.perf_counter() - started
     with open(os.path.join(model_dir, _RUN_FILE), "w", encoding="utf-8") as f:
       json.dump({"settings": settings, "seconds": seconds}, f)
-  return dict({"row": row, "seed": seed, "accuracy": metrics["accuracy"],
-               "macro_f1": metrics["macro_f1"], "seconds": seconds},
-              **evidence_breakdown(model_dir, paths["test"]))
+  read, correct = evidence_read(model_dir, paths["test"])
+  run = {"row": row, "seed": seed, "accuracy": metrics["accuracy"],
+         "macro_f1": metrics["macro_f1"], "seconds": seconds,
+         "answer_read": sum(read) / len(read),
+         "accuracy_answer_read": _accuracy_where(correct, read),
+         "accuracy_answer_not_read": _accuracy_where(correct, [not r for r in read])}
+  return run, (read, correct)
 
 
 _RUN_FILE = "bench_run.json"  # the settings a finished run was trained with, and its seconds
@@ -141,11 +147,10 @@ def _finished_eval(model_dir: str, settings: list):
   return last, run["seconds"]
 
 
-def evidence_breakdown(model_dir: str, test_path: str) -> dict:
-  """What the evidence held: the share of test claims one of whose evidence blocks in
-  `predictions.jsonl` (the null document aside; all k blocks read when k < `EVIDENCE_BLOCKS`)
-  holds the claim's answer (Open-QA's `has_answer`), and the accuracy on the claims with and
-  without such a block (`predictions.jsonl` is in the test file's order)."""
+def evidence_read(model_dir: str, test_path: str):
+  """Per test claim (`predictions.jsonl` is in the test file's order): whether one of its
+  evidence blocks (the null document aside; all k blocks read when k < `EVIDENCE_BLOCKS`)
+  holds the claim's answer (Open-QA's `has_answer`), and whether it was classified right."""
   with open(test_path, encoding="utf-8") as f:
     claims = [json.loads(line) for line in f]
   with open(os.path.join(model_dir, "predictions.jsonl"), encoding="utf-8") as f:
@@ -156,21 +161,24 @@ def evidence_breakdown(model_dir: str, test_path: str) -> dict:
     read.append(any(e["row"] >= 0 and matcher.has_answer(e["text"])
                     for e in prediction["evidence"]))
     correct.append(prediction["predicted"] == claim["label"])
-  def accuracy(want):
-    chosen = [c for c, r in zip(correct, read) if r == want]
-    return sum(chosen) / len(chosen) if chosen else float("nan")
-  return {"answer_read": sum(read) / len(read), "accuracy_answer_read": accuracy(True),
-          "accuracy_answer_not_read": accuracy(False), "read": read, "correct": correct}
+  return read, correct
 
 
-def pair_with_realm(runs) -> None:
+def _accuracy_where(correct, chosen) -> float:
+  """The accuracy over the claims `chosen` marks (nan when none)."""
+  picked = [c for c, keep in zip(correct, chosen) if keep]
+  return sum(picked) / len(picked) if picked else float("nan")
+
+
+def pair_with_realm(runs, per_claim) -> None:
   """Adds to each run `accuracy_realm_read`: its accuracy on the test claims for which the
-  `realm` run of its seed read a block holding the answer (the same claims for every row)."""
+  `realm` run of its seed read a block holding the answer (the same claims for every row);
+  `per_claim[(row, seed)]` is that run's (read, correct)."""
   for run in runs:
-    realm = [r for r in runs if r["row"] == "realm" and r["seed"] == run["seed"]]
+    realm = per_claim.get(("realm", run["seed"]))
     if realm:
-      chosen = [c for c, r in zip(run["correct"], realm[0]["read"]) if r]
-      run["accuracy_realm_read"] = sum(chosen) / len(chosen) if chosen else float("nan")
+      run["accuracy_realm_read"] = _accuracy_where(per_claim[(run["row"], run["seed"])][1],
+                                                   realm[0])
 
 
 def mean_sd(values) -> str:
@@ -202,7 +210,6 @@ def write(runs, counts, rows) -> str:
                                                 "answer_read", "accuracy_answer_read",
                                                 "accuracy_answer_not_read",
                                                 "accuracy_realm_read", "seconds"]))
-  runs = [{k: v for k, v in r.items() if k not in ("read", "correct")} for r in runs]
   bench_utils.write_results(_NAME.value, runs + [dict(s, summary=True) for s in summary] +
                             [dict(counts, data=True, **settings())], markdown)
   return markdown
@@ -213,12 +220,13 @@ def main(argv):
   print(bench_utils.machine_line(), flush=True)
   paths, counts = build_data(_OUTPUT.value)
   print(counts, flush=True)
-  runs = []
+  runs, per_claim = [], {}
   for seed in [int(s) for s in _SEEDS.value]:
     for row in _ROWS.value:
-      runs.append(run_row(row, seed, paths))
-      pair_with_realm(runs)
-      print({k: v for k, v in runs[-1].items() if k not in ("read", "correct")}, flush=True)
+      run, per_claim[(row, seed)] = run_row(row, seed, paths)
+      runs.append(run)
+      pair_with_realm(runs, per_claim)
+      print(run, flush=True)
       markdown = write(runs, counts, _ROWS.value)  # kept after every run
   print(markdown)
 
