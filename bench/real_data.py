@@ -43,7 +43,8 @@ from realm_tf.real_data import embedding_cache  # pylint: disable=wrong-import-p
 from realm_tf.retrieval.corpus import Corpus  # pylint: disable=wrong-import-position
 
 ROW_NAMES = ("bm25", "raw_minilm", "realm_tf_step0", "realm_tf_step0_bf16", "finetuned", "ict",
-             "realm_salient", "realm_random", "realm_spanbert", "orqa", "realm_finetuned")
+             "ict_body", "realm_salient", "realm_random", "realm_spanbert", "orqa",
+             "realm_finetuned")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "bench/results/real_data",
                                   "Results (<name>.md, <name>.json) and cache/ go here.")
 _CACHE_DIR = flags.DEFINE_string("cache_dir", "", "Prepared corpus and block embeddings "
@@ -379,8 +380,8 @@ def finetuned_row(ctx: Context) -> Dict:
                    train_questions=len(ctx.train) + len(ctx.extra_train))
 
 
-def chain_config():
-  """The `ChainConfig` of the flags."""
+def chain_config(**overrides):
+  """The `ChainConfig` of the flags, with `overrides` of its fields."""
   from realm_tf.real_data.chain import ChainConfig  # pylint: disable=g-import-not-at-top
   return ChainConfig(
       block_length=_BLOCK_LENGTH.value, query_length=_QUERY_LENGTH.value,
@@ -389,15 +390,15 @@ def chain_config():
       pretrain_steps=_PRETRAIN_STEPS.value, pretrain_batch_size=_PRETRAIN_BATCH.value,
       pretrain_learning_rate=_PRETRAIN_LR.value, num_candidates=_NUM_CANDIDATES.value,
       refresh_every=_REFRESH_EVERY.value, compute_dtype=_PRETRAIN_DTYPE.value,
-      mlm_loss=_PRETRAIN_MLM_LOSS.value)
+      mlm_loss=_PRETRAIN_MLM_LOSS.value, **overrides)
 
 
-def _chain(ctx: Context, seed: int):
+def _chain(ctx: Context, seed: int, config=None):
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
   from realm_tf.real_data.chain import Chain
-  return Chain(chain_config(), os.path.join(ctx.cache_dir, "corpus", "blocks"), ctx.cache_dir,
-               os.path.join(pretrained.minilm_dir(), "vocab.txt"),
+  return Chain(config or chain_config(), os.path.join(ctx.cache_dir, "corpus", "blocks"),
+               ctx.cache_dir, os.path.join(pretrained.minilm_dir(), "vocab.txt"),
                pretrained.minilm_tokenizer().vocab_size, seed,
                log=lambda message: print(message, flush=True))
 
@@ -427,18 +428,20 @@ def _zero_shot_run(ctx: Context, seed: int, stage_dir: str) -> Dict:
               eval_seconds=row["search_seconds"], stage=stage)
 
 
-def _stage_dir(ctx: Context, seed: int, masking: str) -> str:
-  """The ICT stage of `seed` (masking "") or its REALM stage of `masking`, trained (or found)
-  first."""
-  chain = _chain(ctx, seed)
+def _stage_dir(ctx: Context, seed: int, masking: str, config) -> str:
+  """The ICT stage of `seed` (masking "") or its REALM stage of `masking` in the chain of
+  `config`, trained (or found) first."""
+  chain = _chain(ctx, seed, config)
   return chain.pretrain(masking) if masking else chain.ict()
 
 
-def zero_shot_chain_row(ctx: Context, name: str, masking: str) -> Dict:
-  """Zero-shot dev recall@k of a chain stage's retriever (`_stage_dir`), one run per seed."""
-  runs = [_zero_shot_run(ctx, int(seed), _stage_dir(ctx, int(seed), masking))
+def zero_shot_chain_row(ctx: Context, name: str, masking: str, config=None) -> Dict:
+  """Zero-shot dev recall@k of a chain stage's retriever (`_stage_dir`), one run per seed, in
+  the chain of `config` (default: the flags')."""
+  config = config or chain_config()
+  runs = [_zero_shot_run(ctx, int(seed), _stage_dir(ctx, int(seed), masking, config))
           for seed in _SEEDS.value]
-  return seeds_row(ctx, name, runs, chain=chain_config().settings())
+  return seeds_row(ctx, name, runs, chain=config.settings())
 
 
 def finetuned_chain_row(ctx: Context, name: str, masking: str) -> Dict:
@@ -459,6 +462,8 @@ ROWS = {"bm25": bm25_row, "raw_minilm": raw_minilm_row, "realm_tf_step0": realm_
         "realm_tf_step0_bf16": lambda ctx: realm_tf_step0_row(ctx, "bfloat16"),
         "finetuned": finetuned_row,
         "ict": lambda ctx: zero_shot_chain_row(ctx, "ict", ""),
+        "ict_body": lambda ctx: zero_shot_chain_row(ctx, "ict_body", "",
+                                                    chain_config(doc_input="body")),
         "realm_salient": lambda ctx: zero_shot_chain_row(ctx, "realm_salient", "salient_span"),
         "realm_random": lambda ctx: zero_shot_chain_row(ctx, "realm_random", "random_span"),
         "realm_spanbert": lambda ctx: zero_shot_chain_row(ctx, "realm_spanbert", "spanbert"),

@@ -141,3 +141,12 @@ def test_settings_key_the_run_directory():
     chain_lib.ChainConfig(pretrain_steps=0)
   with pytest.raises(ValueError, match="mlm_loss"):
     chain_lib.ChainConfig(mlm_loss="per_span")
+  # The default block form keeps the digests of runs made before the setting; "body" is
+  # its own run directory, and its retriever reads `[CLS] body [SEP]`.
+  default = chain_lib.ChainConfig()
+  assert chain_lib.ChainConfig(doc_input="title_body").digest() == default.digest()
+  body = chain_lib.ChainConfig(doc_input="body")
+  assert body.digest() != default.digest()
+  assert chain_lib.Chain(body, "blocks", "cache", "vocab.txt", 100, 0).model.doc_input == "body"
+  with pytest.raises(ValueError, match="doc_input"):
+    chain_lib.ChainConfig(doc_input="title")

@@ -38,6 +38,7 @@ from realm_tf.presets import ModelConfig
 from realm_tf.presets import build_models
 from realm_tf.presets import encoder_config
 from realm_tf.presets import load_reader_weights
+from realm_tf.tokenization import doc_input as doc_inputs
 
 DONE = "done.json"
 MASKINGS = ("salient_span", "random_span", "spanbert")
@@ -60,6 +61,9 @@ class ChainConfig:
     mlm_loss: REALM's MLM marginal, per masked token (here the default: BENCHMARKS.md §7b's
       rows were measured in it) or per example (`MLM_LOSS_FORMS`). Not in the digest: the
       REALM stage's directory names it, so both forms start from one ICT run.
+    doc_input: the doc tower's block form (`tokenization.doc_input`): REALM's "title_body"
+      or the patent's "body". In the digest only when not the default, so the runs made
+      before the setting keep their directories.
   """
   block_length: int = 128
   query_length: int = 64
@@ -74,10 +78,14 @@ class ChainConfig:
   refresh_every: int = 50
   compute_dtype: str = "auto"
   mlm_loss: str = "token"
+  doc_input: str = doc_inputs.DEFAULT_DOC_INPUT
 
   def __post_init__(self):
     if self.mlm_loss not in MLM_LOSS_FORMS:
       raise ValueError(f"mlm_loss must be one of {MLM_LOSS_FORMS}, got {self.mlm_loss!r}")
+    if self.doc_input not in doc_inputs.DOC_INPUTS:
+      raise ValueError(f"doc_input must be one of {doc_inputs.DOC_INPUTS}, "
+                       f"got {self.doc_input!r}")
     for name in ("ict_steps", "ict_batch_size", "pretrain_steps", "pretrain_batch_size",
                  "num_candidates", "refresh_every"):
       if getattr(self, name) < 1:
@@ -90,6 +98,8 @@ class ChainConfig:
   def digest(self) -> str:
     settings = self.settings()
     del settings["mlm_loss"]
+    if settings["doc_input"] == doc_inputs.DEFAULT_DOC_INPUT:
+      del settings["doc_input"]
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -148,7 +158,8 @@ class Chain:
     self.model = ModelConfig(encoder=encoder_config("minilm_l6", vocab_size),
                              retriever_head="sentence", query_length=config.query_length,
                              block_length=config.block_length,
-                             reader_length=config.query_length + config.block_length)
+                             reader_length=config.query_length + config.block_length,
+                             doc_input=config.doc_input)
 
   def path(self, *parts: str) -> str:
     return os.path.join(self.run_dir, *parts)
