@@ -393,11 +393,11 @@ def chain_config(**overrides):
       mlm_loss=_PRETRAIN_MLM_LOSS.value, **overrides)
 
 
-def _chain(ctx: Context, seed: int, config=None):
+def _chain(ctx: Context, seed: int, config):
   # pylint: disable=g-import-not-at-top
   from realm_tf import pretrained
   from realm_tf.real_data.chain import Chain
-  return Chain(config or chain_config(), os.path.join(ctx.cache_dir, "corpus", "blocks"),
+  return Chain(config, os.path.join(ctx.cache_dir, "corpus", "blocks"),
                ctx.cache_dir, os.path.join(pretrained.minilm_dir(), "vocab.txt"),
                pretrained.minilm_tokenizer().vocab_size, seed,
                log=lambda message: print(message, flush=True))
@@ -447,14 +447,14 @@ def zero_shot_chain_row(ctx: Context, name: str, masking: str, config=None) -> D
 def finetuned_chain_row(ctx: Context, name: str, masking: str) -> Dict:
   """Open-QA fine-tuning from a chain stage (`Chain.finetune_init`: ICT for masking "", else
   REALM's of `masking`), one run per seed, with the `finetuned` row's settings."""
-  settings, digest = finetune_settings(), finetune_digest()
+  settings, digest, config = finetune_settings(), finetune_digest(), chain_config()
   runs = []
   for seed in _SEEDS.value:
-    chain = _chain(ctx, int(seed))
+    chain = _chain(ctx, int(seed), config)
     stage = chain.realm_stage(masking) if masking else "ict"
     runs.append(_finetune_and_evaluate(
         ctx, int(seed), chain.path(f"{stage}-finetuned", digest), chain.finetune_init(stage)))
-  return seeds_row(ctx, name, runs, settings=settings, chain=chain_config().settings(),
+  return seeds_row(ctx, name, runs, settings=settings, chain=config.settings(),
                    train_questions=len(ctx.train) + len(ctx.extra_train))
 
 

@@ -83,9 +83,7 @@ class ChainConfig:
   def __post_init__(self):
     if self.mlm_loss not in MLM_LOSS_FORMS:
       raise ValueError(f"mlm_loss must be one of {MLM_LOSS_FORMS}, got {self.mlm_loss!r}")
-    if self.doc_input not in doc_inputs.DOC_INPUTS:
-      raise ValueError(f"doc_input must be one of {doc_inputs.DOC_INPUTS}, "
-                       f"got {self.doc_input!r}")
+    doc_inputs.check(self.doc_input)
     for name in ("ict_steps", "ict_batch_size", "pretrain_steps", "pretrain_batch_size",
                  "num_candidates", "refresh_every"):
       if getattr(self, name) < 1:
