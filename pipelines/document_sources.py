@@ -26,6 +26,7 @@ from pipelines import beam_runner
 from pipelines import dead_letter
 from pipelines import dump_reader
 from pipelines import wikitext_cleaner
+from realm_tf.data import lone_surrogates
 
 _SPACES = re.compile(r"[^\S\n]+")
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -196,10 +197,10 @@ class _ReadJsonlFn(beam.DoFn):
       raise ValueError("no string field 'title'")
     if not isinstance(text, str):
       raise ValueError("no string field 'text'")
-    try:
-      (title + text).encode("utf-8")
-    except UnicodeEncodeError as e:
-      raise ValueError(f"invalid UTF-8: lone surrogate escape in the JSON strings ({e})") from e
+    for field, value in (("title", title), ("text", text)):
+      surrogate = lone_surrogates.problem(value, f"'{field}'")
+      if surrogate:
+        raise ValueError(f"{surrogate}. {lone_surrogates.FIX}")
     text = _clean_plain_text(text)
     if not text:
       raise ValueError("empty document: no text")

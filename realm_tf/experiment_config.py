@@ -162,6 +162,9 @@ class PretrainTaskConfig:
     index_kind, scann, sharding: the MIPS index, its ScaNN settings and its shard size.
     builder_args: extra flags for the asynchronous index builder (e.g. a Beam runner).
     max_builder_failures: index builds that may fail in a row before training stops.
+    max_index_staleness: with "async", the most steps the index in use may lag training
+      while a newer build is running or pending: training waits for it beyond that
+      (`retrieval.async_refresh`); 0: unbounded.
     keep_indexes: index versions kept.
     embedding_dtype, embedding_jit_compile: the doc tower's precision and XLA when embedding
       the corpus.
@@ -192,6 +195,7 @@ class PretrainTaskConfig:
   sharding: Sharding = Sharding()
   builder_args: Tuple[str, ...] = ()
   max_builder_failures: int = 2
+  max_index_staleness: int = 0
   keep_indexes: int = 3
   embedding_dtype: str = "auto"
   embedding_jit_compile: bool = False
@@ -200,6 +204,9 @@ class PretrainTaskConfig:
   def __post_init__(self):
     if self.refresh not in ("async", "sync"):
       raise ValueError(f"refresh must be 'async' or 'sync', got {self.refresh!r}")
+    if self.max_index_staleness < 0:
+      raise ValueError(f"max_index_staleness must be >= 0 (0: unbounded), got "
+                       f"{self.max_index_staleness}")
     if self.mlm_loss not in MLM_LOSS_FORMS:
       raise ValueError(f"mlm_loss must be one of {MLM_LOSS_FORMS}, got {self.mlm_loss!r}")
 
@@ -236,8 +243,9 @@ class OpenQATaskConfig:
       (a doc-embedder snapshot every `index_refresh_steps`, built by the index-builder
       process while training goes on, swapped in when published,
       `retrieval.async_refresh`; needs `train_doc_tower`).
-    builder_args, max_builder_failures: the asynchronous builder's extra flags and the
-      failed builds in a row that stop training.
+    builder_args, max_builder_failures, max_index_staleness: the asynchronous builder's
+      extra flags, the failed builds in a row that stop training, and the bounded staleness
+      (as `PretrainTaskConfig`'s).
     null_document: the null document (an empty block) first among the K scored and the k
       read, as the patent's fine-tuning allows (REALM's pre-training always has it).
     embedding_dtype: the doc tower's precision when embedding the index (and of its
@@ -268,6 +276,7 @@ class OpenQATaskConfig:
   refresh: str = "sync"
   builder_args: Tuple[str, ...] = ()
   max_builder_failures: int = 2
+  max_index_staleness: int = 0
   null_document: bool = False
   embedding_dtype: str = "auto"
   embedding_storage_dtype: str = "float32"
@@ -285,6 +294,9 @@ class OpenQATaskConfig:
       raise ValueError(f"index_refresh_steps must be >= 0, got {self.index_refresh_steps}")
     if self.refresh not in ("async", "sync"):
       raise ValueError(f"refresh must be 'async' or 'sync', got {self.refresh!r}")
+    if self.max_index_staleness < 0:
+      raise ValueError(f"max_index_staleness must be >= 0 (0: unbounded), got "
+                       f"{self.max_index_staleness}")
     if self.refresh == "async" and not self.train_doc_tower:
       raise ValueError("an asynchronous index refresh needs train_doc_tower (a frozen doc "
                        "tower is refreshed by copying the query tower, synchronously)")

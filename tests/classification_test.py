@@ -150,6 +150,8 @@ def test_registered_experiment_runs_without_retrieval_and_resumes(world, tmp_pat
     ('{"text": "ada lives in doha .", "label": "maybe"}', "label 'maybe' is not one of"),
     ('{"text": "ada lives in doha ."', "not JSON"),
     ('{"text": "", "label": "true"}', 'non-empty string "text"'),
+    ('{"text": "ada \\ud800 doha", "label": "true"}',
+     '"text" holds the lone surrogate U+D800 at character 4. Write the character itself'),
 ])
 def test_bad_line_names_the_file_and_line(world, tmp_path, line, problem):
   path = str(tmp_path / "dev.jsonl")

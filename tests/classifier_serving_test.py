@@ -218,9 +218,11 @@ def test_the_other_kinds_endpoint_names_the_model_kind(client, path, kind, serve
     ({"texts": "ada"}, "got a str"),
     ({"text": "a", "texts": ["b"]}, 'needs one of "text" and "texts"'),
     ({"question": "who?"}, "unknown field(s) 'question'"),
+    ({"texts": ["ada", "doha \ud800"]},
+     '"texts"[1] holds the lone surrogate U+D800 at character 5'),
 ])
 def test_bad_input_gets_a_one_line_400(client, body, message):
-  response = client.post("/v1/classify", json=body)
+  response = client.post("/v1/classify", content=json.dumps(body))  # ASCII: "\ud800" escaped
   assert response.status_code == 400, response.text
   error = response.json()["error"]
   assert error.startswith("/v1/classify: ") and message in error and "\n" not in error

@@ -159,7 +159,7 @@ def test_text_inputs_skip_a_byte_order_mark_and_refuse_bytes_that_are_not_text(t
     Corpus.load(str(latin))
   surrogate = tmp_path / "s.jsonl"
   surrogate.write_text('{"text": "a \\ud800 b"}\n', encoding="utf-8")
-  with pytest.raises(errors.MalformedRecordError, match="s.jsonl:1: a lone surrogate"):
+  with pytest.raises(errors.MalformedRecordError, match=r"s.jsonl:1: \"text\" holds the lone surrogate U\+D800 at character 2\. Write"):
     Corpus.load(str(surrogate))
   tsv = tmp_path / "p.tsv"
   tsv.write_bytes("\ufeffid\ttext\ttitle\n7\tsome text\tT\n".encode("utf-8"))

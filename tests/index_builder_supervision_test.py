@@ -1,11 +1,15 @@
 """Supervision of the asynchronous index builder: its output goes to a log file (never to an
 undrained pipe), a failed build is reported at once with the end of its log and the command that
-reproduces it, consecutive failures stop training, and close() reports and terminates."""
+reproduces it, consecutive failures stop training, close() reports and terminates, and a bounded
+staleness makes the trainer wait for (and retry) a build. Builders that must still be running
+when the test asserts wait for a gate file the test creates: no outcome depends on speed."""
 import logging
 import os
 import shlex
 import signal
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -46,6 +50,11 @@ print("embedding shard 1 of 4", flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 SLEEP = "import time; time.sleep(600)"
+GATED = f"""
+import os, sys, time
+while not os.path.exists(os.path.join(sys.argv[1], "..", "gate")):
+  time.sleep(0.05)
+{PUBLISH}"""
 
 
 class ScriptedRefresher(AsynchronousRefresher):
@@ -162,7 +171,7 @@ def test_a_builder_killed_mid_build_leaves_the_index_in_use_and_the_next_one_rec
 def test_close_reports_a_failed_builder_and_terminates_a_running_one(tmp_path, caplog):
   refresher = ScriptedRefresher(tmp_path, [FAIL, SLEEP])
   refresher.maybe_refresh(5, None)
-  refresher._builder.wait(60)  # pylint: disable=protected-access
+  refresher._builder.wait()  # pylint: disable=protected-access
   refresher.close()  # the failure was not seen by maybe_refresh
   [error] = _errors(caplog)
   assert "the index builder for step-00000005 failed with exit status 1" in error
@@ -221,3 +230,61 @@ def test_a_swap_does_not_rehash_the_published_index(tmp_path, monkeypatch):
   monkeypatch.setattr(manifest, "sha256_file", lambda path: pytest.fail(f"re-hashed {path}"))
   refresher._load("step-00000005")  # pylint: disable=protected-access
   assert refresher.version == "step-00000005"
+
+
+def _open_gate(refresher):
+  with open(os.path.join(refresher.index_root, "..", "gate"), "w"):
+    pass
+
+
+def test_unbounded_staleness_never_waits(tmp_path):
+  refresher = ScriptedRefresher(tmp_path, [GATED])
+  try:
+    assert not refresher.maybe_refresh(5, None)
+    assert not refresher.maybe_refresh(17, None)  # 17 steps old: the gated build still runs
+    assert (refresher.version, refresher.wait_seconds) == ("step-00000000", 0.0)
+    _open_gate(refresher)
+    refresher.wait(timeout=600)
+    assert refresher.maybe_refresh(18, None) and refresher.version == "step-00000005"
+  finally:
+    refresher.close()
+
+
+def test_bounded_staleness_waits_for_the_running_build(tmp_path, caplog):
+  refresher = ScriptedRefresher(tmp_path, [GATED], max_staleness=6)
+  caplog.set_level(logging.INFO, logger="absl")
+  try:
+    assert not refresher.maybe_refresh(5, None)
+    assert not refresher.maybe_refresh(6, None)  # 6 steps old: within the bound
+    swapped = []
+    trainer = threading.Thread(target=lambda: swapped.append(refresher.maybe_refresh(7, None)))
+    trainer.start()
+    waiting = "Step 7: index step-00000000 is 7 steps old (at most 6): waiting for the build"
+    deadline = time.monotonic() + 600  # only a hang fails here: the wait is logged at once
+    while not any(waiting in r.getMessage() for r in caplog.records):
+      assert trainer.is_alive(), "step 7 returned without waiting for the build"
+      assert time.monotonic() < deadline, "step 7 never logged its wait"
+      trainer.join(0.05)
+    assert not swapped  # still waiting: the build cannot publish before the gate opens
+    _open_gate(refresher)
+    trainer.join()
+    assert swapped == [True] and refresher.version == "step-00000005"
+    assert refresher.wait_seconds > 0
+    assert any("Step 7: waited" in r.getMessage() for r in caplog.records)
+    assert not refresher.maybe_refresh(8, None) and refresher.wait_seconds == 0.0
+  finally:
+    refresher.close()
+
+
+def test_bounded_staleness_retries_a_failed_build_then_stops(tmp_path, caplog):
+  refresher = ScriptedRefresher(tmp_path, [FAIL, PUBLISH, FAIL, FAIL], max_staleness=5)
+  assert not refresher.maybe_refresh(5, None)
+  assert refresher.maybe_refresh(6, None)  # waits: the failed build of step 5 is retried
+  assert refresher.version == "step-00000005"
+  assert [c[-1] for c in refresher.commands] == ["step-00000005", "step-00000005"]
+  assert "step-00000005 failed with exit status 1 (failure 1 in a row" in _errors(caplog)[0]
+  refresher.maybe_refresh(10, None)
+  with pytest.raises(IndexBuilderError, match="2 consecutive index builds failed"):
+    refresher.maybe_refresh(11, None)  # the build of 10 and its retry
+  assert refresher.version == "step-00000005"
+  assert [c[-1] for c in refresher.commands[2:]] == ["step-00000010", "step-00000010"]

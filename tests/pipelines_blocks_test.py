@@ -194,7 +194,8 @@ def test_read_jsonl_documents_and_dead_letters(tmp_path):
         lambda r: (r["offset"], r["title"], r["reason"].split(":")[0])), equal_to([
             (2, "", "not JSON"), (3, "NoText", "no string field 'text'"),
             (4, "Blank", "empty document"), (5, "Huge", "over-long document"),
-            (6, "Lone\\ud800", "invalid UTF-8"),
+            (6, "Lone\\ud800", "'title' holds the lone surrogate U+D800 at character 4. Write "
+             "the character itself, or escape both halves of its UTF-16 surrogate pair"),
             (7, "Bytes", "invalid UTF-8 at byte 29 of the line")]), label="dead")
 
 

@@ -81,3 +81,12 @@ def _valid(file_format):
   if file_format == "jsonl":
     return '{"question": "who wrote hamlet?", "answer": ["Shakespeare"]}\n'
   return "who wrote hamlet?\t['Shakespeare']\n"
+
+
+def test_an_asked_lone_surrogate_is_refused_by_position():
+  # "\udce9": how Python decodes the byte 0xE9 of a non-UTF-8 command line (surrogateescape).
+  with pytest.raises(errors.InputError) as error:
+    _asker().ask_many(["who wrote hamlet?", "caf\udce9 owner?"])
+  assert str(error.value) == ("question 2: the question holds the lone surrogate U+DCE9 at "
+                              "character 3. Write the character itself, or escape both halves "
+                              "of its UTF-16 surrogate pair.")

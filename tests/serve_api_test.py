@@ -112,6 +112,8 @@ BAD_REQUESTS = [
     ("50,000 characters", _json({"question": "who " * 12500}), 400, "over the limit of 1000"),
     ("control character", _json({"question": "who wrote\x00 hamlet?"}), 400, "U+0000"),
     ("escape character", _json({"question": "who \x1b[31m wrote"}), 400, "U+001B"),
+    ("lone surrogate", b'{"question": "\\ud800 who"}', 400,
+     '"question" holds the lone surrogate U+D800 at character 0. Write the character itself'),
     ("non-UTF-8 body", b'{"question": "caf\xe9?"}', 400, "not UTF-8"),
     ("malformed JSON", b'{"question": "who wrote', 400, "not JSON"),
     ("JSON list", _json(["who wrote hamlet?"]), 400, "not an object"),

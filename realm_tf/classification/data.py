@@ -9,6 +9,7 @@ import json
 from typing import List, Sequence, Tuple
 
 from realm_tf import errors
+from realm_tf.data import lone_surrogates
 from realm_tf.data.text_file import read_text_file
 
 LABELS_FILE = "labels.json"
@@ -44,6 +45,10 @@ def load_examples(path: str) -> List[TextExample]:
         record["text"].strip()) or not isinstance(record.get("label"), str):
       raise errors.MalformedRecordError(path, number, 'not an object with a non-empty string '
                                         '"text" and a string "label". Fix or drop the line')
+    for field in ("text", "label"):
+      surrogate = lone_surrogates.problem(record[field], f'"{field}"')
+      if surrogate:
+        raise errors.MalformedRecordError(path, number, f"{surrogate}. {lone_surrogates.FIX}")
     examples.append(TextExample(record["text"], record["label"], number))
   if not examples:
     raise errors.InputError(errors.describe(path, "holds no examples",

@@ -155,7 +155,8 @@ class PretrainTask(Task):
     return AsynchronousRefresher(index_root, task.refresh_every, store, special, corpus_dir,
                                  os.path.join(model_dir, "snapshots"), task.index_kind,
                                  task.model.block_length, list(task.builder_args),
-                                 max_builder_failures=task.max_builder_failures, **shared)
+                                 max_builder_failures=task.max_builder_failures,
+                                 max_staleness=task.max_index_staleness, **shared)
 
   def publish_initial_index(self, retriever: Retriever, store: Corpus) -> None:
     """`init.index`, the initial doc tower's precomputed embeddings of the corpus (the

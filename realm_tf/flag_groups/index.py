@@ -35,7 +35,8 @@ def embedding_dtype(default: Optional[str] = None) -> flags.FlagHolder:
 
 def define_index_flags(config: ConfigFlags, open_qa: bool = False) -> None:
   """Binds `--index_kind`, the ScaNN and shard-size flags (`cli.define_index_flags`), `--refresh`,
-  `--refresh_every`, `--builder_args`, `--max_builder_failures` and `--embedding_dtype` to
+  `--refresh_every`, `--builder_args`, `--max_builder_failures`, `--max_index_staleness` and
+  `--embedding_dtype` to
   `task`; pre-training adds `--keep_indexes` and `--embedding_jit_compile`, `open_qa`
   `--embedding_storage_dtype` and `--refresh_every`'s earlier name `--index_refresh_steps`."""
   config.bind(index_kind("MIPS index."), "task.index_kind")
@@ -54,6 +55,11 @@ def define_index_flags(config: ConfigFlags, open_qa: bool = False) -> None:
   config.bind(flags.DEFINE_integer("max_builder_failures", None, "Stop training after this many "
                                    "asynchronous index builds failed in a row.", lower_bound=1),
               "task.max_builder_failures")
+  config.bind(flags.DEFINE_integer(
+      "max_index_staleness", None, "Asynchronous refresh: training waits for a running or "
+      "pending index build when the index in use is more than this many steps old (0: never "
+      "waits; the staleness is then whatever the builder keeps up with).", lower_bound=0),
+              "task.max_index_staleness")
   config.bind(embedding_dtype(), "task.embedding_dtype")
   if open_qa:
     config.alias(flags.DEFINE_alias("index_refresh_steps", "refresh_every"), "refresh_every")

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf.data import lone_surrogates
 from realm_tf.data.text_file import read_text_file
 from realm_tf.errors import MalformedRecordError
 from realm_tf.evaluation import InvalidAnswerPattern
@@ -83,6 +84,10 @@ def check_question(question, number: int) -> str:
   if not isinstance(question, str):
     raise errors.InputError(errors.describe(
         f"question {number}", f"not a string: {question!r}", "Ask questions as text"))
+  surrogate = lone_surrogates.problem(question, "the question")
+  if surrogate:
+    raise errors.InputError(errors.describe(f"question {number}", surrogate,
+                                            lone_surrogates.FIX))
   normalised = normalize_question(question)
   problem = question_problem(normalised)
   if problem:
@@ -92,9 +97,16 @@ def check_question(question, number: int) -> str:
   return normalised
 
 
+def _check_no_surrogate(path: str, line: int, field: str, text: str) -> None:
+  surrogate = lone_surrogates.problem(text, field)
+  if surrogate:
+    raise MalformedRecordError(path, line, f"{surrogate}. {lone_surrogates.FIX}")
+
+
 def _check_record(path: str, line: int, question, answers, match: str) -> QAExample:
   if not isinstance(question, str):
     raise MalformedRecordError(path, line, f"question must be a string, got {question!r}")
+  _check_no_surrogate(path, line, "the question", question)
   question = normalize_question(question)
   problem = question_problem(question)
   if problem:
@@ -104,6 +116,8 @@ def _check_record(path: str, line: int, question, answers, match: str) -> QAExam
                                f"answers must be a non-empty list of strings, got {answers!r}")
   if not all(isinstance(a, str) for a in answers):
     raise MalformedRecordError(path, line, f"answers must all be strings, got {answers!r}")
+  for i, answer in enumerate(answers):
+    _check_no_surrogate(path, line, f"answer {i + 1}", answer)
   if match == "regex":
     try:
       regex_match("", answers)  # compiles every pattern

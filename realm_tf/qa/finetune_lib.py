@@ -311,6 +311,8 @@ class FineTuner:
     self._losses_run.append(stats["loss"])
     stats.update(index_version=float(self._snapshot()),
                  index_staleness=float(step - self._snapshot()))
+    if self.experiment.task.refresh == "async":
+      stats["index_wait_seconds"] = self.refresher.wait_seconds
     if (step + 1) % trainer.log_every == 0 or step + 1 == trainer.num_steps:
       self.log(f"step {step + 1} " + " ".join(f"{k}={v:.4g}" for k, v in stats.items()))
     return stats

@@ -62,7 +62,8 @@ def start_refresher(directory: str, corpus: Corpus, tokenizer: WordpieceTokenize
     refresher = AsynchronousRefresher(
         index_root, task.index_refresh_steps, corpus, special, corpus.directory,
         embedder_root, task.index_kind, task.model.block_length, list(task.builder_args),
-        max_builder_failures=task.max_builder_failures, **shared)
+        max_builder_failures=task.max_builder_failures,
+        max_staleness=task.max_index_staleness, **shared)
   else:
     refresher = SynchronousRefresher(
         index_root, task.index_refresh_steps, corpus, special, task.index_kind,

@@ -12,6 +12,12 @@ once with the end of its log and the command that reproduces it; `max_builder_fa
 row raise `IndexBuilderError`, so training stops instead of going on with an ever staler index.
 No snapshot is taken whose build could not publish while a step is left to use it (a build is
 expected to take as many steps as the last, or as the running one so far, whichever is more).
+
+Staleness is bounded by `max_staleness` (0: unbounded, the paper's "whatever the builder
+keeps up with"): when the index the next step would use is more than that many steps older
+than the step just done and a newer build is running or pending, the trainer waits for it
+(a failed build is retried within `max_builder_failures`), so a slow or busy host gets a
+defined staleness rather than whatever the clock gives. `wait_seconds` is the last wait.
 """
 import os
 import shlex
@@ -19,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import List, Optional, Sequence, Set
 
 from absl import logging
@@ -47,6 +54,8 @@ class AsynchronousRefresher(IndexRefresher):
       it on Dataflow or Flink in cluster mode).
     max_builder_failures: consecutive failed builds after which `maybe_refresh` raises
       `IndexBuilderError`.
+    max_staleness: the most steps the index in use may lag the trainer while a newer build
+      is running or pending (module docstring); 0: unbounded.
   """
 
   def __init__(self, index_root: str, every_n_steps: int, store: Corpus,
@@ -57,12 +66,15 @@ class AsynchronousRefresher(IndexRefresher):
                keep_versions: int = 3,
                scann: index_builder.ScannSettings = index_builder.ScannSettings(),
                sharding: index_builder.Sharding = index_builder.Sharding(),
-               tokenizer: Optional[WordpieceTokenizer] = None):
+               tokenizer: Optional[WordpieceTokenizer] = None, max_staleness: int = 0):
     super().__init__(index_root, every_n_steps, store, special_ids, kind, block_length,
                      compute_dtype, jit_compile, keep_versions, scann, sharding,
                      snapshot_root, tokenizer=tokenizer)
     if max_builder_failures < 1:
       raise ValueError(f"max_builder_failures must be >= 1, got {max_builder_failures}")
+    if max_staleness < 0:
+      raise ValueError(f"max_staleness must be >= 0 (0: unbounded), got {max_staleness}")
+    self.max_staleness = max_staleness
     self.corpus_dir = corpus_dir
     self.builder_args = list(builder_args)
     self.max_builder_failures = max_builder_failures
@@ -153,10 +165,7 @@ class AsynchronousRefresher(IndexRefresher):
       expected = max(expected, step - self._builder_started)
     return step + expected >= last_step
 
-  def _refresh(self, step: int, retriever: Retriever, last_step: Optional[int]) -> bool:
-    """See `IndexRefresher.maybe_refresh`."""
-    self._step = step
-    self._poll_builder()
+  def _raise_if_failing(self) -> None:
     n = len(self._failures)
     if n >= self.max_builder_failures:
       raise IndexBuilderError(
@@ -164,17 +173,53 @@ class AsynchronousRefresher(IndexRefresher):
           f"go on with the index of step {self.snapshot_step} growing staler. Fix the builder "
           f"(e.g. --builder_args), then resume from the last checkpoint (or allow more "
           f"failures with --max_builder_failures). Last failure: {self._failures[-1]}")
+
+  def _swap_to_newest(self) -> bool:
+    newest = index_publisher.latest_version(self.index_root)
+    if newest and newest > self.version:
+      self._load(newest)
+      return True
+    return False
+
+  def _refresh(self, step: int, retriever: Retriever, last_step: Optional[int]) -> bool:
+    """See `IndexRefresher.maybe_refresh`."""
+    self._step = step
+    self.wait_seconds = 0.0
+    self._poll_builder()
+    self._raise_if_failing()
     if step % self.every_n_steps == 0 and not self._publishes_too_late(step, last_step):
       snapshot = self._snapshot(step, retriever)
       if self._builder is None:
         self._launch(snapshot)
       else:
         self._pending = snapshot  # the builder is busy: it takes the newest snapshot next
-    newest = index_publisher.latest_version(self.index_root)
-    if newest and newest > self.version:
-      self._load(newest)
-      return True
-    return False
+    swapped = self._swap_to_newest()
+    return self._wait_while_too_stale(step) or swapped
+
+  def _too_stale(self, step: int) -> bool:
+    return bool(self.max_staleness) and step - self.snapshot_step > self.max_staleness
+
+  def _wait_while_too_stale(self, step: int) -> bool:
+    """Waits for running and pending builds while the index in use is over `max_staleness`
+    steps old at `step`, retrying a failed build; returns True when it swapped."""
+    if not self._too_stale(step) or (self._builder is None and not self._pending):
+      return False
+    started, swapped = time.monotonic(), False
+    logging.info("Step %d: index %s is %d steps old (at most %d): waiting for the build of "
+                 "%s", step, self.version, step - self.snapshot_step, self.max_staleness,
+                 self._builder_version)
+    while self._too_stale(step) and self._builder is not None:
+      failed = self._builder_version
+      self._builder.wait()
+      self._poll_builder()
+      self._raise_if_failing()
+      if self._failures and self._builder is None:
+        self._launch(os.path.join(self.snapshot_root, failed))  # retried: nothing else runs
+      swapped = self._swap_to_newest() or swapped
+    self.wait_seconds = time.monotonic() - started
+    logging.info("Step %d: waited %.1f s for index %s (%d steps old)", step, self.wait_seconds,
+                 self.version, step - self.snapshot_step)
+    return swapped
 
   def wait(self, timeout: Optional[float] = None) -> None:
     """Waits for the running (and pending) builds; for tests and the end of a run."""

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from realm_tf import errors
 from realm_tf.data import formats
+from realm_tf.data import lone_surrogates
 from realm_tf.data import shards
 
 _SHARD_BATCH = 1024
@@ -120,7 +121,7 @@ def _jsonl_blocks(path: str) -> Iterator[Block]:
     if isinstance(block_id, bool) or not isinstance(block_id, int) or not 0 <= block_id < 2**63:
       raise errors.MalformedRecordError(path, number,
                                         f"id must be an integer >= 0, got {block_id!r}")
-    _check_encodable(path, number, title, record["text"])
+    _check_encodable(path, number, title=title, text=record["text"])
     count += 1
     yield Block(block_id, title, record["text"])
 
@@ -143,14 +144,12 @@ def _tsv_blocks(path: str) -> Iterator[Block]:
     yield Block(block_id, fields[2], fields[1])
 
 
-def _check_encodable(path: str, number: int, *strings: str) -> None:
-  """A JSON string may hold a lone surrogate (\\ud800), which is no UTF-8 text."""
-  for string in strings:
-    try:
-      string.encode("utf-8")
-    except UnicodeEncodeError as e:
-      raise errors.MalformedRecordError(path, number, f"a lone surrogate {string[e.start]!r} "
-                                        "is not text") from e
+def _check_encodable(path: str, number: int, **strings: str) -> None:
+  """Refuses a lone surrogate (`data.lone_surrogates`) in the named JSON strings."""
+  for field, string in strings.items():
+    surrogate = lone_surrogates.problem(string, f'"{field}"')
+    if surrogate:
+      raise errors.MalformedRecordError(path, number, f"{surrogate}. {lone_surrogates.FIX}")
 
 
 def _released_siblings(path: str) -> Dict[str, Optional[str]]:

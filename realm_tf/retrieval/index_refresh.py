@@ -103,6 +103,7 @@ class IndexRefresher(abc.ABC):
     self.version = ""
     self.snapshot_step = 0
     self.swaps = 0
+    self.wait_seconds = 0.0  # how long the last `maybe_refresh` waited for another's build
     self._doc_tower_cache: Optional[DocTower] = None
     self._doc_input = doc_inputs.DEFAULT_DOC_INPUT  # the retriever's, set by `start`
     self._wordpieces_cache: Optional[Tuple[RaggedColumn, RaggedColumn]] = None

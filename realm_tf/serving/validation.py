@@ -9,6 +9,7 @@ import json
 import unicodedata
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from realm_tf.data import lone_surrogates
 from realm_tf.errors import describe
 
 ENDPOINT = "/v1/ask"
@@ -147,6 +148,9 @@ def _text(text, field: str, limits: Limits, endpoint: str) -> str:
   if control is not None:
     raise bad(f"{field} holds the control character U+{ord(text[control]):04X} "
               f"at character {control}", "Remove control characters from the text")
+  surrogate = lone_surrogates.problem(text, field)
+  if surrogate:
+    raise bad(surrogate, lone_surrogates.FIX)
   return text
 
 

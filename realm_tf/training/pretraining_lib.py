@@ -217,7 +217,8 @@ class RealmPretrainer:
                "unmaskable": 1.0 - examples / size,
                "source_retrieved": float(selection.source_retrieved.mean()),
                "index_staleness": float(self.loop.step.numpy() - self.refresher.snapshot_step),
-               "index_snapshot_step": float(self.refresher.snapshot_step)}
+               "index_snapshot_step": float(self.refresher.snapshot_step),
+               "index_wait_seconds": self.refresher.wait_seconds}
     if "retrieval_utility" in sums:
       metrics["retrieval_utility"] = sums["retrieval_utility"] / examples
       metrics["null_prior"] = sums["null_prior"] / examples
