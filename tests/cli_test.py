@@ -158,7 +158,7 @@ def test_a_flag_outside_its_domain_is_one_line_naming_it(module, required, bad, 
   # Flags are parsed before TensorFlow is imported: each run takes about a second.
   extra = ["--test_fraction=0.6"] if "dev_fraction" in bad else []
   result = subprocess.run([sys.executable, "-m", module, *required.split(), bad, *extra],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
   assert result.returncode == 2, result.stderr
   assert "Traceback" not in result.stderr
   last = result.stderr.strip().splitlines()[-1]

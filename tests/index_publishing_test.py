@@ -42,7 +42,7 @@ def test_builder_killed_mid_publication_leaves_previous_index(tmp_path):
   root = str(tmp_path)
   index_publisher.publish(_index(0), root, "step-00000000")
   script = textwrap.dedent(f"""
-      import time
+      import threading
       import numpy as np
       from realm_tf.mips import index_publisher
       from realm_tf.mips.brute_force_index import BruteForceIndex
@@ -50,13 +50,13 @@ def test_builder_killed_mid_publication_leaves_previous_index(tmp_path):
       save = index.save
       def slow_save(directory):
         save(directory)
-        time.sleep(60)
+        threading.Event().wait()  # until the test kills it: the kill lands mid-publication
       index.save = slow_save
       index_publisher.publish(index, {root!r}, "step-00000005")
       """)
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
   builder = subprocess.Popen([sys.executable, "-c", script], env=env)
-  deadline = time.time() + 120
+  deadline = time.time() + 600  # only a hang fails here: the loop waits for the partial
   partial = []
   while time.time() < deadline and not partial:
     partial = [n for n in os.listdir(root) if ".tmp-" in n and

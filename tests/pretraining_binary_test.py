@@ -12,6 +12,7 @@ from multi_worker_jobs import env
 from multi_worker_jobs import metrics
 from multi_worker_jobs import pretrain_command
 from multi_worker_jobs import ROOT
+from multi_worker_jobs import TIMEOUT_S
 from multi_worker_jobs import run_single
 from realm_tf import tiny_world
 
@@ -42,7 +43,7 @@ def test_kill_9_then_restart_resumes_and_finishes(world, tmp_path):
   process = subprocess.Popen(_command(world, model_dir, "--num_steps=40", "--checkpoint_every=4"),
                              cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-  deadline = time.time() + 240
+  deadline = time.time() + TIMEOUT_S  # only a hang fails here: the loop waits for ckpt-8
   checkpoints = model_dir / "checkpoints"
   while time.time() < deadline and process.poll() is None:
     if checkpoints.exists() and any(n.startswith("ckpt-8.") for n in os.listdir(checkpoints)):

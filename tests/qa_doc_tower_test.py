@@ -85,6 +85,7 @@ def test_doc_tower_refresh_in_sync_keeps_checkpoints_and_index_paired(world, syn
   assert info.step == 5 and info.doc_index == "index/step-00000004"
   scalars = tensorboard_scalars(os.path.join(model_dir, "train"))
   assert scalars["index_version"] == {1: 0, 2: 0, 3: 2, 4: 2, 5: 4}
+  assert scalars["index_wait_seconds"][3] > 0 and scalars["index_wait_seconds"][2] == 0
   assert scalars["index_staleness"] == {1: 0, 2: 1, 3: 0, 4: 1, 5: 0}
   # A restart resumes on the index its checkpoint used (no doc-tower check: it trained on).
   resumed = FineTuner(_sync_config(world, model_dir), log=lambda message: None)
@@ -105,29 +106,24 @@ def test_kept_checkpoints_keep_their_indexes_through_swaps(sync_run):
 @pytest.mark.slow
 def test_async_refresh_swaps_during_fine_tuning_under_mirrored(world, tmp_path, monkeypatch):
   """The asynchronous refresh of pre-training in fine-tuning: doc-embedder snapshot, the
-  index-builder process (here waited for as soon as it starts, so the swap step is
-  deterministic), publication, swap between steps; the JSONL corpus has no stored wordpieces,
-  so the builder embeds the ones the trainer cached in its directory."""
+  index-builder process, publication, swap between steps; a staleness of at most 1 step makes
+  the trainer wait for each build, so the swap steps are the same on any host. The JSONL
+  corpus has no stored wordpieces, so the builder embeds the ones the trainer cached in its
+  directory."""
   monkeypatch.setenv("PYTHONPATH", ROOT)
   model_dir = str(tmp_path / "async")
   tuner = FineTuner(tiny_config(world, model_dir, dev_data="", num_steps=5,
                                 train_doc_tower=True, index_refresh_steps=2, refresh="async",
-                                checkpoint_every=5),
+                                max_index_staleness=1, checkpoint_every=5),
                     strategy=tf.distribute.MirroredStrategy(["CPU:0"]),
                     log=lambda message: None)
   refresher = tuner.refresher
-  launch = refresher._launch  # pylint: disable=protected-access
-
-  def launch_and_wait(snapshot_dir):
-    launch(snapshot_dir)
-    refresher.wait(timeout=600)
-
-  monkeypatch.setattr(refresher, "_launch", launch_and_wait)
   tuner.run()
   assert tuner.doc_index.snapshot_step == 4 and refresher.swaps >= 2
   assert os.path.isdir(os.path.join(model_dir, "doc_embedder", "step-00000004"))
   scalars = tensorboard_scalars(os.path.join(model_dir, "train"))
   assert scalars["index_version"] == {1: 0, 2: 0, 3: 2, 4: 2, 5: 4}
+  assert scalars["index_wait_seconds"][3] > 0 and scalars["index_wait_seconds"][2] == 0
   model = QAModel.load(model_dir)
   assert model.doc_index.snapshot_step == 4
   answer = model.system(k=2).answer([tiny_world.QUESTIONS[0][0]])[0]

@@ -37,7 +37,7 @@ def test_page_answers_a_typed_question_with_its_evidence(service, tmp_path):
       page.goto(server.url + "/")
       page.fill("#question", QUESTION)
       page.click("#ask")
-      page.wait_for_selector("#result:not([hidden])", timeout=120_000)
+      page.wait_for_selector("#result:not([hidden])", timeout=600_000)
       answer = page.inner_text("#answer")
       titles = page.locator("#evidence li.block .title").all_inner_texts()
       marked = page.locator("#evidence li.best mark").all_inner_texts()
@@ -47,7 +47,7 @@ def test_page_answers_a_typed_question_with_its_evidence(service, tmp_path):
 
       page.fill("#question", "   ")  # a bad question shows the server's error, page lives on
       page.click("#ask")
-      page.wait_for_selector("#error:not([hidden])", timeout=60_000)
+      page.wait_for_selector("#error:not([hidden])", timeout=600_000)
       error = page.inner_text("#error")
     finally:
       browser.close()

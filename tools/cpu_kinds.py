@@ -44,32 +44,37 @@ CPU_SENSITIVE = (
     "tests/step0_fidelity_test.py")
 
 
-def run_kind(kind: str, files: List[str], workers: int, directory: str
-             ) -> Tuple[Dict[str, str], Dict[str, Dict[str, str]], float]:
-  """Runs `files` under `kind`'s environment; returns ({test: outcome}, {test: {property:
-  value}}, seconds)."""
-  junit = os.path.join(directory, f"{kind}.xml")
+def kind_env(kind: str) -> Dict[str, str]:
+  """This process's environment with only `kind`'s oneDNN settings."""
   env = dict(os.environ, **KINDS[kind][1])
   for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS"):
     if name not in KINDS[kind][1]:
       env.pop(name, None)
+  return env
+
+
+def run_pytest(name: str, env: Dict[str, str], files: List[str], workers: int, directory: str
+               ) -> Tuple[Dict[str, str], Dict[str, Dict[str, str]], float]:
+  """Runs pytest on `files` (paths or node ids) in `env`, logging to `<directory>/<name>.log`;
+  returns ({test: outcome}, {test: {property: value}}, seconds)."""
+  junit = os.path.join(directory, f"{name}.xml")
   command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
              f"--junitxml={junit}", "-o", "junit_family=xunit1", *files]
   if workers > 1:
     command += ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
   start = time.perf_counter()
-  with open(os.path.join(directory, f"{kind}.log"), "w", encoding="utf-8") as log:
+  with open(os.path.join(directory, f"{name}.log"), "w", encoding="utf-8") as log:
     subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
   seconds = time.perf_counter() - start
   outcomes, properties = {}, {}
   if not os.path.exists(junit):
     return {"(pytest did not run)": "error"}, {}, seconds
   for case in ElementTree.parse(junit).getroot().iter("testcase"):
-    name = f"{case.get('classname')}::{case.get('name')}"  # a class per seed file
+    test = f"{case.get('classname')}::{case.get('name')}"  # a class per seed file
     tags = {child.tag for child in case}
-    outcomes[name] = ("failed" if tags & {"failure", "error"} else
+    outcomes[test] = ("failed" if tags & {"failure", "error"} else
                       "skipped" if "skipped" in tags else "passed")
-    properties[name] = {p.get("name"): p.get("value") for p in case.iter("property")}
+    properties[test] = {p.get("name"): p.get("value") for p in case.iter("property")}
   return outcomes, properties, seconds
 
 
@@ -117,7 +122,8 @@ def main(argv=None) -> int:
   directory = tempfile.mkdtemp(prefix="cpu_kinds_")
   results = {}
   for kind in kinds:
-    results[kind] = run_kind(kind, args.files.split(","), args.workers, directory)
+    results[kind] = run_pytest(kind, kind_env(kind), args.files.split(","), args.workers,
+                               directory)
     failed = [test for test, outcome in results[kind][0].items() if outcome != "passed"
               and outcome != "skipped"]
     print(f"{kind}: {len(results[kind][0]) - len(failed)} passed or skipped, {len(failed)} "
