@@ -1,23 +1,15 @@
 """The asynchronous index refresh (REALM §3.3): a builder process publishes the indexes.
 
 Every N steps the trainer exports a doc-embedder snapshot (`<snapshot_root>/step-<8-digit
-step>`); a builder process (`python -m pipelines.build_index`, or the same Beam pipeline on a
-cluster runner) embeds the corpus with it and publishes the index (`mips.index_publisher`);
-between steps the trainer swaps in the newest published index without pausing. Loading,
-retention, resumption and several workers are `retrieval.index_refresh`'s.
-
-The builder is supervised: its output goes to `<snapshot_root>/builder-<version>.log`, never to
-an undrained pipe, which a chatty builder fills and then blocks on. A failed build is logged at
-once with the end of its log and the command that reproduces it; `max_builder_failures` in a
-row raise `IndexBuilderError`, so training stops instead of going on with an ever staler index.
-No snapshot is taken whose build could not publish while a step is left to use it (a build is
-expected to take as many steps as the last, or as the running one so far, whichever is more).
-
-Staleness is bounded by `max_staleness` (0: unbounded, the paper's "whatever the builder
-keeps up with"): when the index the next step would use is more than that many steps older
-than the step just done and a newer build is running or pending, the trainer waits for it
-(a failed build is retried within `max_builder_failures`), so a slow or busy host gets a
-defined staleness rather than whatever the clock gives. `wait_seconds` is the last wait.
+step>`); a builder process (`python -m pipelines.build_index`, or its Beam pipeline on a
+cluster) embeds the corpus with it and publishes the index (`mips.index_publisher`); between
+steps the trainer swaps in the newest one without pausing. The builder's output goes to
+`<snapshot_root>/builder-<version>.log` (an undrained pipe would block a chatty builder); a
+failed build is logged at once with its log's end and the command that reproduces it, and
+`max_builder_failures` in a row raise `IndexBuilderError`. No snapshot is taken whose build
+could not publish before the last step. `max_staleness` bounds the staleness: beyond it the
+trainer waits for the running or pending build (docs/decisions.md). Loading, retention,
+resumption and several workers are `retrieval.index_refresh`'s.
 """
 import os
 import shlex
