@@ -10,8 +10,8 @@ ScaNN settings (`realm_tf.mips.index_builder`, recorded in the index manifest): 
 sqrt(N) leaves from 10k blocks, 1/20 of them searched; the reference REALM's full-Wikipedia
 index is `--scann_num_leaves=1000 --scann_num_leaves_to_search=100`. A corpus of more than
 `--index_shard_size` blocks (default N/8 within [100,000, 1,000,000]) is indexed in shards of
-at most that many, built one at a time, each with those settings applied to its own size.
-`--device=cpu` or `gpu:N` keeps it off the trainer's GPU (`--builder_args=--device=cpu`).
+at most that many, built one at a time, each with those settings applied to its own size;
+`--device=cpu` or `gpu:N` keeps it off the GPU (`realm-pretrain --builder_args=--device=cpu`).
 """
 import shlex
 
