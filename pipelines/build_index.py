@@ -10,7 +10,8 @@ ScaNN settings (`realm_tf.mips.index_builder`, recorded in the index manifest): 
 sqrt(N) leaves from 10k blocks, 1/20 of them searched; the reference REALM's full-Wikipedia
 index is `--scann_num_leaves=1000 --scann_num_leaves_to_search=100`. A corpus of more than
 `--index_shard_size` blocks (default N/8 within [100,000, 1,000,000]) is indexed in shards of
-at most that many, built one at a time, each with those settings applied to its own size.
+at most that many, built one at a time, each with those settings applied to its own size;
+`--device=cpu` or `gpu:N` keeps it off the GPU (`realm-pretrain --builder_args=--device=cpu`).
 """
 import shlex
 
@@ -18,6 +19,7 @@ from absl import flags
 from absl import logging
 
 from realm_tf import cli
+from realm_tf import devices
 from realm_tf.flag_groups import beam_pipelines
 from realm_tf.flag_groups import index
 from realm_tf.flag_groups import paths
@@ -38,11 +40,14 @@ _NUM_SHARDS = beam_pipelines.num_shards("Embedding shards; 0: one per 100k block
 _BLOCKS_PER_BATCH = flags.DEFINE_integer("blocks_per_batch", 128, "Blocks per embedder call.",
                                          lower_bound=1)
 _PIPELINE_OPTIONS = beam_pipelines.pipeline_options(beam_pipelines.MORE_OPTIONS_HELP)
+_DEVICE = flags.DEFINE_string("device", "", devices.DEVICE_HELP)
+flags.register_validator("device", devices.valid_device, "--device must be '', 'cpu' or 'gpu:N'")
 for group in (beam_pipelines, cli, index, paths):
   flags.adopt_module_key_flags(group)  # their flags in --help (the --scann_* flags: cli)
 
 
 def main(argv):
+  devices.use_gpus(_DEVICE.value)  # before TensorFlow runs an op
   # pylint: disable=g-import-not-at-top  (TensorFlow and Beam after flag parsing)
   from pipelines.build_index_lib import build_index  # the builder as a function, for local mode
   from realm_tf.mips.index_builder import ScannSettings

@@ -38,8 +38,11 @@ from realm_tf.data import shards
 from realm_tf.mips import index_builder
 from realm_tf.mips import index_publisher
 from realm_tf.retrieval import embedding
+from realm_tf.retrieval.block_fit import check_blocks_fit
+from realm_tf.retrieval.corpus import Corpus
 from realm_tf.signatures.doc_embedder import DocEmbedder
 from realm_tf.signatures.doc_embedder import export_attributes
+from realm_tf.signatures.doc_embedder import export_tokenizer
 from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.bert_packer import padded_length
 
@@ -327,6 +330,8 @@ def build_index(corpus_dir: str, embedder_dir: str, index_root: str, kind: str =
     raise IndexBuildError(errors.describe(
         corpus_dir, "the corpus has no blocks", "Pass the output of pipelines.wikipedia_to_blocks"))
   attributes = export_attributes(embedder_dir)
+  check_blocks_fit(Corpus.load(corpus_dir), export_tokenizer(embedder_dir),
+                   attributes.block_length, f"of {embedder_dir}")
   snapshot_step, dim = attributes.snapshot_step, attributes.embedding_dim
   if kind == "scann":
     scann.check(len(corpus_ids), dim, sharding)  # bad settings fail now, not after embedding

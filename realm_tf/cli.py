@@ -3,7 +3,7 @@
 `run(name, main)` is each binary's entry point:
   * `--help` prints the binary's module docstring and its own flags, before TensorFlow is
     imported (binaries import TensorFlow inside `main`, after flag parsing);
-  * TensorFlow's C++ logging is quiet (its info, warnings and CUDA-probe errors hidden)
+  * GPU memory grows as needed (`realm_tf.devices`); TensorFlow's C++ logging is quiet
     unless the user sets `TF_CPP_MIN_LOG_LEVEL` or passes `--verbosity=1` or higher;
   * bad input ends as one line `<name>: <message>` and exit status 2 (`realm_tf.errors`;
     the index settings named by their flags, `in_flag_names`), a flag outside its domain too
@@ -21,6 +21,7 @@ from typing import Callable, Container, Dict, List, NamedTuple, Optional, Sequen
 from absl import app
 from absl import flags
 
+from realm_tf import devices
 from realm_tf import errors
 
 ENCODERS = ("tiny", "minilm_l6", "bert_base")
@@ -162,6 +163,7 @@ def run(name: str, main: Callable[[Sequence[str]], None], beam_pipeline: bool = 
   """
   module = sys.modules[main.__module__]
   quiet_native_logging(sys.argv)
+  devices.grow_gpu_memory()  # a second process on the host (the index builder) needs some
   entry = sys.modules["__main__"]
   if entry is not module:  # a console script: its wrapper module is __main__
     entry.__doc__ = module.__doc__

@@ -100,7 +100,7 @@ class IctTaskConfig:
       `model.encoder.vocab_size`.
     model: the retriever's BERT, head ("auto": the head of `init.bert_weights`), projection
       size and the query / block lengths.
-    init: `bert_weights` of new towers ('', 'minilm', HF safetensors or a TF1 BERT ckpt).
+    init: `bert_weights` of new towers ('minilm', HF safetensors, a TF1 BERT ckpt or 'random').
     share_towers: one BERT for queries and blocks.
     remove_prob: probability of removing the pseudo-query from its block.
     dev_data: held-out questions (ORQA JSONL, DPR TSV or pyserini:<name>; never a test set):
@@ -224,7 +224,8 @@ class OpenQATaskConfig:
     model: the three towers; `retriever_head` "auto": the head of `init.checkpoint`'s run,
       else of `init.bert_weights`.
     init: the pre-trained weights; `checkpoint` may be a REALM pre-training model directory,
-      or an Open-QA model directory (fine-tuning goes on from its last checkpoint).
+      or an Open-QA model directory (fine-tuning goes on from its last checkpoint);
+      `bert_weights` ('minilm' as in ICT and pre-training) fill the towers nothing else does.
     reader_top_k, retriever_top_k, max_gold_spans: k blocks read, K in the retriever loss
       (reference 5000; capped at the corpus size), A gold spans per block.
     read_answer_block: in training, when none of the top k holds an answer, the reader reads
@@ -263,7 +264,7 @@ class OpenQATaskConfig:
   vocab_file: str = ""
   dataset: str = "nq"
   model: ModelConfig = ModelConfig(retriever_head="auto")
-  init: InitConfig = InitConfig()
+  init: InitConfig = InitConfig(bert_weights="minilm")
   reader_top_k: int = 5
   retriever_top_k: int = 5000
   max_gold_spans: int = 32

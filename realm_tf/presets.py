@@ -3,8 +3,10 @@
 `encoder_config(name)`: "minilm_l6" (all-MiniLM-L6-v2's size, `DEFAULT_ENCODER`: every
 binary's default), "bert_base" (REALM's size) or "tiny" (tests). `resolve_head`: the retriever
 head, "realm", "sentence", or "auto" (the head the weights were trained with). BERT weights
-(the binaries' `--init_weights`): "" (random), "minilm" (the offline all-MiniLM-L6-v2
-package), a directory or file of HF safetensors, or a Google BERT TF1 checkpoint prefix.
+(the binaries' `--init_weights`, "minilm" in the three trainers): "minilm" (the offline
+all-MiniLM-L6-v2 package), a directory or file of HF safetensors, a Google BERT TF1 checkpoint
+prefix, or "random" ("" alike); they fill only the towers no other source fills, and towers
+left random are named in one warning line (`note_random_start`): never a silent random BERT.
 
 ICT and REALM pre-training build their towers with `build_retriever` / `build_reader` (a
 previous stage's saved tower wins over BERT weights). Open-QA builds its model from a
@@ -13,7 +15,7 @@ pre-training checkpoint, released REALM / ORQA TF1 checkpoints, or BERT weights.
 """
 import dataclasses
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -67,13 +69,31 @@ def resolve_head(head: str, bert_weights: str) -> str:
   return head
 
 
+RANDOM_WEIGHTS = "random"
+
+
+def is_random(bert_weights: str) -> bool:
+  """Whether `bert_weights` asks for random initialisation ("random", or "")."""
+  return bert_weights in ("", RANDOM_WEIGHTS)
+
+
+def note_random_start(towers: Sequence[str]) -> None:
+  """Logs one warning line naming `towers` ("the retriever", ...) that start from random
+  weights (none: nothing): a run that trains random BERTs says so."""
+  if towers:
+    logging.warning("%s start%s from random weights (--init_weights=random): fine for toy "
+                    "worlds and tests, not for real text; pass --init_weights=minilm (or other "
+                    "BERT weights) to start from trained ones", " and ".join(towers).capitalize(),
+                    "" if len(towers) > 1 else "s")
+
+
 def _weights_path(bert_weights: str) -> str:
   return pretrained.minilm_dir() if bert_weights == "minilm" else bert_weights
 
 
 def load_bert_weights(encoder, bert_weights: str) -> None:
   """Loads the BERT weights `bert_weights` (see the module docstring) into `encoder`."""
-  if not bert_weights:
+  if is_random(bert_weights):
     return
   path = _weights_path(bert_weights)
   if bert_weights == "minilm" or path.endswith(".safetensors") or (
@@ -88,7 +108,8 @@ def load_reader_weights(reader: Reader, bert_weights: str) -> bool:
   output bias) when that checkpoint has one (Google BERT, REALM); without one
   (all-MiniLM-L6-v2) the head keeps its initialisation and the decoder is tied (warm it up
   with `training.mlm_warmup`). Returns whether an MLM head was loaded."""
-  return bool(bert_weights) and checkpoints.load_bert_reader(reader, _weights_path(bert_weights))
+  return not is_random(bert_weights) and checkpoints.load_bert_reader(
+      reader, _weights_path(bert_weights))
 
 
 def build_retriever(encoder: configs.EncoderConfig, share_towers: bool = True,
@@ -215,13 +236,13 @@ class InitConfig:
     realm_embedder: the released REALM embedder (TF1) -> both retriever towers.
     realm_encoder: the released REALM knowledge-augmented encoder (TF1) -> reader.
     orqa: a released ORQA checkpoint (TF1) -> both retriever towers and the reader.
-    bert_weights: BERT weights (see the module docstring) -> every BERT, and the reader's
-      MLM head when the checkpoint has one.
+    bert_weights: BERT weights (see the module docstring) -> every BERT no other source
+      fills, and the reader's MLM head when the checkpoint has one.
     index: precomputed embeddings of the corpus by the initial doc tower (the released
       `block_emb` checkpoint, a `.npy`): fine-tuning's or pre-training's step-0 index,
       checked on sampled blocks, instead of embedding the corpus
       (`retrieval.initial_index`).
-  Nothing set: random initialisation (tests).
+  Nothing set: random initialisation (tests), with a warning line (`note_random_start`).
   """
   checkpoint: str = ""
   checkpoint_share_towers: bool = True
@@ -232,6 +253,9 @@ class InitConfig:
   index: str = ""
 
 
+# The InitConfig fields that fill each tower of an Open-QA model, besides `bert_weights`.
+_TOWER_SOURCES = (("retriever", ("checkpoint", "realm_embedder", "orqa")),
+                  ("reader", ("checkpoint", "realm_encoder", "orqa")))
 # InitConfig field -> its flag (`realm-finetune`).
 _INIT_FLAGS = {"checkpoint": "--init_checkpoint", "realm_embedder": "--init_realm_embedder",
                "realm_encoder": "--init_realm_encoder", "orqa": "--init_orqa",
@@ -240,9 +264,8 @@ _INIT_FLAGS = {"checkpoint": "--init_checkpoint", "realm_embedder": "--init_real
 
 def check_init_sources(init: InitConfig) -> None:
   """Raises `errors.InputError` naming the flags if `init` gives a tower of an Open-QA model
-  two sources of its weights."""
-  for tower, fields in (("retriever", ("checkpoint", "realm_embedder", "orqa", "bert_weights")),
-                        ("reader", ("checkpoint", "realm_encoder", "orqa", "bert_weights"))):
+  two sources of its weights (`bert_weights` only fills the towers the others leave)."""
+  for tower, fields in _TOWER_SOURCES:
     given = [f"{_INIT_FLAGS[field]}={getattr(init, field)}" for field in fields
              if getattr(init, field)]
     if len(given) > 1:
@@ -297,6 +320,11 @@ def initialize(retriever: Retriever, reader: Reader, config: ModelConfig,
     checkpoints.load_realm_encoder(reader, init.realm_encoder)
   if init.orqa:
     checkpoints.load_orqa(retriever, reader, init.orqa)
-  for tower in (retriever.query_encoder, retriever.doc_encoder):
-    load_bert_weights(tower, init.bert_weights)
-  load_reader_weights(reader, init.bert_weights)
+  empty = [tower for tower, fields in _TOWER_SOURCES
+           if not any(getattr(init, field) for field in fields)]
+  if "retriever" in empty:
+    for tower in (retriever.query_encoder, retriever.doc_encoder):
+      load_bert_weights(tower, init.bert_weights)
+  if "reader" in empty:
+    load_reader_weights(reader, init.bert_weights)
+  note_random_start([f"the {tower}" for tower in empty if is_random(init.bert_weights)])

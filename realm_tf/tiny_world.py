@@ -198,7 +198,9 @@ def write_open_qa(directory: str) -> OpenQAFiles:
 
 # The model of the README's tiny commands (`--encoder=tiny --initializer_range=0.2 ...`).
 MODEL_FLAGS = dict(initializer_range=0.2, projection_size=16, span_hidden_size=16,
-                   query_length=16, block_length=32, reader_length=48)
+                   query_length=16, block_length=32, reader_length=48, init_weights="random")
+# Tiny towers start from random weights, asked for (`presets.note_random_start`).
+INIT = presets.InitConfig(bert_weights=MODEL_FLAGS["init_weights"])
 
 
 def model_config() -> presets.ModelConfig:
@@ -208,7 +210,7 @@ def model_config() -> presets.ModelConfig:
   encoder = presets.encoder_config("tiny", len(VOCAB),
                                    initializer_range=MODEL_FLAGS["initializer_range"])
   return presets.ModelConfig(encoder=encoder, **{
-      k: v for k, v in MODEL_FLAGS.items() if k != "initializer_range"})
+      k: v for k, v in MODEL_FLAGS.items() if k not in ("initializer_range", "init_weights")})
 
 
 def write_untrained_model(world: OpenQAFiles, model_dir: str) -> str:
@@ -216,7 +218,7 @@ def write_untrained_model(world: OpenQAFiles, model_dir: str) -> str:
   steps: the directory and its best/), for the tests of what loads and answers."""
   experiment = ExperimentConfig(
       task=OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
-                            vocab_file=world.vocab_file, model=model_config(),
+                            vocab_file=world.vocab_file, model=model_config(), init=INIT,
                             retriever_top_k=16, index_kind="brute_force",
                             embedding_dtype="float32"),
       trainer=TrainerConfig(model_dir=model_dir, num_steps=0, batch_size=4),

@@ -128,7 +128,7 @@ def test_finetune_resume_with_another_model_config_stops(tmp_path):
   world = tiny_world.write_open_qa(str(tmp_path / "world"))
   task = OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
                           vocab_file=world.vocab_file, model=tiny_world.model_config(),
-                          retriever_top_k=8, index_kind="brute_force", embedding_dtype="float32")
+                          init=tiny_world.INIT, retriever_top_k=8, index_kind="brute_force", embedding_dtype="float32")
   trainer = TrainerConfig(model_dir=str(tmp_path / "model"), batch_size=2, num_steps=1,
                           learning_rate=1e-5, checkpoint_every=1)
   runtime = RuntimeConfig(compute_dtype="float32")

@@ -31,6 +31,26 @@ def test_help_shows_the_docstring_and_own_flags_without_importing_tensorflow(com
   assert "tensorflow" not in imported and "apache_beam" not in imported
 
 
+# What may come just before a flag of another program that a help text names: that program.
+_OTHER_PROGRAM = re.compile(r"realm-[a-z]|pipelines\.|pipeline_options|index builder")
+
+
+@pytest.mark.parametrize("command,module", BINARIES, ids=[c for c, _ in BINARIES])
+def test_every_flag_a_help_text_names_is_a_flag_of_that_binary(command, module):
+  """`--help` names only flags the binary has (`--helpfull`), unless the text says whose
+  they are (another binary's, the index builder's, Beam's options)."""
+  del command
+  run = lambda arg: subprocess.run([sys.executable, "-m", module, arg], capture_output=True,
+                                   text=True, cwd=ROOT, timeout=600).stdout
+  defined = set(re.findall(r"^\s+--(?:\[no\])?(\w+):", run("--helpfull"), re.M))
+  text = " ".join(run("--help").split())
+  missing = [text[max(0, m.start() - 80):m.end()]
+             for m in re.finditer(r"--(?:\[no\])?([a-z]\w*)", text)
+             if m.group(1) not in defined and
+             not _OTHER_PROGRAM.search(text[max(0, m.start() - 80):m.start()])]
+  assert not missing, missing
+
+
 def test_console_script_help_lists_the_binary_flags():
   script = os.path.join(os.path.dirname(sys.executable), "realm-ict")  # make install made it
   assert os.path.exists(script), "pip install -e . registers the console scripts"

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from realm_tf import errors
+from realm_tf import presets
 from realm_tf import tiny_world
 from realm_tf.experiments import overrides
 from realm_tf.experiments import registry
@@ -93,9 +94,27 @@ def test_registered_defaults_are_the_binaries():
   assert (pretrain.trainer.batch_size, pretrain.task.model.query_length,
           pretrain.task.refresh_every) == (16, 96, 500)
   assert (open_qa.trainer.num_steps, open_qa.trainer.checkpoint_every,
-          open_qa.task.init.bert_weights) == (10000, 1000, "")
+          open_qa.task.init.bert_weights) == (10000, 1000, "minilm")
   with pytest.raises(errors.InputError, match="qa: not a registered experiment"):
     registry.get("qa")
+
+
+def test_the_three_trainers_start_alike_and_a_random_start_is_never_silent(caplog):
+  assert {registry.get(n).task.init.bert_weights for n in ("ict", "pretrain", "open_qa")} == {
+      "minilm"}
+  # BERT weights fill only the towers no other source fills: no second source to refuse.
+  presets.check_init_sources(presets.InitConfig(checkpoint="c", bert_weights="minilm"))
+  with pytest.raises(errors.InputError, match="2 sources of the retriever"):
+    presets.check_init_sources(presets.InitConfig(checkpoint="c", orqa="o"))
+  config = tiny_world.model_config()
+  for init in (presets.InitConfig(), tiny_world.INIT):
+    caplog.clear()
+    presets.initialize(*presets.build_models(config), config, init)
+    lines = [r.getMessage() for r in caplog.records if "random weights" in r.getMessage()]
+    assert lines == ["The retriever and the reader start from random weights "
+                     "(--init_weights=random): fine for toy worlds and tests, not for real "
+                     "text; pass --init_weights=minilm (or other BERT weights) to start from "
+                     "trained ones"]
 
 
 def test_config_file_round_trip(tmp_path):

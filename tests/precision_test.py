@@ -84,10 +84,35 @@ def test_bfloat16_export_outputs_float32_close_to_float32(world, tmp_path):
     ({"avx2", "fma"}, ["CPU"], "float32"),  # AVX2 only (e.g. AMD Zen 3): emulated bfloat16
     ({"avx2", "avx512f", "avx512_bf16"}, ["CPU"], "bfloat16"),  # AVX512-BF16 (e.g. Zen 4)
     ({"avx512_bf16", "amx_bf16", "amx_tile"}, ["CPU"], "bfloat16"),  # Intel AMX
-    (set(), ["CPU", "GPU"], "bfloat16"),
     (set(), ["CPU", "TPU"], "bfloat16")])
 def test_auto_picks_bfloat16_where_matmuls_have_bfloat16_units(flags, devices, expected):
-  assert precision.best_compute_dtype(flags, devices, environ={}) == expected
+  assert precision.best_compute_dtype(flags, devices, environ={}, gpus=[]) == expected
+
+
+@pytest.mark.parametrize("gpus,expected", [
+    ([(8, 0)], "bfloat16"),  # A100
+    ([(9, 0)], "bfloat16"),  # H100
+    ([(8, 6), (8, 9)], "bfloat16"),  # RTX 30xx / L4
+    ([(7, 5)], "float32"),  # T4: float16 tensor cores only, bfloat16 emulated
+    ([(7, 0)], "float32"),  # V100
+    ([(6, 0)], "float32"),  # P100
+    ([(9, 0), (7, 5)], "float32"),  # a mixed host computes as its slowest GPU
+    ([None], "float32")])  # no compute capability reported
+def test_auto_on_gpus_picks_bfloat16_only_with_bfloat16_tensor_cores(gpus, expected):
+  """The GPU path by construction (no GPU here): fake device details, whatever the CPU."""
+  for flags in (set(), AMX):
+    assert precision.best_compute_dtype(flags, ["CPU", "GPU"], environ={}, gpus=gpus) == \
+        expected
+
+
+def test_gpu_capabilities_come_from_tensorflows_device_details(monkeypatch):
+  details = {"GPU:0": {"compute_capability": (7, 5)}, "GPU:1": {}}
+  monkeypatch.setattr(precision.tf.config, "get_visible_devices",
+                      lambda kind: [type("D", (), {"name": n}) for n in details])
+  monkeypatch.setattr(precision.tf.config.experimental, "get_device_details",
+                      lambda device: details[device.name])
+  assert precision.gpu_capabilities() == [(7, 5), None]
+  assert precision.best_compute_dtype(set(), ["CPU", "GPU"], environ={}) == "float32"
 
 
 AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
@@ -107,9 +132,9 @@ AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
 def test_auto_follows_onednns_isa_limit_and_switch(environ, expected):
   """One machine stands in for the other CPU kinds: oneDNN limited below bfloat16 (or off)
   computes as a machine without bfloat16 units does."""
-  assert precision.best_compute_dtype(AMX, ["CPU"], environ=environ) == expected
+  assert precision.best_compute_dtype(AMX, ["CPU"], environ=environ, gpus=[]) == expected
   # No limit lends units to a CPU without them.
-  assert precision.best_compute_dtype({"avx2"}, ["CPU"], environ=environ) == "float32"
+  assert precision.best_compute_dtype({"avx2"}, ["CPU"], environ=environ, gpus=[]) == "float32"
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):

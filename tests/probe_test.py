@@ -182,6 +182,14 @@ def test_text_without_mask_is_one_line_and_exit_2(model_dir):
       "wordpiece to fill, e.g. 'Ada lives in [MASK] .'.")
 
 
+def test_a_corpus_of_longer_blocks_than_the_model_is_refused(model_dir, tmp_path):
+  path = tmp_path / "long.jsonl"
+  path.write_text(json.dumps({"title": "ada", "text": " ".join(["ada lives in paris"] * 30)}),
+                  encoding="utf-8")
+  with pytest.raises(errors.InputError, match=f"reads blocks of {BLOCK_LENGTH} .*--block_length"):
+    probe_lib.load_prober(model_dir, corpus=str(path))
+
+
 def test_model_dir_without_towers_or_mlm_reader_names_it(model_dir, published, tmp_path):
   with pytest.raises(errors.InputError, match=f"{tmp_path}: no retriever/: not the model "
                      "directory of a finished REALM pre-training run"):

@@ -44,7 +44,8 @@ def tiny_config(world, model_dir, **overrides) -> ExperimentConfig:
   runtime, by name."""
   parts = dict(
       task=dict(corpus=world.corpus, train_data=world.train, vocab_file=world.vocab_file,
-                dev_data=world.dev, model=tiny_world.model_config(), retriever_top_k=16,
+                dev_data=world.dev, model=tiny_world.model_config(), init=tiny_world.INIT,
+                retriever_top_k=16,
                 index_kind="brute_force", embedding_dtype="float32"),
       trainer=dict(model_dir=model_dir, batch_size=4, num_steps=60, learning_rate=3e-3,
                    warmup_steps=3, eval_every=30, checkpoint_every=20, log_every=10),

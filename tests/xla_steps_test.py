@@ -118,7 +118,8 @@ def test_finetuning_step_compiles_with_xla(tmp_path):
       model.encoder, dropout_rate=0.0, attention_dropout_rate=0.0))
   tuner = finetune_lib.FineTuner(ExperimentConfig(
       task=OpenQATaskConfig(corpus=world.corpus, train_data=world.train,
-                            vocab_file=world.vocab_file, model=model, retriever_top_k=16,
+                            vocab_file=world.vocab_file, model=model, init=tiny_world.INIT,
+                            retriever_top_k=16,
                             index_kind="brute_force", embedding_dtype="float32"),
       trainer=TrainerConfig(model_dir=str(tmp_path / "model"), batch_size=4, num_steps=10,
                             learning_rate=1e-3, warmup_steps=0, checkpoint_every=1000),

@@ -178,8 +178,10 @@ class Task(abc.ABC):
             f"reads doc_input={doc_input!r}", f"Drop --doc_input (the retriever's own form "
             f"is used), or start from a retriever trained with doc_input={model.doc_input!r}"))
     init = self.task.init
-    # Released REALM and ORQA towers hold REALM's head, whatever BERT weights fill the rest.
-    head_weights = "" if init.realm_embedder or init.orqa else init.bert_weights
+    # Released REALM and ORQA towers hold REALM's head, whatever BERT weights fill the rest,
+    # and so does a bare TF2 checkpoint (REALM pre-training's) that no run directory describes.
+    head_weights = ("" if init.realm_embedder or init.orqa or (
+        init.checkpoint and self.previous is None) else init.bert_weights)
     return dataclasses.replace(
         model, encoder=dataclasses.replace(model.encoder, vocab_size=self.tokenizer.vocab_size),
         retriever_head=presets.resolve_head(head, head_weights),

@@ -37,6 +37,7 @@ class ClassificationTask(OpenQATask):
                           (retriever.doc_projection, source.doc_projection)):
       target.set_weights(tower.get_weights())
     presets.load_reader_weights(reader, self.task.init.bert_weights)
+    presets.note_random_start(["the reader"] * presets.is_random(self.task.init.bert_weights))
     return model
 
   def run(self) -> Dict[str, float]:

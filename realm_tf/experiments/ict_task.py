@@ -32,6 +32,7 @@ class IctTask(Task):
     with self.scope():
       for tower in {id(e): e for e in (model.query_encoder, model.doc_encoder)}.values():
         presets.load_bert_weights(tower, self.task.init.bert_weights)
+    presets.note_random_start(["the retriever"] * presets.is_random(self.task.init.bert_weights))
     return model
 
   def build_inputs(self) -> Corpus:

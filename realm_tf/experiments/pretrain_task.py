@@ -101,6 +101,10 @@ class PretrainTask(Task):
         self.mlm_head_loaded = True
       elif not self.saved("reader"):
         self.mlm_head_loaded = presets.load_reader_weights(reader, init.bert_weights)
+    presets.note_random_start([
+        f"the {name}" for name, source in (("retriever", init.realm_embedder),
+                                           ("reader", init.realm_encoder))
+        if not source and not self.saved(name) and presets.is_random(init.bert_weights)])
     return retriever, reader
 
   def warm_up_reader(self, reader: Reader, store: Corpus) -> None:
@@ -118,7 +122,7 @@ class PretrainTask(Task):
     if self.saved("reader"):
       logging.info("MLM warm-up skipped: the reader is a saved one (%s)", self.saved("reader"))
       return
-    if not bert_weights or self.mlm_head_loaded:
+    if presets.is_random(bert_weights) or self.mlm_head_loaded:
       logging.info("MLM warm-up skipped: %s", f"{self.task.init.realm_encoder or bert_weights} "
                    "has an MLM head" if self.mlm_head_loaded
                    else "the reader has no BERT weights (task.init.bert_weights)")

@@ -99,7 +99,7 @@ DEFAULTS = {
         "task.embedding_storage_dtype": "float32",
         "task.index_kind": "scann",
         "task.index_refresh_steps": 0,
-        "task.init.bert_weights": "",
+        "task.init.bert_weights": "minilm",
         "task.max_builder_failures": 2,
         "task.max_gold_spans": 32,
         "task.max_index_staleness": 0,

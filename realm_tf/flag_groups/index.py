@@ -46,12 +46,13 @@ def define_index_flags(config: ConfigFlags, open_qa: bool = False) -> None:
     config.bind(holder, f"task.{settings[holder.name]}")
   config.bind(flags.DEFINE_enum(
       "refresh", None, ["async", "sync"], "Index refresh by the trainer itself (sync) or by "
-      "the index-builder process while training goes on (async; fine-tuning: needs "
-      "--train_doc_tower)."), "task.refresh")
+      "the index-builder process while training goes on (async"
+      f"{': needs --train_doc_tower' if open_qa else ''})."), "task.refresh")
   config.bind(refresh_every(frozen=open_qa),
               "task.index_refresh_steps" if open_qa else "task.refresh_every")
   config.bind(flags.DEFINE_list("builder_args", None, "Extra flags for the asynchronous index "
-                                "builder (e.g. a Beam runner)."), "task.builder_args")
+                                "builder (e.g. a Beam runner, or --device=cpu to keep it off "
+                                "the trainer's GPU)."), "task.builder_args")
   config.bind(flags.DEFINE_integer("max_builder_failures", None, "Stop training after this many "
                                    "asynchronous index builds failed in a row.", lower_bound=1),
               "task.max_builder_failures")

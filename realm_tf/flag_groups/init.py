@@ -11,9 +11,13 @@ def define_init_flags(config: ConfigFlags, released_realm: bool = False,
   `--init_realm_embedder`, `--init_realm_encoder` and `--init_index`, `saved_towers`
   `--retriever_dir` and `--reader_dir`, `open_qa` `--init_checkpoint`,
   `--init_checkpoint_share_towers` and `--init_orqa`."""
+  others = [name for name, given in (
+      ("--retriever_dir/--reader_dir", saved_towers), ("--init_checkpoint", open_qa),
+      ("--init_orqa", open_qa), ("--init_realm_embedder/--init_realm_encoder", released_realm)) if given]
   config.bind(flags.DEFINE_string(
-      "init_weights", None, "BERT weights of the towers nothing else fills (a saved tower, "
-      "--init_checkpoint, a released model): '', 'minilm', HF safetensors or TF1 BERT ckpt."),
+      "init_weights", None, "BERT weights of "
+      f"{'the towers nothing else fills (' + ', '.join(others) + ')' if others else 'the towers'}: "
+      "'minilm', HF safetensors, a TF1 BERT ckpt, or 'random' (said in a warning line)."),
               "task.init.bert_weights")
   if released_realm:
     config.bind(flags.DEFINE_string(

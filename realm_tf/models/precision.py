@@ -1,10 +1,12 @@
 """Compute precision: which dtype the matmuls run in, and bfloat16 copies of the doc tower.
 
 `best_compute_dtype()` is the `auto` of every `--compute_dtype` / `--embedding_dtype` flag:
-bfloat16 on a GPU or TPU, or on a CPU with bfloat16 units (`amx_bf16`, `avx512_bf16`) that
-oneDNN may use (`onednn_allows_bf16`: oneDNN on, `ONEDNN_MAX_CPU_ISA` unset or at
-AVX512_CORE_BF16 or above); float32 elsewhere. The units are reached through oneDNN only, and
-a CPU without them emulates bfloat16 and is slower in it (docs/decisions.md).
+bfloat16 on a TPU, on GPUs of compute capability 8.0 and up (Ampere, Hopper: bfloat16 tensor
+cores), or on a CPU with bfloat16 units (`amx_bf16`, `avx512_bf16`) that oneDNN may use
+(`onednn_allows_bf16`: oneDNN on, `ONEDNN_MAX_CPU_ISA` unset or at AVX512_CORE_BF16 or above);
+float32 elsewhere. A CPU without the units emulates bfloat16 and is slower in it; so do GPUs
+below 8.0 (T4, V100), where Keras's `mixed_float16` would need loss scaling that realm_tf's
+training steps do not do: float32 there (docs/decisions.md; tested by construction).
 
 Embedding the corpus is inference only: `with_compute_dtype` gives the doc tower a copy with
 float32 weights that computes under Keras's `mixed_bfloat16` policy, and callers cast its
@@ -14,7 +16,7 @@ variables, scores and losses stay float32).
 import contextlib
 import os
 import platform
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -97,22 +99,47 @@ def machine_line() -> str:
           f"auto precision: {best_compute_dtype()}")
 
 
+# The first GPU compute capability with bfloat16 tensor cores (Ampere).
+GPU_BF16_CAPABILITY = (8, 0)
+
+
+def gpu_capabilities() -> List[Optional[Tuple[int, int]]]:
+  """The compute capability of each GPU this process sees (None where TensorFlow reports
+  none), from `tf.config.experimental.get_device_details`."""
+  return [tf.config.experimental.get_device_details(gpu).get("compute_capability")
+          for gpu in tf.config.get_visible_devices("GPU")]
+
+
+def gpu_dtype(capabilities: Sequence[Optional[Tuple[int, int]]]) -> Optional[str]:
+  """What `auto` computes in on these GPUs: "bfloat16" where every one has bfloat16 tensor
+  cores (`GPU_BF16_CAPABILITY` and up), else "float32"; None without GPUs (the CPU decides)."""
+  if not capabilities:
+    return None
+  fast = all(c is not None and tuple(c) >= GPU_BF16_CAPABILITY for c in capabilities)
+  return "bfloat16" if fast else "float32"
+
+
 def best_compute_dtype(flags: Optional[Iterable[str]] = None,
                        device_types: Optional[Iterable[str]] = None,
-                       environ: Optional[Mapping[str, str]] = None) -> str:
-  """"bfloat16" where matmuls have bfloat16 units (a GPU or TPU among `device_types`, or a CPU
-  with one of `CPU_BF16_FLAGS` in `flags` that oneDNN may use, `onednn_allows_bf16`), else
-  "float32".
+                       environ: Optional[Mapping[str, str]] = None,
+                       gpus: Optional[Sequence[Optional[Tuple[int, int]]]] = None) -> str:
+  """"bfloat16" where matmuls have bfloat16 units (a TPU among `device_types`, GPUs that
+  `gpu_dtype` finds them on, else a CPU with one of `CPU_BF16_FLAGS` in `flags` that oneDNN
+  may use, `onednn_allows_bf16`), else "float32".
 
   Args:
     flags: CPU feature flags (default: this machine's, `cpu_flags()`).
-    device_types: TF physical device types (default: this machine's, e.g. ["CPU", "GPU"]).
+    device_types: TF physical device types (default: this machine's, e.g. ["CPU", "TPU"]).
     environ: the environment oneDNN reads (default `os.environ`).
+    gpus: the compute capability of each visible GPU (default: `gpu_capabilities()`).
   """
   if device_types is None:
     device_types = [d.device_type for d in tf.config.list_physical_devices()]
-  if {"GPU", "TPU"} & set(device_types):
+  if "TPU" in set(device_types):
     return "bfloat16"
+  on_gpus = gpu_dtype(gpu_capabilities() if gpus is None else gpus)
+  if on_gpus:
+    return on_gpus
   flags = cpu_flags() if flags is None else set(flags)
   units = bool(set(CPU_BF16_FLAGS) & set(flags))
   return "bfloat16" if units and onednn_allows_bf16(environ) else "float32"

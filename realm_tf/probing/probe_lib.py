@@ -38,6 +38,7 @@ from realm_tf.mips.mips_index import MipsIndex
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
+from realm_tf.retrieval.block_fit import check_blocks_fit
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
@@ -310,6 +311,7 @@ def load_prober(model_dir: str, corpus: str = "", vocab_file: str = "", k: int =
   tokenizer = WordpieceTokenizer.from_vocab_file(vocab_file)
   _check_vocabulary(model_dir, towers["reader"], tokenizer, vocab_file)
   store = Corpus.load(corpus or task.corpus)
+  check_blocks_fit(store, tokenizer, task.model.block_length, model_dir)
   index = None if corpus else _published_index(model_dir, store,
                                                 towers["retriever"].doc_input)
   return Prober(towers["retriever"], towers["reader"], tokenizer, store, index,

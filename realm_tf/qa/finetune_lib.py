@@ -53,6 +53,7 @@ from realm_tf.qa.open_qa_step import open_qa_losses
 from realm_tf.qa.open_qa_step import reader_variables
 from realm_tf.qa.open_qa_step import retriever_variables
 from realm_tf.qa.supervision import check_answerable
+from realm_tf.retrieval.block_fit import check_blocks_fit
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.tokenization.featurizers import Featurizer
@@ -125,6 +126,8 @@ class FineTuner:
     if self.tokenizer.vocab_size != task.model.encoder.vocab_size:
       raise ValueError(f"vocabulary {task.vocab_file} has {self.tokenizer.vocab_size} "
                        f"wordpieces, the encoder {task.model.encoder.vocab_size}")
+    check_blocks_fit(self.corpus, self.tokenizer, task.model.block_length,
+                     trainer.model_dir or "being fine-tuned")
     self.featurizer = Featurizer(self.tokenizer, task.model.query_length,
                                  task.model.block_length, task.model.reader_length,
                                  doc_input=task.model.doc_input)

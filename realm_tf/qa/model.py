@@ -34,6 +34,7 @@ from realm_tf.qa.doc_index import DocIndex
 from realm_tf.qa.doc_index import index_corpus
 from realm_tf.retrieval import corpus_files
 from realm_tf.retrieval import embedding_file
+from realm_tf.retrieval.block_fit import check_blocks_fit
 from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieve_and_read import RetrieveAndRead
 from realm_tf.signatures.doc_embedder import DocEmbedder
@@ -284,6 +285,7 @@ class QAModel:
                 None)
     if corpus:
       model.corpus = Corpus.load(corpus)
+      check_blocks_fit(model.corpus, tokenizer, info.model.block_length, directory)
       own = DocIndex.read_info(paths["doc_index"])
       kind = index_kind or own["kind"]
       dtype = precision.resolve(embedding_dtype)
@@ -295,6 +297,7 @@ class QAModel:
                                      storage_dtype=own[embedding_file.STORAGE_KEY])
     else:
       model.corpus = Corpus.load(paths["corpus"])
+      check_blocks_fit(model.corpus, tokenizer, info.model.block_length, directory)
       model.doc_index = DocIndex.load(paths["doc_index"], model.corpus)
       doc_inputs.check_index(model.doc_index.doc_input, info.model.doc_input,
                              paths["doc_index"])

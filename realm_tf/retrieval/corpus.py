@@ -137,6 +137,26 @@ class Corpus:
                       "vocabulary); tokenizing its %d blocks", self.source, len(self))
     return self._tokenized(tokenizer)
 
+  def block_length(self, tokenizer: Optional[WordpieceTokenizer] = None) -> int:
+    """The longest block, `[CLS] title [SEP] body [SEP]` in `wordpieces(tokenizer)` (None: the
+    stored ones), as the manifest records it; measured (and recorded) where it does not."""
+    if tokenizer is None or self.stored_wordpieces_match(tokenizer):
+      name, (title_ids, body_ids) = corpus_files.PIPELINE_WORDPIECES, (self.title_ids,
+                                                                       self.body_ids)
+      if title_ids is None:
+        raise ValueError(f"corpus {self.source!r}: no stored wordpieces; pass a tokenizer")
+    else:
+      name, (title_ids, body_ids) = "wordpieces-" + _vocab_digest(tokenizer), self.wordpieces(
+          tokenizer)
+    lengths = self.__dict__.setdefault("_block_lengths", {})
+    if name not in lengths and self.directory is not None:
+      lengths[name] = corpus_files.read_manifest(self.directory).get("block_lengths", {}).get(name)
+    if lengths.get(name) is None:
+      lengths[name] = int(np.max(title_ids.row_lengths() + body_ids.row_lengths())) + 3
+      if self.directory is not None and _writable(self.directory):
+        corpus_files.record_block_length(self.directory, name, lengths[name])
+    return lengths[name]
+
   def _tokenized(self, tokenizer: WordpieceTokenizer) -> Wordpieces:
     name = "wordpieces-" + _vocab_digest(tokenizer)
     cache = self.__dict__.setdefault("_tokenized_sets", {})
@@ -258,6 +278,9 @@ def convert(path: str, source, target: str) -> str:
       raise
     shutil.rmtree(work, ignore_errors=True)
   logging.info("Converted corpus %s into %s", path, target)
+  store = Corpus.open(target)
+  if store.title_ids is not None:
+    store.block_length()  # recorded in its manifest
   return target
 
 

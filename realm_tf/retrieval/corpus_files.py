@@ -213,16 +213,30 @@ def _column_files(prefix: str, fields) -> list:
 
 
 def write_manifest(directory: str, num_blocks: int, fingerprint: str, source: Dict[str, Any],
-                   wordpiece_sets: Dict[str, str], known: Optional[Dict[str, Any]] = None) -> None:
+                   wordpiece_sets: Dict[str, str], known: Optional[Dict[str, Any]] = None,
+                   block_lengths: Optional[Dict[str, int]] = None) -> None:
   """Writes `corpus.json` (atomically) over the files present (`known`: entries of files
-  already checksummed)."""
+  already checksummed); `block_lengths`: the longest block of each wordpiece set."""
   names = ["block_ids.npy"] + _column_files("", ("titles", "texts"))
   for name in wordpiece_sets:
     names += _column_files(name + "/", _WORDPIECE_FIELDS)
   manifest = {"format": "realm_tf.corpus", "format_version": FORMAT_VERSION,
               "num_blocks": int(num_blocks), "fingerprint": fingerprint, "source": source,
               "wordpieces": wordpiece_sets,
-              "files": _file_entries(directory, names, known or {})}
+              "files": _file_entries(directory, names, known or {}),
+              "block_lengths": dict(block_lengths or {})}
+  _write_json(directory, manifest)
+
+
+def record_block_length(directory: str, name: str, length: int) -> None:
+  """Records `length`, the longest `[CLS] title [SEP] body [SEP]` of wordpiece set `name`, in
+  the manifest (a corpus written before it was recorded is measured when opened)."""
+  manifest = read_manifest(directory)
+  manifest.setdefault("block_lengths", {})[name] = int(length)
+  _write_json(directory, manifest)
+
+
+def _write_json(directory: str, manifest: Dict[str, Any]) -> None:
   path = os.path.join(directory, MANIFEST)
   with open(path + ".tmp", "w", encoding="utf-8") as f:
     json.dump(manifest, f, indent=1, sort_keys=True)
@@ -329,7 +343,7 @@ def add_wordpieces(directory: str, name: str, batches: Iterable[Tuple[tf.RaggedT
     raise ValueError(f"{directory}: wordpieces of another number of blocks")
   sets = dict(manifest["wordpieces"], **{name: str(dtype)})
   write_manifest(directory, manifest["num_blocks"], manifest["fingerprint"], manifest["source"],
-                 sets, manifest["files"])
+                 sets, manifest["files"], manifest.get("block_lengths"))
 
 
 def verify_checksums(directory: str) -> None:
