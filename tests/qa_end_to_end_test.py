@@ -1,4 +1,4 @@
-"""Fine-tune -> evaluate -> export -> ask, from the README's documented commands, on the tiny
+"""Fine-tune -> evaluate -> export -> ask, from docs/open_qa.md's commands, on the tiny
 world; then every TF Hub export reloads in a fresh process without realm_tf and gives the
 Keras models' outputs."""
 # bazel-size: large
@@ -20,7 +20,7 @@ from realm_tf.retrieval.embedding import embedding_tolerance
 from realm_tf.tokenization.featurizers import BlockFeaturizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTION = "## Open-QA: fine-tune, evaluate, export, ask"
+SECTION = "# Open-QA: fine-tune, evaluate, export, ask"  # docs/open_qa.md
 QUESTIONS = ["ada lives in the city of", "bob works as a", "kim lives in the city of"]
 TITLES = ["ada", "bob", ""]
 TEXTS = ["Ada lives in Doha. Ada works as a tailor.", "Bob lives in Kyiv. Bob works as a nurse.",
@@ -76,7 +76,7 @@ FRESH_PROCESS = hub_fresh_process.script("""
 
 
 def readme_commands() -> str:
-  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+  with open(os.path.join(ROOT, "docs", "open_qa.md"), encoding="utf-8") as f:
     readme = f.read()
   section = readme[readme.index(SECTION):]
   return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
@@ -85,7 +85,7 @@ def readme_commands() -> str:
 def quickstart_commands() -> str:
   with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
     readme = f.read()
-  section = readme[readme.index("## Quickstart: your own documents"):]
+  section = readme[readme.index("### Your own documents"):]
   return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
 
 
