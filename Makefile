@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # Two stamps: the demo's set-up (the library, `.[demo]`, the data packages) and the test
-# stack on top of it (`.[test]`, chromium); `make demo` installs no test package.
+# stack on top of it (`.[test]`, the docs site's `.[docs]`, chromium); `make demo` installs no
+# test or docs package.
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 # pytest-xdist workers; each test file runs whole on one worker (module fixtures built once),
@@ -41,7 +42,7 @@ $(DEMO_STAMP): setup.cfg pyproject.toml
 	touch $(DEMO_STAMP)
 
 $(TEST_STAMP): $(DEMO_STAMP)
-	$(UV_INSTALL) --quiet --compile-bytecode -e '.[test,demo]'
+	$(UV_INSTALL) --quiet --compile-bytecode -e '.[test,demo,docs]'
 	command -v chromium >/dev/null || ($(SUDO) apt-get update && \
 		$(SUDO) apt-get install -y --no-install-recommends chromium)
 	touch $(TEST_STAMP)

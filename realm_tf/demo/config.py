@@ -38,8 +38,8 @@ class DemoConfig:
     ict_steps, ict_batch_size, ict_learning_rate: ICT (in-batch negatives).
     mlm_warmup_steps: MLM-head warm-up of the MiniLM reader on the corpus blocks before REALM
       (`training.mlm_warmup`; MiniLM has no MLM head; 0: none).
-    pretrain_steps, pretrain_batch_size, pretrain_learning_rate, num_candidates,
-      refresh_every: REALM pre-training (K candidates with the null document; a doc-embedder
+    pretrain_steps, pretrain_batch_size, pretrain_learning_rate, num_candidates: REALM
+      pre-training, with `refresh_every` (K candidates with the null document; a doc-embedder
       snapshot for the asynchronous index builder every `refresh_every` steps).
     finetune_steps, finetune_batch_size, finetune_learning_rate, retriever_top_k: Open-QA
       fine-tuning (10% warm-up; the retriever loss over the top `retriever_top_k` blocks);

@@ -91,17 +91,17 @@ class AblationConfig:
     output_dir: the world, every model and the results go here, one `seed-N` directory per
       seed (replaced).
     world: the knowledge world (its seed is replaced by each run's seed).
-    hidden_size, num_layers, num_attention_heads, intermediate_size, initializer_range,
-      dropout_rate: the BERT of every tower (`EncoderConfig`).
+    hidden_size, num_layers, num_attention_heads, intermediate_size: the BERT of every tower
+      (`EncoderConfig`), with `initializer_range` and `dropout_rate`.
     projection_size, span_hidden_size: retrieval embedding size and span head width.
     ict_steps, ict_batch_size, ict_learning_rate: the ICT warm-start.
     bert_steps: each reader masked-LM pre-training without retrieval ("BERT", "BERT-pairs").
-    pretrain_steps, pretrain_batch_size, pretrain_learning_rate, num_candidates,
-      refresh_every, stale_factor, reader_warmup_steps: REALM pre-training (K includes the
+    pretrain_steps, pretrain_batch_size, pretrain_learning_rate, num_candidates: REALM
+      pre-training, with `refresh_every`, `stale_factor`, `reader_warmup_steps` (K includes the
       null document; the stale variant refreshes every `refresh_every * stale_factor` steps;
       the first `reader_warmup_steps` train the reader alone, `PretrainTaskConfig`).
-    finetune_steps, finetune_batch_size, finetune_learning_rate, reader_top_k,
-      retriever_top_k, eval_every: Open-QA fine-tuning (warm-up over the first 10% of the
+    finetune_steps, finetune_batch_size, finetune_learning_rate, reader_top_k: Open-QA
+      fine-tuning, with `retriever_top_k` and `eval_every` (warm-up over the first 10% of the
       steps; the best dev checkpoint is evaluated on test).
     recall_k: k of zero-shot recall@k.
     variants: which rows to run (their pre-training runs are trained as needed); default the
