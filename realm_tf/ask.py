@@ -20,12 +20,13 @@ from realm_tf import cli
 from realm_tf.flag_groups import index
 from realm_tf.flag_groups import paths
 from realm_tf.flag_groups import qa_model
+from realm_tf.flag_groups import runtime
 
 _MODEL = qa_model.define_qa_model_flags()
 _K = qa_model.k("Evidence blocks read per question.")
 _QUESTION = qa_model.question("A question (repeatable), asked before the positional arguments, "
                               "each of which is one question too.")
-for group in (cli, index, paths, qa_model):
+for group in (cli, index, paths, qa_model, runtime):
   flags.adopt_module_key_flags(group)  # their flags in --help
 
 
@@ -41,7 +42,8 @@ def main(argv):
                             ScannSettings(**_MODEL.index.scann_values()),
                             Sharding(**_MODEL.index.sharding_values()),
                             _MODEL.embedding_dtype.value,
-                            ReleasedSettings(**_MODEL.released.values()))
+                            ReleasedSettings(**_MODEL.released.values()),
+                            _MODEL.compute_dtype.value)
   ask_lib.answer_or_interact(asker, questions, sys.stdin,
                              lambda text: print(text, end="", flush=True))
 

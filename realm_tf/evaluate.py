@@ -14,6 +14,7 @@ from realm_tf.flag_groups import data
 from realm_tf.flag_groups import index
 from realm_tf.flag_groups import paths
 from realm_tf.flag_groups import qa_model
+from realm_tf.flag_groups import runtime
 from realm_tf.flag_groups import trainer
 
 _MODEL_DIR = paths.model_dir("Fine-tuned model directory (its best/ is used when present), or "
@@ -24,6 +25,7 @@ _DATASET = data.dataset(default="nq")
 _CORPUS = paths.corpus(qa_model.CORPUS_HELP, default="")
 _EMBEDDINGS = paths.embeddings_dir(qa_model.EMBEDDINGS_HELP)
 _EMBEDDING_DTYPE = index.embedding_dtype(default="auto")
+_COMPUTE_DTYPE = runtime.compute_dtype(qa_model.COMPUTE_DTYPE_HELP, default="auto")
 _INDEX_KIND = index.index_kind(qa_model.INDEX_KIND_HELP, default="",
                                choices=("",) + cli.INDEX_KINDS)
 _INDEX = cli.define_index_flags()
@@ -36,7 +38,7 @@ flags.register_validator("recall_ks", lambda ks: all(k.isdigit() and int(k) >= 1
                          "--recall_ks must be positive integers, e.g. 1,5,20,100")
 _MAX = flags.DEFINE_integer("max_examples", 0, "Questions evaluated (0: all).", lower_bound=0)
 _BATCH = trainer.batch_size("Questions per batch.", default=16)
-for group in (cli, data, index, paths, qa_model, trainer):
+for group in (cli, data, index, paths, qa_model, runtime, trainer):
   flags.adopt_module_key_flags(group)  # their flags in --help
 
 
@@ -57,7 +59,8 @@ def main(argv):
                 scann=ScannSettings(**_INDEX.scann_values()),
                 sharding=Sharding(**_INDEX.sharding_values()),
                 embedding_dtype=_EMBEDDING_DTYPE.value,
-                released=ReleasedSettings(**_RELEASED.values()))
+                released=ReleasedSettings(**_RELEASED.values()),
+                compute_dtype=_COMPUTE_DTYPE.value)
   result = evaluate_lib.evaluate(
       asker.system, examples,
       evaluate_lib.EvalConfig(recall_ks=[int(k) for k in _RECALL_KS.value],

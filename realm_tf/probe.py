@@ -14,6 +14,7 @@ from absl import flags
 from realm_tf import cli
 from realm_tf.flag_groups import paths
 from realm_tf.flag_groups import qa_model
+from realm_tf.flag_groups import runtime
 
 _MODEL_DIR = paths.model_dir("REALM pre-training model directory (realm-pretrain's "
                              "--model_dir).", required=True)
@@ -22,8 +23,12 @@ _CORPUS = paths.corpus("Another knowledge corpus: blocks-*.tfrecord directory, J
                        "index).", default="")
 _VOCAB_FILE = paths.vocab_file("WordPiece vocabulary (default: the run's).", default="")
 _K = qa_model.k("Blocks retrieved per text (the null document comes on top).")
+_COMPUTE_DTYPE = runtime.compute_dtype(
+    "Precision of the retriever and the reader when probing (auto: bfloat16 matmuls with "
+    "float32 scores and logits on hardware with bfloat16 matmuls, else float32).",
+    default="auto")
 _JSON = flags.DEFINE_bool("json", False, "Print one JSON object per text instead of a table.")
-for group in (paths, qa_model):
+for group in (paths, qa_model, runtime):
   flags.adopt_module_key_flags(group)  # their flags in --help
 
 
@@ -35,7 +40,8 @@ def main(argv):
   from realm_tf.probing import probe_lib
   for number, text in enumerate(texts, start=1):
     probe_lib.check_text(text, number)  # before the model loads
-  prober = probe_lib.load_prober(_MODEL_DIR.value, _CORPUS.value, _VOCAB_FILE.value, _K.value)
+  prober = probe_lib.load_prober(_MODEL_DIR.value, _CORPUS.value, _VOCAB_FILE.value, _K.value,
+                                 _COMPUTE_DTYPE.value)
   separator = "\n" if _JSON.value else "\n\n"
   print(separator.join(probe_lib.probe_texts(prober, texts, _JSON.value)), flush=True)
 

@@ -25,12 +25,16 @@ from realm_tf.data.block_length import BLOCK_LENGTH
 from realm_tf.layers.span_scorer import masked_logit_value
 from realm_tf.losses.open_qa_loss import per_document_log_probs
 from realm_tf.mips.mips_index import MipsIndex
+from realm_tf.models.length_buckets import trim_batch
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.tokenization.featurizers import Featurizer
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
 _FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
+# Answering's length buckets: small enough that a 10-wordpiece question reads 16, few enough
+# (Lr / 16) that every bucket's shapes are met early.
+LENGTH_MULTIPLE = 16
 
 
 @dataclasses.dataclass
@@ -51,15 +55,6 @@ class Answer:
   block: int = -1  # which evidence block the answer was read from (-1: none)
 
 
-def _cut_padding(features: Dict[str, tf.Tensor], multiple: int = 32) -> Dict[str, tf.Tensor]:
-  """[B*k, Lr] reader inputs -> [B*k, L'], L' the longest input rounded up to `multiple`:
-  padding changes no real position's output, and short blocks are read in a fraction of the
-  time (the reader's cost grows with L, its attention with L^2)."""
-  longest = tf.reduce_max(tf.reduce_sum(tf.cast(features["input_mask"], tf.int32), axis=1))
-  length = tf.minimum(-(-longest // multiple) * multiple, tf.shape(features["input_mask"])[1])
-  return {name: value[:, :length] for name, value in features.items()}
-
-
 class RetrieveAndRead:
   """Answers questions from a block corpus with a retriever, an index and a reader.
 
@@ -75,13 +70,16 @@ class RetrieveAndRead:
     batch_size: questions per batch in `answer` and `retrieve`.
     span_normalization: how span scores become answer probabilities, as the reader was
       trained (`presets.ModelConfig`).
+    length_multiple: questions are cut to the batch's longest and reader inputs encoded by
+      length buckets, lengths rounded up to this multiple (`models.length_buckets`; 0: padded
+      to `query_length` and `reader_length`, static shapes).
   """
 
   def __init__(self, retriever: Retriever, reader: Reader, tokenizer: WordpieceTokenizer,
                index: MipsIndex, titles: Sequence[str], bodies: Sequence[str], k: int = 5,
                query_length: int = 96, block_length: int = BLOCK_LENGTH, reader_length: int = 320,
                block_ids: Optional[Sequence[int]] = None, batch_size: int = 16,
-               span_normalization: str = "joint"):
+               span_normalization: str = "joint", length_multiple: int = LENGTH_MULTIPLE):
     if index.num_docs != len(titles) or len(titles) != len(bodies):
       raise ValueError(f"index has {index.num_docs} blocks but the corpus has {len(titles)} "
                        f"titles and {len(bodies)} bodies")
@@ -90,7 +88,7 @@ class RetrieveAndRead:
     if k < 1:
       raise ValueError(f"k must be >= 1, got {k}")
     self.retriever, self.reader, self.tokenizer, self.index = retriever, reader, tokenizer, index
-    self.span_normalization = span_normalization
+    self.span_normalization, self.length_multiple = span_normalization, int(length_multiple)
     self.titles, self.bodies = titles, bodies  # sequences read by row (memory-mapped columns)
     self.block_ids = (np.arange(len(titles), dtype=np.int64) if block_ids is None
                       else np.asarray(block_ids, np.int64))
@@ -105,9 +103,12 @@ class RetrieveAndRead:
   # Graph pieces ------------------------------------------------------------------------------
 
   def embed_questions(self, questions: tf.Tensor):
-    """string [B] -> (query features [B, Lq], query wordpieces [B, (T)], embeddings [B, D])."""
+    """string [B] -> (query features [B, Lq'], query wordpieces [B, (T)], float32 embeddings
+    [B, D]); Lq' = Lq, or the longest question rounded up (`length_multiple`)."""
     features, query_ids = self.featurizer.questions(questions)
-    return features, query_ids, self.retriever.embed_query(features, training=False)
+    features = trim_batch(features, self.length_multiple)
+    return features, query_ids, tf.cast(self.retriever.embed_query(features, training=False),
+                                        tf.float32)
 
   def read(self, query_ids: tf.RaggedTensor, titles: tf.Tensor, texts: tf.Tensor,
            retrieval_scores: tf.Tensor, valid: tf.Tensor,
@@ -131,9 +132,11 @@ class RetrieveAndRead:
     """
     batch = tf.shape(titles)[0]
     num_blocks = tf.shape(titles)[1]
-    features = _cut_padding(self.featurizer.reader_inputs(query_ids, titles, texts))
+    features = trim_batch(self.featurizer.reader_inputs(query_ids, titles, texts),
+                          self.length_multiple)
     span_logits, starts, ends = self.reader.span_logits(
-        {n: features[n] for n in _FEATURES}, features["block_mask"], training=training)
+        {n: features[n] for n in _FEATURES}, features["block_mask"], training=training,
+        length_multiple=self.length_multiple)
     num_spans = tf.shape(span_logits)[1]
     masked = masked_logit_value(tf.float32)
     span_logits = tf.reshape(tf.cast(span_logits, tf.float32), [batch, num_blocks, num_spans])

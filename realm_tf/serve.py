@@ -19,10 +19,11 @@ from realm_tf import errors
 from realm_tf.flag_groups import index
 from realm_tf.flag_groups import paths
 from realm_tf.flag_groups import qa_model
+from realm_tf.flag_groups import runtime
 
 _MODEL = qa_model.define_qa_model_flags()
 _K = qa_model.k("Evidence blocks read per question when a request has no top_k.")
-for group in (cli, index, paths, qa_model):
+for group in (cli, index, paths, qa_model, runtime):
   flags.adopt_module_key_flags(group)  # their flags in --help
 _MAX_TOP_K = flags.DEFINE_integer("max_top_k", 50, "Largest top_k a request may ask for "
                                   "(the reader reads every block retrieved).", lower_bound=1)
@@ -72,7 +73,8 @@ def main(argv):
         scann=ScannSettings(**_MODEL.index.scann_values()),
         sharding=Sharding(**_MODEL.index.sharding_values()),
         embedding_dtype=_MODEL.embedding_dtype.value,
-        released=ReleasedSettings(**_MODEL.released.values()))
+        released=ReleasedSettings(**_MODEL.released.values()),
+        compute_dtype=_MODEL.compute_dtype.value)
   service.answer_batch(["warm up"], service.default_top_k)  # traces the model functions
   limits = Limits(max_body_bytes=_MAX_BODY.value, max_question_chars=_MAX_CHARS.value,
                   num_blocks=service.num_blocks, max_top_k=_MAX_TOP_K.value,

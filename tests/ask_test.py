@@ -96,6 +96,23 @@ def test_corpus_swap_without_retraining(world, model_dir, asker):
 
 
 @emulation.bf16_compute
+def test_answering_in_bfloat16(model_dir, asker):
+  """compute_dtype="bfloat16": the query tower and the reader compute in bfloat16 (float32
+  variables, the checkpoint's weights), scores and probabilities come back float32 and close."""
+  half = ask_lib.Asker(model_dir, compute_dtype="bfloat16")
+  assert half.model.reader.encoder.compute_dtype == "bfloat16"
+  assert half.model.retriever.query_encoder.compute_dtype == "bfloat16"
+  assert asker.model.reader.encoder.compute_dtype == "float32"
+  np.testing.assert_array_equal(half.model.reader.get_weights()[0],
+                                asker.model.reader.get_weights()[0])
+  scores, rows = half.system.retrieve([QUESTION])
+  full_scores, full_rows = asker.system.retrieve([QUESTION])
+  assert scores.dtype == np.float32 and rows[0][0] == full_rows[0][0]
+  np.testing.assert_allclose(scores, full_scores, atol=0.05 * np.abs(full_scores).max())
+  answer = half.ask(QUESTION)
+  assert 0 < answer.probability <= 1 and len(answer.evidence) == 5
+
+
 def test_corpus_swap_embedded_in_bfloat16(world, model_dir, asker, tmp_path):
   """embedding_dtype="bfloat16": a bfloat16 copy of the doc embedder embeds the new corpus;
   its saved index records bfloat16 and passes the float32 embedder's check."""

@@ -89,22 +89,6 @@ def test_a_short_last_batch_reuses_the_traced_functions(system):
   np.testing.assert_allclose(alone.probability, answers[-1].probability, rtol=1e-5)
 
 
-def test_reading_inputs_cut_to_their_longest_row_gives_the_answers_of_full_length(system,
-                                                                                read3):
-  tokenizer, retriever, reader, embeddings = system
-  full = RetrieveAndRead(retriever, reader, tokenizer, BruteForceIndex(embeddings), TITLES,
-                         BODIES, k=3, query_length=16, block_length=24, reader_length=96)
-  questions = ["where is paris ?", "who sat on the mat ?", "a river ?"]
-  cut = read3  # reader_length 40; the longest input here is 13 wordpieces: read at 32
-  features = cut.featurizer.reader_inputs(
-      tokenizer(np.array(questions[:1])), np.array([TITLES[:3]]), np.array([BODIES[:3]]))
-  assert retrieve_and_read._cut_padding(features)["input_word_ids"].shape == (3, 32)  # pylint: disable=protected-access
-  assert retrieve_and_read._cut_padding(features, 8)["input_word_ids"].shape == (3, 16)  # pylint: disable=protected-access
-  for short, whole in zip(cut.answer(questions), full.answer(questions)):
-    assert short.answer == whole.answer and short.block == whole.block
-    np.testing.assert_allclose(short.probability, whole.probability, rtol=1e-4)
-
-
 def test_per_document_span_normalization_answers_with_p_z_times_p_span(system, read3):
   """A reader trained with the patent's per-document span softmax answers with the best
   p(z|x) p(s|z,x), computed here from its raw span logits."""

@@ -8,12 +8,16 @@ from absl import flags
 from realm_tf import cli
 from realm_tf.flag_groups import index
 from realm_tf.flag_groups import paths
+from realm_tf.flag_groups import runtime
 
 CORPUS_HELP = ("Another knowledge corpus: blocks-*.tfrecord directory, JSONL, DPR TSV or a "
                "released blocks.tfr (default: the model's).")
 EMBEDDINGS_HELP = ("Precomputed embeddings of --corpus: an index directory, embedding shards, "
                    "or the released block_emb checkpoint / a .npy (verified against the doc "
                    "embedder).")
+COMPUTE_DTYPE_HELP = ("Precision of the query tower and the reader when answering (auto: "
+                      "bfloat16 matmuls with float32 variables, scores and logits on hardware "
+                      "with bfloat16 matmuls, else float32; docs/exports.md).")
 INDEX_KIND_HELP = ("MIPS index for --corpus, or of a released model's import (default: the "
                    "model's; ScaNN for a released model).")
 
@@ -37,13 +41,14 @@ class QAModelFlags(NamedTuple):
   index: cli.IndexFlags
   embedding_dtype: flags.FlagHolder
   released: cli.ReleasedFlags
+  compute_dtype: flags.FlagHolder
 
 
 def define_qa_model_flags() -> QAModelFlags:
   """Defines `--model_dir`, `--corpus`, `--embeddings_dir`, `--index_kind`, the ScaNN settings
-  of the index built for `--corpus` (or a released model's import), `--embedding_dtype` and the
-  released-import flags; the calling binary lists them in its `--help` with
-  `flags.adopt_module_key_flags` of this module, `paths`, `index` and `cli`."""
+  of the index built for `--corpus` (or a released model's import), `--embedding_dtype`, the
+  released-import flags and `--compute_dtype`; the calling binary lists them in its `--help`
+  with `flags.adopt_module_key_flags` of this module, `paths`, `index`, `runtime` and `cli`."""
   holders = QAModelFlags(
       paths.model_dir("Fine-tuned model directory, or a released ORQA model directory "
                       "(default $REALM_TF_QA_MODEL).", default=""),
@@ -52,7 +57,8 @@ def define_qa_model_flags() -> QAModelFlags:
       index.index_kind(INDEX_KIND_HELP, default="", choices=("",) + cli.INDEX_KINDS),
       cli.define_index_flags(),
       index.embedding_dtype(default="auto"),
-      cli.define_released_flags())
+      cli.define_released_flags(),
+      runtime.compute_dtype(COMPUTE_DTYPE_HELP, default="auto"))
   flags.register_multi_flags_validator(
       ["embeddings_dir", "corpus"], lambda f: not f["embeddings_dir"] or f["corpus"],
       "--embeddings_dir needs the --corpus it embeds (the model's own corpus has its index)")

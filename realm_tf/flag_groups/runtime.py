@@ -14,6 +14,12 @@ def seed(default: Optional[int] = None) -> flags.FlagHolder:
                               "(initialisers, data order, a generated world).", lower_bound=0)
 
 
+def compute_dtype(help_text: str, default: Optional[str] = None) -> flags.FlagHolder:
+  """`--compute_dtype`: the training step's matmul precision, or that of the answering
+  binaries' query tower and reader."""
+  return flags.DEFINE_enum("compute_dtype", default, cli.COMPUTE_DTYPES, help_text)
+
+
 def define_runtime_flags(config: ConfigFlags, num_cpu_devices: bool = False) -> None:
   """Binds `--strategy`, `--tpu`, `--seed`, `--compute_dtype` and, with `num_cpu_devices`,
   `--num_cpu_devices` to `runtime.<flag>`."""
@@ -24,7 +30,7 @@ def define_runtime_flags(config: ConfigFlags, num_cpu_devices: bool = False) -> 
     config.bind(flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many "
                                      "logical devices.", lower_bound=0), "runtime.num_cpu_devices")
   config.bind(seed(), "runtime.seed")
-  config.bind(flags.DEFINE_enum(
-      "compute_dtype", None, cli.COMPUTE_DTYPES, "Precision of the training step's matmuls "
-      "(auto: bfloat16 on hardware with bfloat16 matmuls, else float32; bfloat16: Keras "
-      "mixed_bfloat16, float32 variables and losses)."), "runtime.compute_dtype")
+  config.bind(compute_dtype(
+      "Precision of the training step's matmuls (auto: bfloat16 on hardware with bfloat16 "
+      "matmuls, else float32; bfloat16: Keras mixed_bfloat16, float32 variables and losses)."),
+              "runtime.compute_dtype")

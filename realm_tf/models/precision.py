@@ -16,11 +16,12 @@ variables, scores and losses stay float32).
 import contextlib
 import os
 import platform
-from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
 from realm_tf.keras import keras
+from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 
 # The flag vocabulary: "auto" is `best_compute_dtype()`.
@@ -171,15 +172,17 @@ def policy_scope(compute_dtype: str) -> Iterator[str]:
     keras.mixed_precision.set_global_policy(previous)
 
 
-def with_compute_dtype(retriever: Retriever, compute_dtype: str) -> Retriever:
-  """`retriever` itself where `compute_dtype` resolves to its own compute dtype; otherwise a
-  copy with the same (float32) weights that computes in that dtype. The copy does not follow
-  later training updates."""
+def with_compute_dtype(model: Union[Retriever, Reader], compute_dtype: str
+                       ) -> Union[Retriever, Reader]:
+  """`model` (a retriever or a reader) itself where `compute_dtype` resolves to its encoders'
+  compute dtype; otherwise a copy with the same (float32) weights that computes in that dtype.
+  The copy does not follow later training updates."""
   dtype = resolve(compute_dtype)
-  if dtype == retriever.doc_encoder.compute_dtype:
-    return retriever
+  encoder = model.doc_encoder if isinstance(model, Retriever) else model.encoder
+  if dtype == encoder.compute_dtype:
+    return model
   with policy_scope(dtype):
-    copy = Retriever.from_config(retriever.get_config())
+    copy = type(model).from_config(model.get_config())
     copy.build()
-  copy.set_weights(retriever.get_weights())
+  copy.set_weights(model.get_weights())
   return copy

@@ -8,6 +8,7 @@ from realm_tf.keras import keras
 from realm_tf.layers import activations
 from realm_tf.layers.marker_span_scorer import MarkerSpanScorer
 from realm_tf.layers.span_scorer import SpanScorer
+from realm_tf.models import length_buckets
 
 Features = Dict[str, tf.Tensor]
 # The span heads: ORQA's endpoint MLP, and the patent's marker tokens read by two transformers.
@@ -53,7 +54,7 @@ class Reader(keras.Model):
     self.span_head = span_head
     # Creates the encoder's variables so that its word-embedding table can be tied (a
     # deserialized encoder reports `built` before its variables exist).
-    encoder(_dummy_features())
+    self.hidden_size = int(encoder(_dummy_features())["sequence_output"].shape[-1])
     self.masked_lm = nlp_layers.MaskedLM(
         embedding_table=encoder.get_embedding_table(),
         activation=activations.get_activation(mlm_activation),
@@ -89,10 +90,20 @@ class Reader(keras.Model):
     return self.masked_lm(self.sequence_output(features, training),
                           tf.convert_to_tensor(masked_positions, tf.int32))
 
-  def span_logits(self, features: Features, block_mask: tf.Tensor, training=None):
-    """[N, L] features, [N, L] block mask -> (logits [N, S], starts [S], ends [S])."""
-    return self.span_scorer(self.sequence_output(features, training), block_mask,
-                            features["input_mask"])
+  def span_logits(self, features: Features, block_mask: tf.Tensor, training=None,
+                  length_multiple: int = 0):
+    """[N, L] features, [N, L] block mask -> (logits [N, S], starts [S], ends [S]).
+
+    `length_multiple` > 0 encodes the rows by length buckets of that multiple
+    (`models.length_buckets`): the same logits, fewer FLOPs; 0 encodes [N, L] as it is.
+    """
+    if length_multiple:
+      sequence = length_buckets.bucketed_sequence_output(
+          lambda part: self.sequence_output(part, training), features, length_multiple,
+          self.hidden_size, self.encoder.compute_dtype)
+    else:
+      sequence = self.sequence_output(features, training)
+    return self.span_scorer(sequence, block_mask, features["input_mask"])
 
   def call(self, inputs, training=None):
     features = {k: inputs[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}

@@ -35,6 +35,7 @@ from realm_tf.losses.retrieval_utility import document_retrieval_utility
 from realm_tf.mips import index_publisher
 from realm_tf.mips.index_builder import build_index
 from realm_tf.mips.mips_index import MipsIndex
+from realm_tf.models import precision
 from realm_tf.models.reader import Reader
 from realm_tf.models.retriever import Retriever
 from realm_tf.models.saving import load_model
@@ -180,7 +181,7 @@ class Prober:
 
   @graph_functions.function(reduce_retracing=True)
   def _embed_query(self, features):
-    return self.retriever.embed_query(features, training=False)
+    return tf.cast(self.retriever.embed_query(features, training=False), tf.float32)
 
   @graph_functions.function(reduce_retracing=True)
   def _read(self, query, docs, reader, positions, weights, mask):
@@ -275,7 +276,8 @@ def _published_index(model_dir: str, corpus: Corpus, doc_input: str) -> MipsInde
   return index
 
 
-def load_prober(model_dir: str, corpus: str = "", vocab_file: str = "", k: int = 5) -> Prober:
+def load_prober(model_dir: str, corpus: str = "", vocab_file: str = "", k: int = 5,
+                compute_dtype: str = "float32") -> Prober:
   """The `Prober` of a pre-training model directory: `retriever/`, `reader/` (`save_model`),
   `experiment.json` (corpus, vocabulary, lengths) and, without `corpus`, the latest index of
   `index/`.
@@ -286,6 +288,8 @@ def load_prober(model_dir: str, corpus: str = "", vocab_file: str = "", k: int =
       default the run's `task.corpus`, searched through its published index.
     vocab_file: default the run's `task.vocab_file` (empty: MiniLM's).
     k: blocks retrieved per text.
+    compute_dtype: the towers' precision ("float32", "bfloat16", "auto";
+      `models.precision.with_compute_dtype`).
 
   Raises:
     InputError: a directory without those files, a reader without an MLM head, a vocabulary
@@ -314,7 +318,9 @@ def load_prober(model_dir: str, corpus: str = "", vocab_file: str = "", k: int =
   check_blocks_fit(store, tokenizer, task.model.block_length, model_dir)
   index = None if corpus else _published_index(model_dir, store,
                                                 towers["retriever"].doc_input)
-  return Prober(towers["retriever"], towers["reader"], tokenizer, store, index,
+  retriever, reader = (precision.with_compute_dtype(towers[name], compute_dtype)
+                       for name in ("retriever", "reader"))
+  return Prober(retriever, reader, tokenizer, store, index,
                 task.model.query_length, task.model.block_length, k, task.mlm_loss)
 
 

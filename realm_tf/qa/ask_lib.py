@@ -44,18 +44,20 @@ class Asker:
     embedding_dtype: with `corpus`, the precision it is embedded in ("float32", "bfloat16",
       "auto"; `QAModel.load`).
     released: how a released model directory is imported (`ReleasedSettings`).
+    compute_dtype: the precision the query tower and the reader answer in ("float32",
+      "bfloat16", "auto"; `QAModel.load`).
   """
 
   def __init__(self, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
                index_kind: str = "", scann: ScannSettings = ScannSettings(),
                sharding: Sharding = Sharding(), embedding_dtype: str = "float32",
-               released: ReleasedSettings = ReleasedSettings()):
+               released: ReleasedSettings = ReleasedSettings(), compute_dtype: str = "float32"):
     model_dir, doc_index = released_imports.model_directory(model_dir, index_kind, scann,
                                                             sharding, released)
     self.model = QAModel.load(find_model_dir(model_dir), corpus=corpus,
                               embeddings_dir=embeddings_dir, index_kind=index_kind,
                               scann=scann, sharding=sharding, embedding_dtype=embedding_dtype,
-                              doc_index=doc_index)
+                              doc_index=doc_index, compute_dtype=compute_dtype)
     self.system = self.model.system(k=k)
 
   def ask(self, question: str) -> Answer:
@@ -86,10 +88,11 @@ def _model_dir(model_dir: str) -> str:
 def get_asker(model_dir: str = "", corpus: str = "", embeddings_dir: str = "", k: int = 5,
               index_kind: str = "", scann: ScannSettings = ScannSettings(),
               sharding: Sharding = Sharding(), embedding_dtype: str = "float32",
-              released: ReleasedSettings = ReleasedSettings()) -> Asker:
+              released: ReleasedSettings = ReleasedSettings(),
+              compute_dtype: str = "float32") -> Asker:
   """The cached `Asker` of a configuration (loaded on first use)."""
   key = (os.path.abspath(_model_dir(model_dir)), corpus, embeddings_dir, k, index_kind, scann,
-         sharding, embedding_dtype, released)
+         sharding, embedding_dtype, released, compute_dtype)
   if key not in _ASKERS:
     _ASKERS[key] = Asker(*key)
   return _ASKERS[key]

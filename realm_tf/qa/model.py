@@ -236,7 +236,7 @@ class QAModel:
   def load(cls, directory: str, corpus: str = "", embeddings_dir: str = "",
            index_kind: str = "", scann: ScannSettings = ScannSettings(),
            sharding: Sharding = Sharding(), embedding_dtype: str = "float32",
-           doc_index: str = "") -> "QAModel":
+           doc_index: str = "", compute_dtype: str = "float32") -> "QAModel":
     """Loads a model directory (or its `best/`) and its latest checkpoint, checked (see the
     module docstring).
 
@@ -257,6 +257,9 @@ class QAModel:
         into a temporary directory that lives as long as the model).
       doc_index: a `DocIndex` directory to use instead of the one model.json names (an
         imported released model's index of one setting, `qa.released_imports`).
+      compute_dtype: the precision the query tower and the reader answer in ("float32",
+        "bfloat16" or "auto": `models.precision`; bfloat16: Keras mixed_bfloat16, float32
+        variables, query embeddings and span logits cast to float32).
 
     Raises:
       FileNotFoundError: not a model directory, or no checkpoint in it.
@@ -278,7 +281,8 @@ class QAModel:
     path = tf.train.latest_checkpoint(directory)
     if not path:
       raise FileNotFoundError(f"no checkpoint in {directory}")
-    retriever, reader = build_models(info.model)
+    with precision.policy_scope(compute_dtype):
+      retriever, reader = build_models(info.model)
     check_model_dir(directory, info, tokenizer, path, retriever, reader)
     tf2_checkpoint.restore_checked(model_checkpoint(retriever, reader), path, read=True)
     model = cls(info, directory, tokenizer, retriever, reader, paths["doc_embedder"], None,

@@ -31,11 +31,13 @@ class AskService:
   @classmethod
   def load(cls, model_dir: str, corpus: str = "", embeddings_dir: str = "", k: int = 5,
            index_kind: str = "", batch_size: int = 16, scann=None,
-           embedding_dtype: str = "float32", released=None, sharding=None) -> "AskService":
+           embedding_dtype: str = "float32", released=None, sharding=None,
+           compute_dtype: str = "float32") -> "AskService":
     """Loads a model directory as `realm-ask` does; `scann`, `sharding`: the `ScannSettings`
     and `Sharding` of an index built for `corpus` (default: the automatic rules);
     `embedding_dtype`: the precision `corpus` is embedded in; `released`: the
-    `ReleasedSettings` of a released model's import.
+    `ReleasedSettings` of a released model's import; `compute_dtype`: the precision the query
+    tower and the reader answer in.
 
     Raises:
       InputError: the directory (or the corpus) does not load; the message says why.
@@ -48,7 +50,7 @@ class AskService:
     try:
       asker = ask_lib.Asker(model_dir, corpus, embeddings_dir, k, index_kind,
                             scann or ScannSettings(), sharding or Sharding(), embedding_dtype,
-                            released or ReleasedSettings())
+                            released or ReleasedSettings(), compute_dtype)
     except Exception as e:  # pylint: disable=broad-except
       problem = f"does not load as a QA model ({one_line(e).rstrip('.')})"
       raise InputError(describe(model_dir or "--model_dir", problem, "Pass --model_dir=<a "
@@ -83,6 +85,7 @@ class AskService:
                   "kind": index.kind, "snapshot_step": index.snapshot_step,
                   "corpus_fingerprint": index.corpus_fingerprint, "dim": index.dim},
         "default_top_k": self.default_top_k,
+        "compute_dtype": self.model.reader.encoder.compute_dtype,
     }
 
 
