@@ -85,7 +85,6 @@ def test_doc_tower_refresh_in_sync_keeps_checkpoints_and_index_paired(world, syn
   assert info.step == 5 and info.doc_index == "index/step-00000004"
   scalars = tensorboard_scalars(os.path.join(model_dir, "train"))
   assert scalars["index_version"] == {1: 0, 2: 0, 3: 2, 4: 2, 5: 4}
-  assert scalars["index_wait_seconds"][3] > 0 and scalars["index_wait_seconds"][2] == 0
   assert scalars["index_staleness"] == {1: 0, 2: 1, 3: 0, 4: 1, 5: 0}
   # A restart resumes on the index its checkpoint used (no doc-tower check: it trained on).
   resumed = FineTuner(_sync_config(world, model_dir), log=lambda message: None)
