@@ -194,7 +194,7 @@ class AsynchronousRefresher(IndexRefresher):
   def _wait_while_too_stale(self, step: int) -> bool:
     """Waits for running and pending builds while the index in use is over `max_staleness`
     steps old at `step`, retrying a failed build; returns True when it swapped."""
-    if not self._too_stale(step) or (self._builder is None and not self._pending):
+    if not self._too_stale(step) or self._builder is None:  # a pending build has a running one
       return False
     started, swapped = time.monotonic(), False
     logging.info("Step %d: index %s is %d steps old (at most %d): waiting for the build of "
