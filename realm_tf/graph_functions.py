@@ -3,8 +3,8 @@
 realm_tf's traced code branches and loops only on Python values (tensor-dependent control flow is
 written as `tf.where`, `tf.cond` or `tf.while_loop`), so AutoGraph's source conversion changes
 nothing in the graphs. It is not free: the first trace of a Keras BERT in a process converts
-every layer's source, and a converted trace costs about 4x an unconverted one; each binary,
-worker and test process paid it again (a doc-embedder export: 5.4 s converted, 1.9 s not).
+every layer's source, and each later trace runs the converted code; each binary, worker and
+test process paid it again (docs/decisions.md).
 """
 from typing import Callable, Optional
 
