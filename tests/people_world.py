@@ -11,12 +11,16 @@ pre-trained on. Over `tiny_world`'s 16 people (each sentence seen 150 times in 6
 Appendix C's caveat).
 
     python tests/people_world.py /tmp/people   # the world, the trained REALM, moved.jsonl
+    python tests/people_world.py /tmp/people --seeds=0,1,2 --name=probe_edit_people_world
+        # each seed under /tmp/people/seed<N>, probed; bench/results/<name>.{json,md}
 """
 import argparse
 import dataclasses
 import itertools
 import json
 import os
+import sys
+import time
 from typing import List
 
 import numpy as np
@@ -132,12 +136,51 @@ def edit_rates(world: PeopleWorld, probes: tuple, people: slice) -> dict:
                                        for a, p in zip(after, new)])}
 
 
+def measure(directory: str, seed: int) -> dict:
+  """Pre-trains on a world of `seed` in `directory` and probes it before and after the move:
+  `edit_rates` of the people not pre-trained on and of those pre-trained on, and seconds."""
+  world = write_people_world(os.path.join(directory, "world"), seed=seed)
+  wall, cpu = time.perf_counter(), time.process_time()
+  model_dir = pretrain_realm(world, directory, seed=seed)
+  row = {"seed": seed, "train s": time.perf_counter() - wall,
+         "train CPU s": time.process_time() - cpu}
+  corpus = tiny_world.write_corpus(os.path.join(directory, "moved.jsonl"), moved(world))
+  wall = time.perf_counter()
+  probes = edit_probes(world, model_dir, corpus)
+  row["probe s"] = time.perf_counter() - wall
+  for group, people in (("not pre-trained", slice(world.pretrained, None)),
+                        ("pre-trained", slice(0, world.pretrained))):
+    row.update({f"{group}: {k}": v for k, v in edit_rates(world, probes, people).items()})
+  return row
+
+
+def write_results(name: str, rows: List[dict]) -> None:
+  """bench/results/<name>.{json,md}: `measure`'s rows under the machine line."""
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from bench import bench_utils  # pylint: disable=g-import-not-at-top
+  threads = os.environ.get("TF_NUM_INTRAOP_THREADS", "TensorFlow's default")
+  markdown = (f"{bench_utils.machine_line()}\n\nIntra-op threads: {threads}; 1-minute load "
+              f"average at the end: {os.getloadavg()[0]:.1f}.\n\n"
+              + bench_utils.markdown_table(rows, list(rows[0])))
+  print(markdown)
+  print("wrote", bench_utils.write_results(name, rows, markdown))
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description="Writes the world, pre-trains REALM on it and "
                                    "writes the corpus with everybody moved.")
   parser.add_argument("output_dir")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--seeds", default="", help="With --name: comma-separated seeds, each "
+                      "under output_dir/seed<N> (default: --seed).")
+  parser.add_argument("--name", default="", help="Also probe every person before and after "
+                      "the move, and write bench/results/<name>.{json,md}.")
   args = parser.parse_args(argv)
+  if args.name:
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
+    write_results(args.name, [measure(os.path.join(args.output_dir, f"seed{seed}"), seed)
+                              for seed in seeds])
+    return
   world = write_people_world(os.path.join(args.output_dir, "world"), seed=args.seed)
   model_dir = pretrain_realm(world, args.output_dir, seed=args.seed)
   corpus = tiny_world.write_corpus(os.path.join(args.output_dir, "moved.jsonl"), moved(world))

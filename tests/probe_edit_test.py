@@ -4,8 +4,8 @@ pre-trained on `people_world` (the ICT warm-start, then REALM pre-training) is p
 
 The facts of the world's last 60 people are in no pre-training sentence: the reader can fill
 them only by reading the block it retrieves, so what it fills after the edit is what the
-edited corpus says. Chance is 1/16 (the cities); on seeds 0-4 every share asserted at >= 0.8
-measured 0.98-1.0 and every one asserted at <= 0.1 measured 0.0-0.004.
+edited corpus says. Chance is 1/16 (the cities); on seeds 0-2 every share asserted at >= 0.8
+measured 0.967-1.0 and every one asserted at <= 0.1 measured 0.0-0.004 (BENCHMARKS.md §18).
 """
 import dataclasses
 import json
