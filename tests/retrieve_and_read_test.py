@@ -17,6 +17,7 @@ from tiny_models import TITLES
 
 @pytest.fixture(scope="module")
 def system():
+  tf.keras.utils.set_random_seed(0)
   tokenizer = WordpieceTokenizer(TEXT_VOCAB)
   encoder = configs.EncoderConfig.tiny(vocab_size=len(TEXT_VOCAB))
   retriever = configs.build_retriever(configs.RetrieverConfig(encoder=encoder, projection_size=8))
@@ -50,9 +51,13 @@ def test_answers_come_from_retrieved_blocks(system, read3):
     assert answer.answer and any(answer.answer in e.text for e in answer.evidence)
     assert all(e.text == BODIES[e.block_id] and e.title == TITLES[e.block_id]
                for e in answer.evidence)
+  # The blocks of the 3 best scores of the padded question (the answer's question is trimmed to
+  # its length bucket): equal scores up to float rounding, so near-ties may swap their ids.
   query = retriever.embed_query(system_.featurizer.queries(np.array(["where is paris ?"])))
-  expected_ids = index.search(query, 3)[1].numpy()[0]
-  assert [e.block_id for e in answers[0].evidence] == list(expected_ids)
+  scores, ids = (x.numpy()[0] for x in index.search(query, len(BODIES)))
+  score_of = dict(zip(ids.tolist(), scores.tolist()))
+  evidence_scores = [score_of[e.block_id] for e in answers[0].evidence]
+  np.testing.assert_allclose(evidence_scores, scores[:3], rtol=0, atol=1e-5)
 
 
 def test_index_and_corpus_must_agree(system):
