@@ -36,6 +36,9 @@ _PROCESSES = flags.DEFINE_integer("processes", 2, "Seeds run at once, one proces
 _NUM_ENTITIES = flags.DEFINE_integer("num_entities", None, "Override the world size.")
 _PRETRAIN_STEPS = flags.DEFINE_integer("pretrain_steps", None, "Override pre-training steps.")
 _FINETUNE_STEPS = flags.DEFINE_integer("finetune_steps", None, "Override fine-tuning steps.")
+_FINETUNE_RETRIEVER_LR = flags.DEFINE_float(
+    "finetune_retriever_learning_rate", None,
+    "Override the query tower's fine-tuning rate (AblationConfig; < 0: the reader's).")
 
 
 def main(argv):
@@ -54,6 +57,9 @@ def main(argv):
     overrides["pretrain_steps"] = _PRETRAIN_STEPS.value
   if _FINETUNE_STEPS.value is not None:
     overrides["finetune_steps"] = _FINETUNE_STEPS.value
+  if _FINETUNE_RETRIEVER_LR.value is not None:
+    rate = _FINETUNE_RETRIEVER_LR.value
+    overrides["finetune_retriever_learning_rate"] = None if rate < 0 else rate
   config = dataclasses.replace(config, **overrides)
   print(bench_utils.machine_line(), flush=True)
   started = time.perf_counter()

@@ -234,3 +234,26 @@ def test_finished_seeds_are_reused_only_with_the_same_settings(tmp_path, files):
   reused = ablation_runner.run_seeds(dataclasses.replace(config, output_dir=str(tmp_path)),
                                      processes=3, log=lambda message: None)  # nothing to run
   assert [r.rows for r in reused] == [result.rows]
+
+
+def test_the_query_tower_fine_tunes_at_its_own_rate_when_asked(tmp_path):
+  """`finetune_retriever_learning_rate` reaches fine-tuning's `trainer.retriever_learning_rate`
+  (None: the reader's rate, as before); a seed run without it keeps its settings (reused)."""
+  config = ablation_config.AblationConfig(
+      output_dir=str(tmp_path), world=WorldConfig(num_entities=8), variants=("realm",),
+      seeds=(0,)).for_seed(0)
+  runner = ablation_runner.AblationRunner(config, log=lambda message: None)
+  runner.write_world()
+  default = runner.finetune_experiment("realm", str(tmp_path / "ft"), "init")
+  assert default.trainer.retriever_learning_rate is None
+  assert default.trainer.learning_rate == config.finetune_learning_rate
+  own = dataclasses.replace(config, finetune_retriever_learning_rate=3e-4)
+  runner.config = own
+  tuned = runner.finetune_experiment("realm", str(tmp_path / "ft"), "init",
+                                     {"trainer.eval_every": 10})
+  assert (tuned.trainer.retriever_learning_rate, tuned.trainer.learning_rate,
+          tuned.trainer.eval_every) == (3e-4, config.finetune_learning_rate, 10)
+  assert "finetune_retriever_learning_rate" not in ablation_result._settings(config)
+  assert ablation_result._settings(own)["finetune_retriever_learning_rate"] == 3e-4
+  with pytest.raises(ValueError, match="finetune_retriever_learning_rate"):
+    ablation_config.AblationConfig(output_dir="x", finetune_retriever_learning_rate=-1.0)

@@ -13,7 +13,7 @@ The seeds are run by `ablation_runner`, their statistics in `ablation_stats`, th
 """
 import dataclasses
 import os
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from realm_tf import configs
 from realm_tf.knowledge_world.world import WorldConfig
@@ -103,6 +103,14 @@ class AblationConfig:
     finetune_steps, finetune_batch_size, finetune_learning_rate, reader_top_k: Open-QA
       fine-tuning, with `retriever_top_k` and `eval_every` (warm-up over the first 10% of the
       steps; the best dev checkpoint is evaluated on test).
+    finetune_retriever_learning_rate: the query tower's own fine-tuning peak rate
+      (`trainer.retriever_learning_rate`; None: `finetune_learning_rate`, the reader's). The
+      retriever loss covers only the top `retriever_top_k` blocks the query tower itself
+      retrieves, and it has a degenerate minimum: equal scores for those blocks
+      (−log(answers/K) without ranking anything). On a seed whose retriever starts weak the
+      query tower goes there at 3e-3 and recall falls to chance; a lower rate avoids that but
+      slows the seeds that learn retrieval (docs/ablations.md, "Fine-tuning that lost the
+      retriever"), so the presets keep None.
     recall_k: k of zero-shot recall@k.
     variants: which rows to run (their pre-training runs are trained as needed); default the
       rows of Table 2, not `FORM_VARIANTS`.
@@ -132,6 +140,7 @@ class AblationConfig:
   finetune_steps: int = 300
   finetune_batch_size: int = 8
   finetune_learning_rate: float = 3e-3
+  finetune_retriever_learning_rate: Optional[float] = None
   reader_top_k: int = 5
   retriever_top_k: int = 40
   eval_every: int = 100
@@ -146,6 +155,10 @@ class AblationConfig:
       raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {unknown}")
     if not self.seeds or len(set(self.seeds)) != len(self.seeds):
       raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds}")
+    if (self.finetune_retriever_learning_rate is not None and
+        self.finetune_retriever_learning_rate < 0):
+      raise ValueError(f"finetune_retriever_learning_rate must be >= 0, got "
+                       f"{self.finetune_retriever_learning_rate}")
 
   def for_seed(self, seed: int) -> "AblationConfig":
     """The run of one seed: its own directory, world and initialisation."""

@@ -27,6 +27,8 @@ def _settings(config: AblationConfig) -> Dict[str, object]:
   """What a seed's result depends on: every setting but the list of the other seeds."""
   settings = json.loads(json.dumps(dataclasses.asdict(config), default=str))
   del settings["seeds"]
+  if settings["finetune_retriever_learning_rate"] is None:  # the seeds run before it existed
+    del settings["finetune_retriever_learning_rate"]
   return settings
 
 

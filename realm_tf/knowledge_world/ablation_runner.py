@@ -191,28 +191,39 @@ class AblationRunner:
       tf.train.Checkpoint(retriever=retriever, reader=reader).write(prefix)
     return prefix
 
+  def finetune_experiment(self, variant: str, model_dir: str, init_checkpoint: str,
+                          settings: Optional[Dict[str, object]] = None):
+    """The `open_qa` experiment fine-tuning `variant` into `model_dir` from `init_checkpoint`
+    (`_init_checkpoint`), `settings` (dotted keys) over the benchmark's."""
+    config = self.config
+    corpus = self._path(NULL_CORPUS) if variant == "no_retrieval" else self.files.directory
+    steps = config.finetune_steps
+    variant_settings = FINETUNE_SETTINGS.get(variant, {})
+    if variant_settings.get("task.train_doc_tower"):
+      variant_settings = dict(variant_settings,
+                              **{"task.index_refresh_steps": config.refresh_every * 5})
+    return self._experiment(
+        "open_qa", model_dir, Stage.of(config, "finetune", checkpoint_every=steps), {
+            "trainer.warmup_steps": max(1, steps // 10), "trainer.eval_every": config.eval_every,
+            "trainer.retriever_learning_rate": config.finetune_retriever_learning_rate,
+            "trainer.keep_checkpoints": 1, "trainer.log_every": max(1, steps // 4),
+            "task.corpus": corpus, "task.train_data": self.files.train,
+            "task.dev_data": self.files.dev, "task.model": self.model,
+            "task.init": InitConfig(checkpoint=init_checkpoint),
+            "task.reader_top_k": config.reader_top_k,
+            "task.retriever_top_k": max(config.reader_top_k, config.retriever_top_k),
+            "task.index_kind": "brute_force", "task.embedding_dtype": "float32",
+            "task.allow_unanswerable": variant == "no_retrieval", **variant_settings,
+            **(settings or {})})
+
   def finetune(self, variant: str) -> Dict[str, float]:
     """Fine-tunes `variant` and evaluates its best dev checkpoint on test."""
     config = self.config
     model_dir = self._path("finetune", variant)
     if tf.io.gfile.exists(model_dir):
       tf.io.gfile.rmtree(model_dir)
-    corpus = self._path(NULL_CORPUS) if variant == "no_retrieval" else self.files.directory
-    steps = config.finetune_steps
-    settings = FINETUNE_SETTINGS.get(variant, {})
-    if settings.get("task.train_doc_tower"):
-      settings = dict(settings, **{"task.index_refresh_steps": config.refresh_every * 5})
-    run_experiment(self._experiment(
-        "open_qa", model_dir, Stage.of(config, "finetune", checkpoint_every=steps), {
-            "trainer.warmup_steps": max(1, steps // 10), "trainer.eval_every": config.eval_every,
-            "trainer.keep_checkpoints": 1, "trainer.log_every": max(1, steps // 4),
-            "task.corpus": corpus, "task.train_data": self.files.train,
-            "task.dev_data": self.files.dev, "task.model": self.model,
-            "task.init": InitConfig(checkpoint=self._init_checkpoint(variant)),
-            "task.reader_top_k": config.reader_top_k,
-            "task.retriever_top_k": max(config.reader_top_k, config.retriever_top_k),
-            "task.index_kind": "brute_force", "task.embedding_dtype": "float32",
-            "task.allow_unanswerable": variant == "no_retrieval", **settings}), verbose=False)
+    run_experiment(self.finetune_experiment(variant, model_dir, self._init_checkpoint(variant)),
+                   verbose=False)
     model = QAModel.load(find_model_dir(model_dir))
     result = evaluate(model.system(k=config.reader_top_k), self.test,
                       EvalConfig(recall_ks=(config.recall_k,)),
