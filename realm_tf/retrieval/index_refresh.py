@@ -36,7 +36,7 @@ from realm_tf.retrieval.corpus import Corpus
 from realm_tf.retrieval.embedding import DocTower
 from realm_tf.retrieval.embedding import embed_blocks
 from realm_tf.retrieval.embedding import embedding_tolerance
-from realm_tf.signatures.doc_embedder import export_doc_embedder
+from realm_tf.signatures.doc_embedder import DocEmbedderExporter
 from realm_tf.tokenization import doc_input as doc_inputs
 from realm_tf.tokenization.wordpiece_tokenizer import WordpieceTokenizer
 
@@ -105,6 +105,7 @@ class IndexRefresher(abc.ABC):
     self.swaps = 0
     self.wait_seconds = 0.0  # how long the last `maybe_refresh` waited for another's build
     self._doc_tower_cache: Optional[DocTower] = None
+    self._exporter: Optional[DocEmbedderExporter] = None  # the snapshots', traced once
     self._doc_input = doc_inputs.DEFAULT_DOC_INPUT  # the retriever's, set by `start`
     self._wordpieces_cache: Optional[Tuple[RaggedColumn, RaggedColumn]] = None
     self._strategy = tf.distribute.get_strategy()
@@ -211,9 +212,12 @@ class IndexRefresher(abc.ABC):
     """Exports `retriever`'s doc tower as `<snapshot_root>/<version of step>`; returns it."""
     final = os.path.join(self.snapshot_root, index_publisher.version_for_step(step))
     tmp = f"{final}.tmp-{uuid.uuid4().hex}"
-    export_doc_embedder(retriever, tmp, *self.special_ids, block_length=self.block_length,
-                        snapshot_step=step, tokenizer=self.tokenizer,
-                        compute_dtype=self.compute_dtype, jit_compile=self.jit_compile)
+    if self._exporter is None or self._exporter.retriever is not retriever:
+      self._exporter = DocEmbedderExporter(
+          retriever, *self.special_ids, block_length=self.block_length,
+          tokenizer=self.tokenizer, compute_dtype=self.compute_dtype,
+          jit_compile=self.jit_compile)
+    self._exporter.export(tmp, snapshot_step=step)
     if tf.io.gfile.exists(final):
       tf.io.gfile.rmtree(final)
     tf.io.gfile.rename(tmp, final)

@@ -137,6 +137,45 @@ class _DocEmbedderModule(ReusableModule):
                          self._pooling, training)
 
 
+class DocEmbedderExporter:
+  """Writes `retriever`'s doc tower as a doc-embedder SavedModel, again at each `export`: the
+  index refreshers' snapshots. The module and its traced functions are built once and read the
+  retriever's variables, so a later export writes the current weights without tracing again
+  (half an export's cost). Arguments as `export_doc_embedder`'s."""
+
+  def __init__(self, retriever: Retriever, cls_id: int, sep_id: int, pad_id: int,
+               block_length: int = BLOCK_LENGTH, tokenizer: Optional[WordpieceTokenizer] = None,
+               compute_dtype: str = "float32", length_multiple: int = 32,
+               jit_compile: bool = False):
+    self.retriever = retriever
+    self._model = with_compute_dtype(retriever, compute_dtype)  # a copy in another dtype
+    self._staging = tempfile.TemporaryDirectory()  # the vocabulary asset, until saved
+    self._module = _DocEmbedderModule(self._model, cls_id, sep_id, pad_id, block_length, -1,
+                                      tokenizer, self._staging.name, length_multiple,
+                                      jit_compile)
+    self._signatures = {"serving_default": self._module.serve.get_concrete_function,
+                        "embed_blocks": self._module.embed_blocks.get_concrete_function}
+    self._input_specs = [dict(_ID_SPECS)]
+    if tokenizer is not None:
+      self._module.embed_texts = graph_functions.function(
+          self._module._embed_texts,  # pylint: disable=protected-access
+          input_signature=[_TEXT_SPECS["titles"], _TEXT_SPECS["texts"]])
+      self._signatures["embed_texts"] = self._module.embed_texts.get_concrete_function
+      self._input_specs.append(dict(_TEXT_SPECS))
+
+  def export(self, path: str, snapshot_step: int = -1) -> str:
+    """Writes the doc tower's current weights at `path`, recording `snapshot_step`."""
+    if self._model is not self.retriever:  # the copy does not follow training
+      self._model.set_weights(self.retriever.get_weights())
+    self._module.snapshot_step.assign(snapshot_step)
+    self._module.save(path, self._input_specs, self._signatures)
+    return path
+
+  def close(self) -> None:
+    """Removes the staged vocabulary (each export holds its own copy)."""
+    self._staging.cleanup()
+
+
 def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: int, pad_id: int,
                         block_length: int = BLOCK_LENGTH, snapshot_step: int = -1,
                         tokenizer: Optional[WordpieceTokenizer] = None,
@@ -152,21 +191,12 @@ def export_doc_embedder(retriever: Retriever, path: str, cls_id: int, sep_id: in
   `jit_compile=True` XLA-compiles the encoder forward (BENCHMARKS.md §1: 1.3-1.55× per batch
   on CPU), one compilation per input shape.
   """
-  retriever = with_compute_dtype(retriever, compute_dtype)
-  with tempfile.TemporaryDirectory() as staging_dir:
-    module = _DocEmbedderModule(retriever, cls_id, sep_id, pad_id, block_length, snapshot_step,
-                                tokenizer, staging_dir, length_multiple, jit_compile)
-    signatures = {"serving_default": module.serve.get_concrete_function,
-                  "embed_blocks": module.embed_blocks.get_concrete_function}
-    input_specs = [dict(_ID_SPECS)]
-    if tokenizer is not None:
-      module.embed_texts = graph_functions.function(
-          module._embed_texts,  # pylint: disable=protected-access
-          input_signature=[_TEXT_SPECS["titles"], _TEXT_SPECS["texts"]])
-      signatures["embed_texts"] = module.embed_texts.get_concrete_function
-      input_specs.append(dict(_TEXT_SPECS))
-    module.save(path, input_specs, signatures)
-  return path
+  exporter = DocEmbedderExporter(retriever, cls_id, sep_id, pad_id, block_length, tokenizer,
+                                 compute_dtype, length_multiple, jit_compile)
+  try:
+    return exporter.export(path, snapshot_step)
+  finally:
+    exporter.close()
 
 
 @dataclasses.dataclass(frozen=True)
